@@ -1,0 +1,11 @@
+"""Engine errors: each names the resource and the offending ids, never a bare assert."""
+
+from __future__ import annotations
+
+
+class KVAccountingError(RuntimeError):
+    """A KV/row accounting rule was broken (double free, out-of-range free, double release)."""
+
+
+class ConfigError(ValueError):
+    """An engine configuration value is invalid; the message names the field."""

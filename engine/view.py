@@ -1,0 +1,144 @@
+"""The state view: a frozen, plain-data snapshot of the engine that checkers read.
+
+Keeps: the checker contract of DESIGN.md decision 1 — invariants see only these records,
+never engine objects. Counters (`PoolView.free` …) are the components' own counters; the
+`Census` is computed separately from the actual index references, so the two can disagree.
+Every field has a default so that hand-written fixtures may name only what they test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class PageOwners:
+    """One page and every owner that references it (witness of a census finding)."""
+
+    page: int = 0
+    owners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """Exact ownership census of one pool, by page id (page == slot when page_size is 1).
+
+    duplicates: pages owned by two or more owners (tree nodes, rows, slots).
+    dangling:   pages a live owner references while they sit in the free list.
+    orphans:    allocated pages nobody references (leaked).
+    free_repeats: pages listed more than once in the free list (double free).
+    """
+
+    num_pages: int = 0
+    duplicates: tuple[PageOwners, ...] = ()
+    dangling: tuple[PageOwners, ...] = ()
+    orphans: tuple[int, ...] = ()
+    free_repeats: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """One KV pool ("full", or "swa" when hybrid); all sizes in tokens.
+
+    `free … request_owned` are the SGLang counters: allocator available size, tree
+    evictable/protected sizes, Σ held over idle session slots, Σ uncached over live rows.
+    """
+
+    name: str = "full"
+    page_size: int = 1
+    capacity: int = 0
+    free: int = 0
+    evictable: int = 0
+    protected: int = 0
+    session_held: int = 0
+    request_owned: int = 0
+    census: Census = field(default_factory=Census)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One radix-tree node. `lock_ref` is the full lock; SWA trees add the SWA fields."""
+
+    id: int = 0
+    parent: int = -1  # -1 for the root only
+    is_root: bool = False
+    is_leaf: bool = True
+    key_len: int = 0
+    value_len: int = 0
+    lock_ref: int = 0
+    parent_lock_ref: int = 0
+    swa_lock_ref: int = 0
+    parent_swa_lock_ref: int = 0
+    swa_tombstone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TreeView:
+    """The prefix cache: its own counters and its nodes (empty for the chunk cache)."""
+
+    kind: str = "chunk"  # chunk | radix | swa_radix
+    page_size: int = 1
+    evictable_size: int = 0
+    protected_size: int = 0
+    swa_evictable_size: int = 0
+    swa_protected_size: int = 0
+    num_evictable_leaves: int = 0
+    nodes: tuple[NodeView, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReqView:
+    """A live request that owns (or is about to own) a request row."""
+
+    rid: str = ""
+    req_pool_idx: int = -1  # -1: no row
+    seq_len: int = 0
+    kv_committed_len: int = 0
+    kv_allocated_len: int = 0
+    cache_protected_len: int = 0
+    swa_evicted_seqlen: int = 0
+    is_chunked: int = 0
+    kv_committed_freed: bool = False
+    kv_overallocated_freed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReqPoolView:
+    """The request-row pool: `size` usable rows (row 0 is reserved)."""
+
+    size: int = 0
+    free_rows: tuple[int, ...] = ()
+    rows_in_use: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StateView:
+    """Everything an invariant may read at one event."""
+
+    event: str = "step"
+    step: int = 0
+    page_size: int = 1
+    pools: tuple[PoolView, ...] = ()
+    tree: TreeView = field(default_factory=TreeView)
+    req_pool: ReqPoolView = field(default_factory=ReqPoolView)
+    reqs: tuple[ReqView, ...] = ()
+
+
+VIEW_TYPES: tuple[type, ...] = (
+    PageOwners, Census, PoolView, NodeView, TreeView, ReqView, ReqPoolView, StateView,
+)
+
+
+def view_field_names() -> frozenset[str]:
+    """Every attribute name an invariant expression may use."""
+    return frozenset(f.name for cls in VIEW_TYPES for f in fields(cls))
+
+
+def view_to_dict(obj: Any) -> Any:
+    """Plain JSON-able data (dicts, lists, ints, strs) of a view or any part of it."""
+    if is_dataclass(obj):
+        return {f.name: view_to_dict(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, tuple):
+        return [view_to_dict(x) for x in obj]
+    return obj
