@@ -9,3 +9,8 @@ class KVAccountingError(RuntimeError):
 
 class ConfigError(ValueError):
     """An engine configuration value is invalid; the message names the field."""
+
+
+class KVOutOfMemory(KVAccountingError):
+    """An allocation could not be served even after evicting the cache; the scheduler's
+    admission and retract logic exist so that this never happens."""

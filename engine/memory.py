@@ -1,27 +1,28 @@
-"""KVMemory: the wired memory stack (allocator, request rows, prefix cache) and its view.
+"""KVMemory: the wired memory stack (allocator, request rows, prefix cache) and the KV
+lifecycle operations on it: match, lock, allocate, checkpoint, SWA eviction, release.
 
-Keeps: the pool views report each component's own counters and, separately, the census
-of actual references, so `state_view()` can show the two disagreeing (DESIGN.md decision 2).
+Keeps: ``kv_committed_len <= kv_allocated_len`` and the ownership law across every
+operation; ``release_kv_cache`` is the single release entry point (research/sglang.md §2.4).
+The scheduler decides *when*; these methods decide *which slots*.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from engine.cache.base import PrefixCache, SlotOwner
+from engine.cache.base import PrefixCache
 from engine.cache.chunk_cache import ChunkCache
 from engine.cache.radix_cache import RadixCache
 from engine.cache.swa_radix_cache import SWARadixCache
 from engine.config import MemoryConfig
+from engine.errors import KVAccountingError, KVOutOfMemory
 from engine.mem import paging
 from engine.mem.allocator import PagedAllocator, SWAAllocator, TokenAllocator
-from engine.mem.census import PageRefs, take_census
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.request import Req
-from engine.view import PoolView, ReqPoolView, ReqView, StateView
 
 
 @dataclass(slots=True, eq=False)
@@ -50,65 +51,133 @@ class KVMemory:
     def page_size(self) -> int:
         return self.config.page_size
 
-    def state_view(self, event: str, step: int, reqs: Iterable[Req] = ()) -> StateView:
-        """The plain-data snapshot of the memory layer with ``reqs`` as the live requests."""
-        live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
-        pools = [self._full_pool_view(live)]
-        if isinstance(self.allocator, SWAAllocator):
-            pools.append(self._swa_pool_view(live))
-        rows = tuple(sorted(r.req_pool_idx for r in live))
-        return StateView(
-            event=event, step=step, page_size=self.page_size, pools=tuple(pools),
-            tree=self.tree_cache.tree_view(),
-            req_pool=ReqPoolView(self.req_to_token_pool.size, tuple(self.req_to_token_pool.free_rows), rows),
-            reqs=tuple(_req_view(r) for r in reqs),
-        )
+    def admittable_size(self) -> int:
+        """Tokens an admission may count on: free plus evictable, in the tighter pool."""
+        cache, alloc = self.tree_cache, self.allocator
+        full = alloc.full_available_size() if isinstance(alloc, SWAAllocator) else alloc.available_size()
+        room = full + cache.evictable_size()
+        if isinstance(alloc, SWAAllocator):
+            swa_evictable = getattr(cache, "swa_evictable_size", lambda: 0)()
+            room = min(room, alloc.swa_available_size() + swa_evictable)
+        return room
 
-    def _full_pool_view(self, live: list[Req]) -> PoolView:
-        alloc = self.allocator.full if isinstance(self.allocator, SWAAllocator) else self.allocator
-        ps = self.page_size
-        owned, referenced = self._row_refs(live, swa=False)
-        owned += [(o.label, o.slots // ps) for o in self.tree_cache.slot_owners()]
-        return PoolView(
-            name="full", page_size=ps, capacity=alloc.size, free=alloc.available_size(),
-            evictable=self.tree_cache.evictable_size(), protected=self.tree_cache.protected_size(),
-            request_owned=sum(paging.held_len(r.kv_allocated_len, r.cache_protected_len, ps) for r in live),
-            census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced),
-        )
+    def match_prefix(self, req: Req) -> None:
+        """Match ``req.fill_ids`` against the cache, keeping the one-token logit reserve
+        (the last input token is always recomputed: prefix <= len(fill_ids) - 1)."""
+        key = req.fill_ids[: len(req.fill_ids) - 1]
+        match = self.tree_cache.match_prefix(key, req.extra_key)
+        req.prefix_indices = match.prefix_indices
+        req.last_node = match.last_node
+        protected = match.cache_protected_len
+        req.cache_protected_len = len(match.prefix_indices) if protected is None else protected
 
-    def _swa_pool_view(self, live: list[Req]) -> PoolView:
-        assert isinstance(self.allocator, SWAAllocator)
-        swa, ps, cache = self.allocator.swa, self.page_size, self.tree_cache
-        owned, referenced = self._row_refs(live, swa=True)
-        owned += [(o.label, self._swa_pages(o.slots)) for o in cache.slot_owners() if o.holds_swa]
-        return PoolView(
-            name="swa", page_size=ps, capacity=swa.size, free=swa.available_size(),
-            evictable=_swa_size(cache, "swa_evictable_size"), protected=_swa_size(cache, "swa_protected_size"),
-            request_owned=sum(
-                paging.held_swa_len(r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, ps)
-                for r in live
-            ),
-            census=take_census(swa.num_pages, swa.all_free_pages(), owned, referenced),
-        )
+    def lock(self, req: Req) -> None:
+        """Pin the matched prefix (what PrefillAdder does on admission)."""
+        req.swa_uuid_for_lock = self.tree_cache.inc_lock_ref(req.last_node)
 
-    def _row_refs(self, live: list[Req], swa: bool) -> tuple[list[PageRefs], list[PageRefs]]:
-        """Per live row: the pages it owns ([protected, allocated)) and all it reads."""
-        owned: list[PageRefs] = []
-        referenced: list[PageRefs] = []
-        table = self.req_to_token_pool.req_to_token
-        for r in live:
-            label = f"req:{r.rid}@row{r.req_pool_idx}"
-            row = table[r.req_pool_idx, : r.kv_allocated_len].astype(np.int64)
-            start = max(r.cache_protected_len, r.swa_evicted_seqlen) if swa else r.cache_protected_len
-            to_pages = self._swa_pages if swa else (lambda s: s // self.page_size)
-            owned.append((label, to_pages(row[start:])))
-            referenced.append((label, to_pages(row[r.swa_evicted_seqlen:] if swa else row)))
-        return owned, referenced
+    def evict_for(self, num_tokens: int) -> None:
+        """Evict from the cache until ``num_tokens`` are available in every pool (if it can)."""
+        alloc = self.allocator
+        if isinstance(alloc, SWAAllocator):
+            full_short = num_tokens - alloc.full_available_size()
+            swa_short = num_tokens - alloc.swa_available_size()
+            if full_short > 0 or swa_short > 0:
+                self.tree_cache.evict(max(0, full_short), max(0, swa_short))  # type: ignore[call-arg]
+        elif alloc.available_size() < num_tokens:
+            self.tree_cache.evict(num_tokens)
 
-    def _swa_pages(self, full_slots: np.ndarray) -> np.ndarray:
-        assert isinstance(self.allocator, SWAAllocator)
-        swa = self.allocator.full_to_swa[full_slots]
-        return swa[swa > 0] // self.page_size
+    def alloc_for_extend(self, reqs: Sequence[Req]) -> np.ndarray:
+        """Rows and KV slots for an extend batch; returns ``out_cache_loc``.
+
+            [0, prefix_len)        the matched prefix: written from req.prefix_indices
+            [prefix_len, seq_len)  fresh slots (the prefix's partial last page first)
+        Afterwards ``committed == allocated == seq_len`` (``prepare_for_extend``).
+        """
+        ps, pool = self.config.page_size, self.req_to_token_pool
+        for req in reqs:
+            if req.req_pool_idx is None:
+                req.req_pool_idx = _take_row(pool, req)
+        prefix_lens = [len(r.prefix_indices) for r in reqs]
+        seq_lens = [len(r.fill_ids) for r in reqs]
+        last_locs = [int(r.prefix_indices[-1]) if len(r.prefix_indices) else -1 for r in reqs]
+        extend = sum(seq_lens) - sum(prefix_lens)
+        self.evict_for(extend + len(reqs) * ps)
+        out = self.allocator.alloc_extend(prefix_lens, seq_lens, last_locs)
+        if out is None:
+            raise KVOutOfMemory(f"extend of {extend} tokens for {len(reqs)} requests does not fit")
+        cursor = 0
+        for req, prefix, seq in zip(reqs, prefix_lens, seq_lens):
+            pool.write(req.req_pool_idx, 0, req.prefix_indices)
+            pool.write(req.req_pool_idx, prefix, out[cursor : cursor + seq - prefix])
+            cursor += seq - prefix
+            req.kv_committed_len = req.kv_allocated_len = seq
+        return out
+
+    def alloc_for_decode(self, reqs: Sequence[Req]) -> np.ndarray:
+        """One slot per request at position ``kv_committed_len``; then committed and
+        allocated both advance by one (``prepare_for_decode``, no speculation)."""
+        ps, pool = self.config.page_size, self.req_to_token_pool
+        seq_lens = [r.kv_allocated_len + 1 for r in reqs]
+        last_locs = [int(pool.req_to_token[r.req_pool_idx, r.kv_allocated_len - 1]) for r in reqs]
+        self.evict_for(len(reqs) * ps)
+        out = self.allocator.alloc_decode(seq_lens, last_locs)
+        if out is None:
+            raise KVOutOfMemory(f"decode of {len(reqs)} requests does not fit")
+        for req, loc in zip(reqs, out.tolist()):
+            pool.req_to_token[req.req_pool_idx, req.kv_allocated_len] = loc
+            req.kv_committed_len += 1
+            req.kv_allocated_len += 1
+        return out
+
+    def checkpoint(self, req: Req, chunked: bool = False) -> None:
+        """Publish the request's computed prefix to the cache (``cache_unfinished_req``)."""
+        self.tree_cache.cache_unfinished_req(req, chunked=chunked)
+
+    def evict_swa(self, req: Req) -> None:
+        """Free the SWA KV that slid out of the request's window (``_evict_swa``).
+
+            [0, protected)           tree-owned: the tree frees it
+            [protected, evicted)     already freed
+            [evicted, new_cursor)    freed now
+            [new_cursor, committed)  inside the window (plus a page of slack): kept
+        """
+        window = self.config.sliding_window
+        if not isinstance(self.allocator, SWAAllocator) or window is None:
+            return
+        ps = self.config.page_size
+        start = max(req.swa_evicted_seqlen, req.cache_protected_len)
+        cursor = paging.swa_evict_cursor(req.swa_evicted_seqlen, req.cache_protected_len,
+                                         req.kv_committed_len, window, ps)
+        if cursor > start:
+            self.allocator.free_swa(self.req_to_token_pool.read(req.req_pool_idx, start, cursor))
+        req.swa_evicted_seqlen = cursor
+
+    def release_kv_cache(self, req: Req, is_insert: bool = True) -> None:
+        """The single release entry point: committed KV to the cache (inserted, or freed
+        when ``is_insert`` is False), the over-allocated tail freed page-aligned, row returned.
+
+            [0, committed)              cache_finished_req (insert or free)
+            [ceil(committed), allocated) freed here (never the page holding committed KV)
+        """
+        if req.req_pool_idx is None:
+            raise KVAccountingError(f"req {req.rid}: release without a request row")
+        self.tree_cache.cache_finished_req(req, is_insert=is_insert)
+        if req.req_pool_idx is None:  # a streaming session took ownership of the row
+            return
+        committed, allocated = req.pop_overallocated_kv_cache()
+        start, end = paging.tail_free_range(committed, allocated, self.config.page_size)
+        if start < end:
+            self.allocator.free(self.req_to_token_pool.read(req.req_pool_idx, start, end))
+        self.req_to_token_pool.free(req.req_pool_idx)
+        req.req_pool_idx = None
+
+
+
+def _take_row(pool: ReqToTokenPool, req: Req) -> int:
+    row = pool.alloc()
+    if row is None:
+        raise KVOutOfMemory(f"req {req.rid}: no free request row ({pool.size} rows in use)")
+    return row
 
 
 def _make_cache(config: MemoryConfig, pool: ReqToTokenPool, allocator: PagedAllocator | SWAAllocator) -> PrefixCache:
@@ -120,17 +189,3 @@ def _make_cache(config: MemoryConfig, pool: ReqToTokenPool, allocator: PagedAllo
     return RadixCache(pool, allocator, config.page_size)
 
 
-def _swa_size(cache: PrefixCache, name: str) -> int:
-    # the chunk cache has no SWA counters: it holds nothing
-    getter = getattr(cache, name, None)
-    return int(getter()) if getter is not None else 0
-
-
-def _req_view(r: Req) -> ReqView:
-    return ReqView(
-        rid=r.rid, req_pool_idx=-1 if r.req_pool_idx is None else r.req_pool_idx,
-        seq_len=len(r.fill_ids), kv_committed_len=r.kv_committed_len,
-        kv_allocated_len=r.kv_allocated_len, cache_protected_len=r.cache_protected_len,
-        swa_evicted_seqlen=r.swa_evicted_seqlen, is_chunked=r.is_chunked,
-        kv_committed_freed=r.kv_committed_freed, kv_overallocated_freed=r.kv_overallocated_freed,
-    )

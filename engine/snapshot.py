@@ -1,0 +1,105 @@
+"""Builds the StateView of the memory layer: component counters plus the exact census.
+
+Keeps: DESIGN.md decision 2 — the pool counters are read from the components as SGLang
+maintains them, and the census is computed separately from the index references
+(free lists, tree node values, request rows), so the two can disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from engine.mem import paging
+from engine.mem.allocator import SWAAllocator
+from engine.mem.census import PageRefs, take_census
+from engine.memory import KVMemory
+from engine.request import Req
+from engine.view import PoolView, ReqPoolView, ReqView, StateView
+
+
+def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = ()) -> StateView:
+    """The snapshot of ``mem`` with ``reqs`` as the live requests."""
+    reqs = list(reqs)
+    live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
+    pools = [_full_pool_view(mem, live)]
+    if isinstance(mem.allocator, SWAAllocator):
+        pools.append(_swa_pool_view(mem, mem.allocator, live))
+    pool = mem.req_to_token_pool
+    return StateView(
+        event=event, step=step, page_size=mem.page_size, pools=tuple(pools),
+        tree=mem.tree_cache.tree_view(),
+        req_pool=ReqPoolView(pool.size, tuple(pool.free_rows), tuple(sorted(r.req_pool_idx for r in live))),
+        reqs=tuple(_req_view(r) for r in reqs),
+    )
+
+
+def _full_pool_view(mem: KVMemory, live: list[Req]) -> PoolView:
+    alloc = mem.allocator.full if isinstance(mem.allocator, SWAAllocator) else mem.allocator
+    ps, cache = mem.page_size, mem.tree_cache
+    to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
+    owned, referenced = _row_refs(mem, live, to_pages, swa=False)
+    owned += [(o.label, o.slots // ps) for o in cache.slot_owners()]
+    return PoolView(
+        name="full", page_size=ps, capacity=alloc.size, free=alloc.available_size(),
+        evictable=cache.evictable_size(), protected=cache.protected_size(),
+        request_owned=sum(paging.held_len(r.kv_allocated_len, r.cache_protected_len, ps) for r in live),
+        census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced),
+    )
+
+
+def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req]) -> PoolView:
+    ps, cache = mem.page_size, mem.tree_cache
+
+    def to_pages(full_slots: np.ndarray) -> np.ndarray:
+        swa = alloc.full_to_swa[full_slots]
+        return swa[swa > 0] // ps
+
+    owned, referenced = _row_refs(mem, live, to_pages, swa=True)
+    owned += [(o.label, to_pages(o.slots)) for o in cache.slot_owners() if o.holds_swa]
+    return PoolView(
+        name="swa", page_size=ps, capacity=alloc.swa.size, free=alloc.swa.available_size(),
+        evictable=_counter(cache, "swa_evictable_size"), protected=_counter(cache, "swa_protected_size"),
+        request_owned=sum(
+            paging.held_swa_len(r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, ps)
+            for r in live
+        ),
+        census=take_census(alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced),
+    )
+
+
+def _row_refs(
+    mem: KVMemory, live: list[Req], to_pages: Callable[[np.ndarray], np.ndarray], swa: bool
+) -> tuple[list[PageRefs], list[PageRefs]]:
+    """Per live row: the pages it owns and every page it reads.
+
+        [0, protected)          read; owned by the tree
+        [protected, allocated)  owned by the row (SWA: from max(protected, swa_evicted))
+    """
+    owned: list[PageRefs] = []
+    referenced: list[PageRefs] = []
+    table = mem.req_to_token_pool.req_to_token
+    for r in live:
+        label = f"req:{r.rid}@row{r.req_pool_idx}"
+        row = table[r.req_pool_idx, : r.kv_allocated_len].astype(np.int64)
+        start = max(r.cache_protected_len, r.swa_evicted_seqlen) if swa else r.cache_protected_len
+        owned.append((label, to_pages(row[start:])))
+        referenced.append((label, to_pages(row[r.swa_evicted_seqlen:] if swa else row)))
+    return owned, referenced
+
+
+def _counter(cache: object, name: str) -> int:
+    # the chunk cache has no SWA counters: it holds nothing
+    getter = getattr(cache, name, None)
+    return int(getter()) if getter is not None else 0
+
+
+def _req_view(r: Req) -> ReqView:
+    return ReqView(
+        rid=r.rid, req_pool_idx=-1 if r.req_pool_idx is None else r.req_pool_idx,
+        seq_len=len(r.fill_ids), kv_committed_len=r.kv_committed_len,
+        kv_allocated_len=r.kv_allocated_len, cache_protected_len=r.cache_protected_len,
+        swa_evicted_seqlen=r.swa_evicted_seqlen, is_chunked=r.is_chunked,
+        kv_committed_freed=r.kv_committed_freed, kv_overallocated_freed=r.kv_overallocated_freed,
+    )
