@@ -33,6 +33,7 @@ class KVMemory:
     allocator: PagedAllocator | SWAAllocator
     req_to_token_pool: ReqToTokenPool
     tree_cache: PrefixCache
+    evicted_tokens: int = 0  # tokens freed by cache eviction (proves eviction ran)
 
     @classmethod
     def from_config(cls, config: MemoryConfig) -> KVMemory:
@@ -82,9 +83,9 @@ class KVMemory:
             full_short = num_tokens - alloc.full_available_size()
             swa_short = num_tokens - alloc.swa_available_size()
             if full_short > 0 or swa_short > 0:
-                self.tree_cache.evict(max(0, full_short), max(0, swa_short))  # type: ignore[call-arg]
+                self.evicted_tokens += self.tree_cache.evict(max(0, full_short), max(0, swa_short))  # type: ignore[call-arg]
         elif alloc.available_size() < num_tokens:
-            self.tree_cache.evict(num_tokens)
+            self.evicted_tokens += self.tree_cache.evict(num_tokens)
 
     def alloc_for_extend(self, reqs: Sequence[Req]) -> np.ndarray:
         """Rows and KV slots for an extend batch; returns ``out_cache_loc``.

@@ -45,13 +45,18 @@ class MemoryExercise:
     max_prefill_tokens: int = 16384
     observe: Observer | None = None
     stats: ExerciseStats = field(default_factory=ExerciseStats)
+    _rng: np.random.Generator = field(init=False)
+    _plan: dict[str, TraceRequest] = field(init=False)
+    _waiting: list[Req] = field(init=False)  # FCFS: pop() from the end
+    _running: list[Req] = field(init=False)
+    _reserve: int = field(init=False)  # decode tokens still owed to running requests
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng([self.seed, 1])  # the retract sub-stream
         self._plan = {t.rid: t for t in self.trace}
         self._waiting = [Req(t.rid, list(t.input_ids)) for t in reversed(self.trace)]
-        self._running: list[Req] = []
-        self._reserve = 0  # decode tokens still owed to running requests
+        self._running = []
+        self._reserve = 0
 
     def run(self) -> ExerciseStats:
         while self._waiting or self._running:
@@ -99,19 +104,20 @@ class MemoryExercise:
         for req in new:
             self.stats.prefix_hit_tokens += len(req.prefix_indices)
             self.stats.extend_tokens += len(req.fill_ids) - len(req.prefix_indices)
-            self._sample(req)
-            self.mem.checkpoint(req)
+            if self._sample(req):
+                self._release(req, finished=True)
+            else:
+                self.mem.checkpoint(req)
+                self._running.append(req)
         self.stats.admitted += len(new)
-        self._running.extend(new)
 
     def _decode(self) -> None:
         self.mem.alloc_for_decode(self._running)
         self.stats.decode_tokens += len(self._running)
         still = []
         for req in self._running:
-            self._sample(req)
             self.mem.evict_swa(req)
-            if len(req.output_ids) >= self._plan[req.rid].max_new_tokens:
+            if self._sample(req):
                 self._release(req, finished=True)
             elif self.retract_prob and self._rng.random() < self.retract_prob:
                 self._release(req, finished=False)
@@ -119,9 +125,11 @@ class MemoryExercise:
                 still.append(req)
         self._running = still
 
-    def _sample(self, req: Req) -> None:
+    def _sample(self, req: Req) -> bool:
+        """Append the planned next token; True when the request reached its length."""
         plan = self._plan[req.rid]
         req.output_ids.append(plan.output_ids[len(req.output_ids)])
+        return len(req.output_ids) >= plan.max_new_tokens
 
     def _release(self, req: Req, finished: bool) -> None:
         """Finish (insert into the cache) or retract (free, re-queue at the front)."""

@@ -1,0 +1,219 @@
+"""The checker: evaluates the invariants subscribed to each engine event against a state view.
+
+Keeps: DESIGN.md decision 1 and 3 — the checker consumes state views only; level 0 costs
+nothing, level 1 records every violation and goes on, level 2 raises at the first one.
+A rule that raises is reported as kind "error", never as a crash of the checker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from time import perf_counter_ns
+from typing import Any, Protocol
+
+from engine.view import StateView
+from invariants.dsl import make_env
+from invariants.rule import Fixture, Rule
+from invariants.schema import EVENTS
+
+MAX_WITNESSES = 8
+
+
+class Level(IntEnum):
+    """How the checker reacts to a violation."""
+
+    OFF = 0
+    RECORD = 1
+    STRICT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One invariant that did not hold at one event (kind "error": the rule itself raised)."""
+
+    invariant: str
+    title: str
+    event: str
+    step: int
+    message: str
+    kind: str = "violation"  # violation | error
+    witnesses: tuple[str, ...] = ()
+    num_failing: int = 1
+    origin: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"[{self.invariant}] step {self.step} ({self.event}): {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleStats:
+    """Evaluation count and time of one invariant."""
+
+    evaluations: int = 0
+    total_ns: int = 0
+    violations: int = 0
+    errors: int = 0
+
+    @property
+    def mean_ns(self) -> float:
+        return self.total_ns / self.evaluations if self.evaluations else 0.0
+
+
+@dataclass(slots=True, eq=False)
+class _Tally:
+    """The mutable counters behind one RuleStats."""
+
+    evaluations: int = 0
+    total_ns: int = 0
+    violations: int = 0
+    errors: int = 0
+
+
+class InvariantViolation(Exception):
+    """Raised at level 2 at the first violation; `.violation` holds the record."""
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(str(violation))
+        self.violation = violation
+
+
+class Checker:
+    """Per-event invariant evaluation with `prev`, `for_steps` grace, records and stats."""
+
+    def __init__(self, catalog: Iterable[Rule], level: int = Level.RECORD,
+                 max_records: int = 10_000) -> None:
+        self.rules: tuple[Rule, ...] = tuple(catalog)
+        self.level = Level(level)
+        self.max_records = max_records  # bound memory on long runs with a persistent failure
+        self.violations: list[Violation] = []
+        self.dropped = 0
+        self.prev: StateView | None = None
+        self._by_event: dict[str, tuple[Rule, ...]] = {
+            event: tuple(r for r in self.rules if event in r.events) for event in EVENTS
+        }
+        self._tracks_prev = any(r.uses_prev for r in self.rules)
+        self._streak: dict[str, int] = {r.id: 0 for r in self.rules}
+        self._tally: dict[str, _Tally] = {r.id: _Tally() for r in self.rules}
+
+    def wants(self, event: str) -> bool:
+        """Whether a view for `event` is needed (skip building it otherwise)."""
+        return self.level > Level.OFF and (bool(self._by_event.get(event)) or self._tracks_prev)
+
+    def check(self, event: str, view: StateView) -> tuple[Violation, ...]:
+        """Evaluate the rules subscribed to `event`; return this call's violations."""
+        if self.level == Level.OFF:
+            return ()
+        if event not in self._by_event:
+            raise ValueError(f"unknown checker event {event!r} (events: {', '.join(EVENTS)})")
+        prev, self.prev = self.prev, view
+        env = make_env(view, prev)
+        found: list[Violation] = []
+        for rule in self._by_event[event]:
+            if rule.uses_prev and prev is None:
+                continue  # transition rules start at the second view
+            violation = self._evaluate(rule, event, view, env)
+            if violation is not None:
+                found.append(violation)
+                self._record(violation)
+        return tuple(found)
+
+    def _evaluate(self, rule: Rule, event: str, view: StateView,
+                  env: dict[str, Any]) -> Violation | None:
+        tally = self._tally[rule.id]
+        error: Exception | None = None
+        start = perf_counter_ns()
+        try:
+            failing = rule.failing(env)
+        except Exception as exc:  # a broken rule is a finding, not a checker crash
+            failing, error = [], exc
+        tally.evaluations += 1
+        tally.total_ns += perf_counter_ns() - start
+        if error is not None:
+            tally.errors += 1
+            return _error(rule, event, view, error)
+        if not failing:
+            self._streak[rule.id] = 0
+            return None
+        self._streak[rule.id] += 1
+        if self._streak[rule.id] <= rule.for_steps:
+            return None  # tolerated for `for_steps` consecutive evaluations
+        tally.violations += 1
+        return _violation(rule, event, view, env, failing)
+
+    def _record(self, violation: Violation) -> None:
+        if len(self.violations) < self.max_records:
+            self.violations.append(violation)
+        else:
+            self.dropped += 1
+        if self.level >= Level.STRICT:
+            raise InvariantViolation(violation)
+
+    def reset(self) -> None:
+        """Forget the previous view, streaks and records (stats are kept)."""
+        self.prev = None
+        self.violations.clear()
+        self.dropped = 0
+        self._streak = dict.fromkeys(self._streak, 0)
+
+    def stats(self) -> dict[str, RuleStats]:
+        """Per-invariant evaluations, total time (ns), violations and errors."""
+        return {rid: RuleStats(t.evaluations, t.total_ns, t.violations, t.errors)
+                for rid, t in self._tally.items()}
+
+
+def _violation(rule: Rule, event: str, view: StateView, env: dict[str, Any],
+               failing: list[Any]) -> Violation:
+    witnesses = tuple(rule.render(env, x) for x in failing[:MAX_WITNESSES]) if rule.var else ()
+    message = witnesses[0] if witnesses else rule.render(env, failing[0])
+    return Violation(rule.id, rule.title, event, view.step, message, "violation", witnesses,
+                     len(failing), rule.origin)
+
+
+def _error(rule: Rule, event: str, view: StateView, exc: Exception) -> Violation:
+    message = f"rule raised {type(exc).__name__}: {exc}"
+    return Violation(rule.id, rule.title, event, view.step, message, "error", (), 0, rule.origin)
+
+
+def run_fixture(rules: Iterable[Rule], fixture: Fixture) -> list[Violation]:
+    """Violations of `rules` on a fixture, repeated past the longest `for_steps` grace."""
+    subject = tuple(rules)
+    checker = Checker(subject, Level.RECORD)
+    for _ in range(1 + max((r.for_steps for r in subject), default=0)):
+        checker.prev = fixture.prev
+        checker.check(fixture.event, fixture.view)
+    return checker.violations
+
+
+class ViewSource(Protocol):
+    """What the hook needs from an engine: a state view for an event."""
+
+    def state_view(self, event: str) -> StateView: ...
+
+
+class CheckerHook:
+    """The engine step hook (`on_event(event, engine)`) that feeds a Checker."""
+
+    __slots__ = ("checker",)
+
+    def __init__(self, checker: Checker) -> None:
+        self.checker = checker
+
+    def on_event(self, event: str, engine: ViewSource) -> None:
+        if self.checker.wants(event):  # building a view is the expensive part
+            self.checker.check(event, engine.state_view(event))
+
+
+def summarize(violations: Iterable[Violation]) -> Mapping[str, int]:
+    """Violation count per invariant id (for reports)."""
+    counts: dict[str, int] = {}
+    for v in violations:
+        counts[v.invariant] = counts.get(v.invariant, 0) + 1
+    return counts
+
+
+__all__ = [
+    "Checker", "CheckerHook", "InvariantViolation", "Level", "RuleStats", "Violation",
+    "run_fixture", "summarize",
+]

@@ -1,0 +1,97 @@
+"""Catalog file schema: pydantic models for invariant entries and fixture views.
+
+Keeps: a catalog entry has exactly the documented keys (extra keys are errors, so typos fail at
+load) and a fixture view names only StateView fields (DESIGN.md "Invariant YAML").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import fields, is_dataclass
+from functools import cache
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from engine.view import StateView
+
+EVENTS: tuple[str, ...] = ("schedule", "forward", "process", "step", "idle", "session", "response")
+Event = Literal["schedule", "forward", "process", "step", "idle", "session", "response"]
+ID_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"  # dotted lowercase: pool.busy_sum
+
+Loc = tuple[str | int, ...]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FixtureSpec(_Strict):
+    """One fixture: the event and a partial StateView (plus an optional previous view)."""
+
+    event: Event
+    view: dict[str, Any] = Field(default_factory=dict)
+    prev: dict[str, Any] | None = None
+
+
+class FixturesSpec(_Strict):
+    """The passing and the failing fixture every invariant ships."""
+
+    pass_: FixtureSpec = Field(alias="pass")
+    fail: FixtureSpec
+
+
+class InvariantSpec(_Strict):
+    """One catalog entry, as written in YAML."""
+
+    id: str = Field(pattern=ID_PATTERN)
+    title: str = Field(min_length=1)
+    when: list[Event] = Field(min_length=1)
+    for_each: str | None = None
+    where: str | None = None
+    expr: str = Field(min_length=1)
+    message: str = Field(min_length=1)
+    origin: list[str] = Field(default_factory=list)
+    for_steps: int = Field(default=0, ge=0)
+    fixtures: FixturesSpec
+
+
+class CatalogFileSpec(_Strict):
+    """A catalog file: a version and a list of entries (validated one by one)."""
+
+    version: Literal[1]
+    invariants: list[Any] = Field(min_length=1)
+
+
+@cache
+def _state_adapter() -> TypeAdapter[StateView]:
+    return TypeAdapter(StateView)
+
+
+def unknown_view_keys(data: Any, cls: type = StateView, loc: Loc = ()) -> Iterator[tuple[Loc, str]]:
+    """(location, reason) for every key that is not a field of its view dataclass.
+
+    pydantic ignores extra keys on stdlib dataclasses, and view.py is frozen, so walk it here.
+    """
+    if not isinstance(data, Mapping):
+        return
+    hints = get_type_hints(cls)
+    for key, value in data.items():
+        if key not in hints:
+            names = ", ".join(f.name for f in fields(cls))
+            yield loc + (key,), f"unknown key '{key}' in {cls.__name__} (fields: {names})"
+            continue
+        hint = hints[key]
+        if is_dataclass(hint):
+            yield from unknown_view_keys(value, hint, loc + (key,))
+        elif get_origin(hint) is tuple and is_dataclass(get_args(hint)[0]) and isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from unknown_view_keys(item, get_args(hint)[0], loc + (key, i))
+
+
+def build_view(data: Mapping[str, Any], event: str) -> StateView:
+    """A StateView from plain data; `event` fills the view's event unless the data names one.
+
+    Raises pydantic.ValidationError (with locations) for values of the wrong type.
+    """
+    return _state_adapter().validate_python({"event": event, **data})
