@@ -1,0 +1,312 @@
+"""The sim model: no weights; the next token is a pure function of (seed, context), and every
+forward verifies, then writes, the KV fingerprints of the tokens it reads and writes.
+
+Keeps: (1) ``next_token(seed, context)`` does not depend on how the context reached the KV
+(one extend, chunks, decodes, a cached prefix, retract and re-prefill, overlap); (2) every
+slot a request reads holds ``fingerprint(token, position)`` of its own context (see
+``engine/model/fingerprint.py``), else an ``IntegrityFailure`` is recorded — never raised.
+
+Context of request i (absolute positions; ``ids = origin_input_ids + output_ids``):
+
+    [0, prefix_len)          ids[p]            KV present before the forward: verified
+    [len(ids), prefix_len)   the input_ids of  only while results lag (overlap): the
+                             earlier forwards  model's own record of what it wrote there
+    [prefix_len, seq_len)    batch.input_ids   KV written now (under overlap, output_ids may
+                                               not yet hold the last sampled token)
+
+Hash: ``H[0] = h0(seed)``, ``H[p+1] = H[p] * B + term(token p)`` mod 2**64 — the next token
+after ``p`` tokens is ``predict(H[p])``. ``H`` is cached per rid and extended incrementally;
+the cache is validated against ``ids`` on every forward (one list comparison) and rebuilt
+from the first differing position, so it is an optimisation, never a source of truth.
+
+EAGLE hook (later issue): ``predict`` maps any context hash to the target's token, and
+``chain_hashes`` extends a hash over draft tokens, so a seeded draft (acceptance coins from
+``stream_seed(seed, "eagle")``) can propose the target's token or a different one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.model.fingerprint import (
+    U64,
+    IntegrityFailure,
+    KVFingerprints,
+    KVRead,
+    fingerprint,
+    splitmix64,
+)
+from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
+from engine.model.tokenizer import EOS_ID, NUM_BYTES, VOCAB_SIZE
+from engine.request import Req
+
+_BASE = 0xC2B2AE3D27D4EB4F  # odd, so invertible mod 2**64
+_BASE_INV = pow(_BASE, -1, 1 << 64)
+_TERM_MUL = U64(0x165667B19E3779F9)
+_LOGPROB_MUL = U64(0x27D4EB2F165667C5)
+_FAILURES_PER_FORWARD = 8
+_UNIT = 2.0**-53
+
+
+def stream_seed(seed: int, name: str) -> int:
+    """A sub-seed for subsystem ``name`` (no ``hash()``: PYTHONHASHSEED-independent)."""
+    entropy = [seed, *name.encode("utf-8")]
+    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0])
+
+
+class _Powers:
+    """``B**j`` and ``B**-j`` mod 2**64 for ``j`` in ``[0, len)``, grown on demand."""
+
+    def __init__(self) -> None:
+        self.pow = np.ones(1, dtype=U64)
+        self.inv = np.ones(1, dtype=U64)
+
+    def ensure(self, n: int) -> None:
+        if n > len(self.pow):
+            self.pow = _power_table(_BASE, max(n, 2 * len(self.pow)))
+            self.inv = _power_table(_BASE_INV, len(self.pow))
+
+
+def _power_table(base: int, n: int) -> np.ndarray:
+    """``[1, base, base**2, ...]`` mod 2**64 (numpy's uint64 products wrap)."""
+    table = np.full(n, base, dtype=U64)
+    table[0] = 1
+    return np.cumprod(table, dtype=U64)
+
+
+_POWERS = _Powers()  # pure function tables, shared
+
+
+def chain_hashes(h0: np.ndarray, seg_lens: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Hash after each token of each segment; segment k starts from ``h0[k]``.
+
+    ``H_j = B**j h0 + sum_{i<j} term_i B**(j-1-i)`` computed without a Python loop as
+    ``B**j (h0 + cumsum_{i<j} term_i B**-(i+1))`` (B is odd, so ``B**-1`` exists mod 2**64).
+    """
+    total = len(tokens)
+    if total == 0:
+        return np.empty(0, dtype=U64)
+    seg_lens = np.asarray(seg_lens, dtype=np.int64)
+    firsts = np.cumsum(seg_lens) - seg_lens
+    rel = np.arange(1, total + 1, dtype=np.int64) - np.repeat(firsts, seg_lens)  # j in 1..len
+    _POWERS.ensure(int(rel.max()) + 1)
+    terms = (np.asarray(tokens).astype(U64) + U64(1)) * _TERM_MUL
+    weighted = terms * _POWERS.inv[rel]
+    csum = np.cumsum(weighted, dtype=U64)
+    first = np.minimum(firsts, total - 1)  # empty segments repeat zero times below
+    before = np.repeat(csum[first] - weighted[first], seg_lens)
+    return _POWERS.pow[rel] * (np.repeat(np.asarray(h0, dtype=U64), seg_lens) + csum - before)
+
+
+@dataclass(slots=True, eq=False)
+class _Context:
+    """A request's context ``[0, length)``: tokens, their fingerprints, prefix hashes."""
+
+    ids: list[int]  # the same tokens as Python ints: validated with one list comparison
+    tokens: np.ndarray  # int64 [capacity]
+    fps: np.ndarray  # int64 [capacity]
+    hashes: np.ndarray  # uint64 [capacity + 1]; hashes[p] = H of tokens [0, p)
+    length: int = 0
+
+    @classmethod
+    def empty(cls, h0: np.uint64, capacity: int = 64) -> _Context:
+        hashes = np.zeros(capacity + 1, dtype=U64)
+        hashes[0] = h0
+        return cls([], np.zeros(capacity, np.int64), np.zeros(capacity, np.int64), hashes)
+
+    def matching_len(self, ids: list[int], limit: int) -> int:
+        """Length of the common prefix of this context and ``ids``, at most ``limit``."""
+        n = min(self.length, limit)
+        head = ids if len(ids) == n else ids[:n]
+        if head == (self.ids if self.length == n else self.ids[:n]):
+            return n
+        diff = np.flatnonzero(np.asarray(head, dtype=np.int64) != self.tokens[:n])
+        return int(diff[0]) if len(diff) else n
+
+    def truncate(self, n: int) -> None:
+        if n < self.length:
+            del self.ids[n:]
+            self.length = n
+
+    def append(self, tokens: np.ndarray, fps: np.ndarray, hashes: np.ndarray,
+               ids: list[int]) -> None:
+        """Append tokens with their fingerprints and the hashes after each of them."""
+        a, b = self.length, self.length + len(tokens)
+        if b > len(self.tokens):
+            self._grow(max(b, 2 * len(self.tokens)))
+        self.tokens[a:b], self.fps[a:b], self.hashes[a + 1 : b + 1] = tokens, fps, hashes
+        self.ids.extend(ids)
+        self.length = b
+
+    def _grow(self, capacity: int) -> None:
+        n = self.length
+        tokens, fps = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+        hashes = np.empty(capacity + 1, U64)
+        tokens[:n], fps[:n], hashes[: n + 1] = self.tokens[:n], self.fps[:n], self.hashes[: n + 1]
+        self.tokens, self.fps, self.hashes = tokens, fps, hashes
+
+
+class SimModel:
+    """Deterministic fingerprinting model (DESIGN.md "Models": ``sim``)."""
+
+    def __init__(self, seed: int, kv: KVFingerprints, eos_prob: float = 0.0,
+                 vocab_size: int = VOCAB_SIZE, context_cache_size: int = 256) -> None:
+        if seed < 0:
+            raise ValueError(f"seed={seed}: must be >= 0")
+        if not 0.0 <= eos_prob <= 1.0:
+            raise ValueError(f"eos_prob={eos_prob}: must be in [0, 1]")
+        if vocab_size < VOCAB_SIZE:
+            raise ValueError(f"vocab_size={vocab_size}: must hold the byte tokenizer "
+                             f"({VOCAB_SIZE})")
+        self.seed, self.kv, self.eos_prob, self.vocab_size = seed, kv, eos_prob, vocab_size
+        self.context_cache_size = context_cache_size
+        keys = np.random.SeedSequence(seed).generate_state(4, dtype=np.uint64)
+        self._h0, self._key_token, self._key_eos, self._key_logprob = (U64(k) for k in keys)
+        self._contexts: OrderedDict[str, _Context] = OrderedDict()  # LRU by rid
+        self.integrity_failures: list[IntegrityFailure] = []
+        self.num_integrity_failures = 0  # every failing read ever seen (uncapped)
+
+    # -- the pure model ------------------------------------------------------------
+
+    def context_hash(self, token_ids: list[int] | np.ndarray) -> np.uint64:
+        """``H`` of a whole context (what ``predict`` takes)."""
+        toks = np.asarray(token_ids, dtype=np.int64)
+        if len(toks) == 0:
+            return self._h0
+        return chain_hashes(np.array([self._h0]), np.array([len(toks)]), toks)[-1]
+
+    def predict(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(next token, its logprob) for each context hash: a byte, or EOS with
+        probability ``eos_prob`` (both drawn from the hash, so deterministic)."""
+        h = np.asarray(hashes, dtype=U64)
+        byte = (splitmix64(h ^ self._key_token) % U64(NUM_BYTES)).astype(np.int64)
+        coin = (splitmix64(h ^ self._key_eos) >> U64(11)).astype(np.float64) * _UNIT
+        tokens = np.where(coin < self.eos_prob, EOS_ID, byte)
+        return tokens, self.token_logprobs(h, tokens)
+
+    def token_logprobs(self, hashes: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Synthetic logprob of ``tokens[i]`` after the context hashed ``hashes[i]``:
+        a deterministic float in ``[-log(vocab_size) - 1e-3, -1e-3]``."""
+        mix = np.asarray(tokens).astype(U64) * _LOGPROB_MUL ^ self._key_logprob
+        mixed = splitmix64(np.asarray(hashes, dtype=U64) ^ mix)
+        unit = (mixed >> U64(11)).astype(np.float64) * _UNIT
+        return -(1e-3 + unit * math.log(self.vocab_size))
+
+    # -- the forward -----------------------------------------------------------------
+
+    def forward(self, batch: ForwardBatch) -> ForwardOutput:
+        """Verify the KV every request reads, write the new KV, predict the next tokens."""
+        if batch.mode in (ForwardMode.DRAFT_EXTEND, ForwardMode.TARGET_VERIFY):
+            raise NotImplementedError(f"sim model: {batch.mode.value} arrives with EAGLE")
+        firsts = self._check_batch(batch)
+        contexts = self._sync_contexts(batch)
+        budget = _FAILURES_PER_FORWARD
+        budget -= self._verify(batch, self._reads(batch, contexts, False), budget)  # verify ...
+        fps = fingerprint(batch.input_ids, batch.positions)
+        self.kv.write(batch.out_cache_loc, fps, batch.swa_out_cache_loc)  # ... then write
+        self._append_inputs(batch, contexts, fps, firsts)
+        self._verify(batch, self._reads(batch, contexts, True), budget)
+        tokens, logprobs = self.predict(np.array([c.hashes[c.length] for c in contexts], dtype=U64))
+        return ForwardOutput(tokens, logprobs, self._input_logprobs(batch, contexts))
+
+    def take_integrity_failures(self) -> list[IntegrityFailure]:
+        """The failures recorded since the last call (first 8 per forward); clears them."""
+        failures, self.integrity_failures = self.integrity_failures, []
+        return failures
+
+    def _check_batch(self, batch: ForwardBatch) -> np.ndarray:
+        """Raise on a batch that breaks the ForwardBatch contract; segment starts."""
+        ext, prefix = batch.extend_lens, batch.prefix_lens
+        n = int(ext.sum()) if len(ext) else 0
+        sizes = {len(batch.input_ids), len(batch.positions), len(batch.out_cache_loc)}
+        if sizes != {n} or len(prefix) != batch.batch_size or len(ext) != batch.batch_size:
+            raise ValueError(f"ForwardBatch: token arrays {sorted(sizes)} long, "
+                             f"sum(extend_lens)={n}")
+        if not np.array_equal(batch.seq_lens, prefix + ext):
+            raise ValueError("ForwardBatch: seq_lens != prefix_lens + extend_lens")
+        if n and int(batch.seq_lens.max()) > batch.req_to_token.shape[1]:
+            raise ValueError("ForwardBatch: a seq_len exceeds the req_to_token row width")
+        firsts = np.cumsum(ext) - ext
+        if not np.array_equal(batch.positions, np.arange(n) - np.repeat(firsts - prefix, ext)):
+            raise ValueError("ForwardBatch: positions are not prefix_len .. seq_len-1 per request")
+        if n and (int(batch.input_ids.min()) < 0 or int(batch.input_ids.max()) >= self.vocab_size):
+            raise ValueError(f"ForwardBatch: input id outside [0, {self.vocab_size})")
+        return firsts
+
+    def _sync_contexts(self, batch: ForwardBatch) -> list[_Context]:
+        """Each request's cached context, made exactly ``ids[0:prefix_len]``."""
+        contexts: list[_Context] = []
+        seen: dict[str, _Context] = {}
+        for req, prefix in zip(batch.reqs, batch.prefix_lens.tolist()):
+            ctx = self._contexts.pop(req.rid, None) if req.rid not in seen else None
+            ctx = ctx if ctx is not None else _Context.empty(self._h0, prefix + 64)
+            self._sync(ctx, req, prefix)
+            seen[req.rid] = ctx
+            contexts.append(ctx)
+        self._contexts.update(seen)  # re-inserted last: the least recently used go first
+        while len(self._contexts) > max(self.context_cache_size, len(seen)):
+            self._contexts.popitem(last=False)
+        return contexts
+
+    def _sync(self, ctx: _Context, req: Req, prefix_len: int) -> None:
+        """Make ``ctx`` exactly ``ids[0:prefix_len]``. Positions past ``len(ids)`` (results
+        not yet processed, overlap) keep the tokens this model itself wrote there."""
+        ids = req.origin_input_ids + req.output_ids
+        keep = ctx.matching_len(ids, min(prefix_len, len(ids)))
+        if keep == len(ids) < prefix_len <= ctx.length:
+            keep = prefix_len
+        elif keep < prefix_len and len(ids) < prefix_len:
+            raise ValueError(f"req {req.rid}: prefix_len {prefix_len} > {len(ids)} known tokens")
+        ctx.truncate(keep)
+        if keep < prefix_len:  # first use, or the context changed: rebuild from ``keep``
+            toks = np.asarray(ids[keep:prefix_len], dtype=np.int64)
+            hashes = chain_hashes(ctx.hashes[keep : keep + 1], np.array([len(toks)]), toks)
+            fps = fingerprint(toks, np.arange(keep, prefix_len))
+            ctx.append(toks, fps, hashes, toks.tolist())
+
+    def _append_inputs(self, batch: ForwardBatch, contexts: list[_Context], fps: np.ndarray,
+                       firsts: np.ndarray) -> None:
+        h0 = np.array([c.hashes[c.length] for c in contexts], dtype=U64)
+        hashes = chain_hashes(h0, batch.extend_lens, batch.input_ids)
+        ids = batch.input_ids.tolist()
+        for ctx, a, n in zip(contexts, firsts.tolist(), batch.extend_lens.tolist()):
+            ctx.append(batch.input_ids[a : a + n], fps[a : a + n], hashes[a : a + n],
+                       ids[a : a + n])
+
+    def _reads(self, batch: ForwardBatch, contexts: list[_Context], written: bool) -> list[KVRead]:
+        """What each request reads: its prefix (before the write), or the positions just
+        written (after it: the row must name the slots ``out_cache_loc`` filled)."""
+        reads = []
+        rows, prefixes = batch.req_pool_indices.tolist(), batch.prefix_lens.tolist()
+        for req, ctx, row, prefix, seq in zip(batch.reqs, contexts, rows, prefixes,
+                                              batch.seq_lens.tolist()):
+            if written:
+                reads.append(KVRead(req.rid, row, prefix, seq, prefix, ctx.fps))
+            else:
+                swa_start = self.kv.swa_read_start(prefix, req.swa_evicted_seqlen)
+                reads.append(KVRead(req.rid, row, 0, prefix, swa_start, ctx.fps))
+        return reads
+
+    def _verify(self, batch: ForwardBatch, reads: list[KVRead], budget: int) -> int:
+        """Record the failing reads (at most ``budget``); returns the number recorded."""
+        failures, total = self.kv.verify(batch.req_to_token, reads, limit=budget)
+        self.integrity_failures += failures
+        self.num_integrity_failures += total
+        return len(failures)
+
+    def _input_logprobs(self, batch: ForwardBatch,
+                        contexts: list[_Context]) -> list[np.ndarray | None]:
+        """Logprob of each written token ``p >= logprob_start_len`` given ``[0, p)``;
+        concatenated over chunks it equals the logprobs of one whole extend."""
+        wants = batch.return_logprob or [False] * batch.batch_size
+        starts = batch.logprob_start_lens or [0] * batch.batch_size
+        out: list[np.ndarray | None] = []
+        spans = zip(batch.prefix_lens.tolist(), batch.seq_lens.tolist())
+        for want, start, ctx, (prefix, seq) in zip(wants, starts, contexts, spans):
+            a = max(prefix, start)
+            out.append(self.token_logprobs(ctx.hashes[a:seq], ctx.tokens[a:seq]) if want else None)
+        return out
