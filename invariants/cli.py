@@ -54,16 +54,31 @@ def lint_command(paths: Paths = None) -> None:
 
 @app.command()
 def report() -> None:
-    """Run the default scenario specs under the checker and print the invariant report."""
-    try:
-        from invariants.report import run_report
-    except ModuleNotFoundError as exc:
-        if exc.name != "invariants.report":
-            raise
-        typer.echo("kvspec report: invariants/report.py is not written yet", err=True)
-        raise typer.Exit(2) from None
-    code = run_report()
-    raise typer.Exit(code if isinstance(code, int) else 0)
+    """Run the default cells under the checker and print the invariant report."""
+    from invariants.report import run_report
+
+    raise typer.Exit(run_report())
+
+
+explore_app = typer.Typer(help="Seeded exploration runs (replay a report cell).", no_args_is_help=True)
+app.add_typer(explore_app, name="explore")
+
+
+@explore_app.command("memory")
+def explore_memory(
+    page_size: Annotated[int, typer.Option(help="Tokens per KV page.")] = 1,
+    cache: Annotated[str, typer.Option(help="Prefix cache: radix or chunk.")] = "radix",
+    swa: Annotated[bool, typer.Option(help="Hybrid sliding-window pools.")] = False,
+    seed: Annotated[int, typer.Option(help="The one seed of the run.")] = 0,
+    batch: Annotated[int, typer.Option(help="Running requests at most.")] = 8,
+    requests: Annotated[int, typer.Option(help="Requests in the trace.")] = 160,
+    strict: Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")] = False,
+) -> None:
+    """Run one memory-layer cell checked after every step; exit 1 on a violation."""
+    from invariants.report import Cell, run_report
+
+    cell = Cell(page_size, cache, swa, seed, batch, requests)
+    raise typer.Exit(run_report([cell], level=2 if strict else 1))
 
 
 if __name__ == "__main__":

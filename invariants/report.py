@@ -89,14 +89,15 @@ def run_cell(cell: Cell, catalog: Catalog, level: int = Level.RECORD) -> CellRes
     return CellResult(cell, stats, mem.evicted_tokens, tuple(checker.violations), checks, seconds)
 
 
-def run_report(cells: list[Cell] | None = None, console: Console | None = None) -> int:
+def run_report(cells: list[Cell] | None = None, level: int = Level.RECORD,
+               console: Console | None = None) -> int:
     """Print the report; return the exit code (1 on any lint error or violation)."""
     console = console or Console(width=max(120, Console().width))
     errors = lint()
     for error in errors:
         console.print(f"[red]lint[/red] {error}")
     catalog = load_catalog()
-    results = [run_cell(cell, catalog) for cell in cells or default_cells()]
+    results = [run_cell(cell, catalog, level) for cell in cells or default_cells()]
     console.print(_table(catalog, results))
     failed = [r for r in results if r.violations]
     for result in failed:
