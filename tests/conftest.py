@@ -7,8 +7,8 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-# Triton reads TRITON_INTERPRET when a kernel is launched or first jitted; set it before
-# any test module imports the kernels, and only where no GPU can run them natively.
+# Triton reads TRITON_INTERPRET at its first import: set it before any test module
+# imports triton, and only where no GPU can run the kernels natively.
 if not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
