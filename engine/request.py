@@ -1,30 +1,103 @@
-"""Req: one generation request and the KV fields SGLang's accounting is written in.
+"""Req, SamplingParams and FinishReason: one generation request and the KV fields SGLang's
+accounting is written in (``managers/schedule_batch.py::Req``).
 
 Keeps: ``kv_committed_len <= kv_allocated_len``; each of the two KV ranges is released at
-most once (``pop_*`` flags). Field names are SGLang's so invariants and bug reports transfer.
+most once (``pop_*`` flags); a request is finished exactly once (``finished_reason`` is set
+once and never cleared). The length fields are written only by the lifecycle steps:
+``init_next_round_input`` (fill ids, prefix, extend length), the memory layer's
+``alloc_for_extend``/``alloc_for_decode`` (committed/allocated, = SGLang's
+``prepare_for_extend``/``prepare_for_decode``), ``prepare_for_extend`` here (cached-token
+accounting) and ``reset_for_retract``. Field names are SGLang's so invariants transfer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from engine.errors import KVAccountingError
+from engine.errors import ConfigError, KVAccountingError
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 EMPTY_INDICES = np.empty(0, dtype=np.int64)
+
+FinishKind = Literal["length", "stop", "abort"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """What a request asks for. ``temperature == 0`` is greedy (the only mode the
+    deterministic models implement; a positive temperature is stored and passed through)."""
+
+    max_new_tokens: int = 128
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 0:
+            raise ConfigError(f"max_new_tokens={self.max_new_tokens}: must be >= 0")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature={self.temperature}: must be >= 0")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FinishReason:
+    """Why a request finished: ``length`` (max_new_tokens reached), ``stop`` (a stop or EOS
+    token matched) or ``abort`` (with a message and, where an HTTP answer follows, a status)."""
+
+    kind: FinishKind
+    length: int | None = None
+    matched: int | None = None
+    message: str | None = None
+    status_code: int | None = None
+
+    @classmethod
+    def of_length(cls, length: int) -> FinishReason:
+        return cls("length", length=length)
+
+    @classmethod
+    def of_stop(cls, matched: int) -> FinishReason:
+        return cls("stop", matched=matched)
+
+    @classmethod
+    def of_abort(cls, message: str, status_code: int | None = None) -> FinishReason:
+        return cls("abort", message=message, status_code=status_code)
+
+    def to_json(self) -> dict[str, Any]:
+        """SGLang's ``finish_reason`` object of a response."""
+        if self.kind == "length":
+            return {"type": "length", "length": self.length}
+        if self.kind == "stop":
+            return {"type": "stop", "matched": self.matched}
+        return {"type": "abort", "message": self.message, "status_code": self.status_code}
+
+
+class PrefixMatcher(Protocol):
+    """What ``init_next_round_input`` needs from the memory layer (``KVMemory``)."""
+
+    def match_prefix(self, req: Req) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
 class Req:
-    """A request: its tokens, its request row and the lengths of its KV ranges."""
+    """A request: its tokens, its request row, the lengths of its KV ranges, its fate."""
 
     rid: str
     origin_input_ids: list[int]
     output_ids: list[int] = field(default_factory=list)
     fill_ids: list[int] = field(default_factory=list)
     extra_key: str | None = None
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    eos_token_ids: frozenset[int] = frozenset()
+    return_logprob: bool = False
     # KV ownership
     prefix_indices: np.ndarray = field(default_factory=lambda: EMPTY_INDICES)
     req_pool_idx: int | None = None
@@ -37,6 +110,18 @@ class Req:
     swa_uuid_for_lock: int | None = None
     swa_evicted_seqlen: int = 0
     is_chunked: int = 0
+    # scheduling
+    extend_input_len: int = 0
+    already_computed: int = 0
+    cached_tokens: int = 0
+    decode_batch_idx: int = 0
+    is_retracted: bool = False
+    retracted_stain: bool = False
+    retraction_count: int = 0
+    # fate
+    to_finish: FinishReason | None = None
+    finished_reason: FinishReason | None = None
+    finished_len: int | None = None
 
     @property
     def seqlen(self) -> int:
@@ -44,6 +129,78 @@ class Req:
 
     def all_ids(self) -> list[int]:
         return self.origin_input_ids + self.output_ids
+
+    def finished(self) -> bool:
+        return self.finished_reason is not None
+
+    # ---- lifecycle ----
+
+    def init_next_round_input(self, matcher: PrefixMatcher | None = None) -> None:
+        """Fill ids = prompt + output; with a matcher, match the cache (the matcher keeps
+        the one-token logit reserve: prefix <= len(fill_ids) - 1); then the extend length.
+        Without one (a continuing chunk) the prefix is what the last chunk left."""
+        self.fill_ids = self.origin_input_ids + self.output_ids
+        if matcher is not None:
+            matcher.match_prefix(self)
+        self.extend_input_len = len(self.fill_ids) - len(self.prefix_indices)
+
+    def prepare_for_extend(self, prefix_len: int) -> None:
+        """Bookkeeping after the extend's KV was allocated (``committed = allocated =
+        seq_len`` was written by ``KVMemory.alloc_for_extend``): cached-token accounting,
+        counted once per token unless the request was ever retracted."""
+        seq_len = len(self.fill_ids)
+        if seq_len - prefix_len != self.extend_input_len:
+            raise KVAccountingError(
+                f"req {self.rid}: extend {seq_len - prefix_len} != extend_input_len {self.extend_input_len}")
+        if not self.retracted_stain:
+            self.cached_tokens += prefix_len - self.already_computed
+        self.already_computed = seq_len
+        self.is_retracted = False
+
+    def reset_for_retract(self) -> None:
+        """Forget every KV field (the KV was released with ``is_insert=False``); keep the
+        tokens so the next prefill recomputes ``origin + output``."""
+        if self.req_pool_idx is not None:
+            raise KVAccountingError(f"req {self.rid}: reset_for_retract before its KV was released")
+        self.prefix_indices = EMPTY_INDICES
+        self.last_node = None
+        self.swa_uuid_for_lock = None
+        self.extend_input_len = 0
+        self.already_computed = 0
+        self.kv_committed_len = self.kv_allocated_len = 0
+        self.kv_committed_freed = self.kv_overallocated_freed = False
+        self.cache_protected_len = 0
+        self.swa_evicted_seqlen = 0
+        self.is_chunked = 0
+        self.decode_batch_idx = 0
+        self.is_retracted = self.retracted_stain = True
+        self.retraction_count += 1
+
+    def check_finished(self) -> None:
+        """Set ``finished_reason`` after a token was appended (SGLang's order: a pending
+        abort, then the length limit, then stop/EOS tokens unless ``ignore_eos``)."""
+        if self.finished():
+            return
+        if self.to_finish is not None:
+            self.finished_reason, self.to_finish = self.to_finish, None
+            self.finished_len = len(self.output_ids)
+            return
+        params = self.sampling_params
+        if len(self.output_ids) >= params.max_new_tokens:
+            self.finished_reason = FinishReason.of_length(params.max_new_tokens)
+            self.finished_len = params.max_new_tokens
+            return
+        last = self.output_ids[-1]
+        if not params.ignore_eos and _matches(last, params.stop_token_ids, self.eos_token_ids):
+            self.finished_reason = FinishReason.of_stop(last)
+            self.finished_len = len(self.output_ids)
+
+    def set_finish_with_abort(self, message: str, status_code: int | None = 400) -> None:
+        """Finish now, before any KV is touched (input validation, waiting-queue abort)."""
+        self.finished_reason = FinishReason.of_abort(message, status_code)
+        self.finished_len = len(self.output_ids)
+
+    # ---- release (exactly once per range) ----
 
     def pop_committed_kv_cache(self) -> int:
         """The committed length, marking the committed range released (once)."""
@@ -58,3 +215,7 @@ class Req:
             raise KVAccountingError(f"req {self.rid}: over-allocated KV released twice")
         self.kv_overallocated_freed = True
         return self.kv_committed_len, self.kv_allocated_len
+
+
+def _matches(token: int, stop_ids: Collection[int], eos_ids: Collection[int]) -> bool:
+    return token in stop_ids or token in eos_ids

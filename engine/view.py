@@ -113,6 +113,20 @@ class ReqPoolView:
 
 
 @dataclass(frozen=True, slots=True)
+class SchedView:
+    """The scheduler around the memory: queue sizes, the batch of this iteration, the chunk."""
+
+    overlap: bool = False
+    forward_ct: int = 0
+    num_waiting: int = 0
+    num_running: int = 0
+    batch_mode: str = "idle"  # the batch of this iteration: idle | extend | decode | mixed
+    batch_size: int = 0
+    chunked_rids: tuple[str, ...] = ()  # requests whose chunked prefill is in flight (<= 1)
+    new_token_ratio: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class StateView:
     """Everything an invariant may read at one event."""
 
@@ -123,10 +137,11 @@ class StateView:
     tree: TreeView = field(default_factory=TreeView)
     req_pool: ReqPoolView = field(default_factory=ReqPoolView)
     reqs: tuple[ReqView, ...] = ()
+    sched: SchedView = field(default_factory=SchedView)
 
 
 VIEW_TYPES: tuple[type, ...] = (
-    PageOwners, Census, PoolView, NodeView, TreeView, ReqView, ReqPoolView, StateView,
+    PageOwners, Census, PoolView, NodeView, TreeView, ReqView, ReqPoolView, SchedView, StateView,
 )
 
 

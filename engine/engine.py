@@ -1,0 +1,197 @@
+"""Engine: the facade over memory, scheduler and model — submit/generate, step, abort,
+flush, and the state view the checker reads (DESIGN.md decision 1).
+
+Keeps: every submitted request yields exactly one result (finished, stopped or aborted);
+the engine is deterministic from ``EngineConfig.seed`` and the injected clock; observers see
+the events of the hook protocol (engine/hooks.py) and nothing is built for them when none is
+attached. The checking level is stored here (config, or ``KVSPEC_STRICT``); the harness
+attaches the checker.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.config import EngineConfig, resolve_strict_level
+from engine.hooks import Clock, Observer, SimClock, make_hooks
+from engine.memory import KVMemory
+from engine.model.runner import ModelRunner
+from engine.request import FinishReason, Req, SamplingParams
+from engine.sched.scheduler import Scheduler, SchedulerStats, StepOutcome
+from engine.snapshot import memory_view
+from engine.view import SchedView, StateView
+
+
+class SchedulerStall(RuntimeError):
+    """Requests wait, nothing runs, and nothing can be admitted (the pool is too small)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateResult:
+    """One finished request, as the API returns it."""
+
+    rid: str
+    output_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+    def meta_info(self) -> dict[str, Any]:
+        """SGLang's ``meta_info`` fields."""
+        return {"id": self.rid, "finish_reason": self.finish_reason.to_json(), "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens}
+
+
+class Engine:
+    """The reference engine. ``runner`` defaults to the sim model; ``clock`` to simulated time."""
+
+    def __init__(self, config: EngineConfig = EngineConfig(), *, runner: ModelRunner | None = None,
+                 clock: Clock | None = None, observers: Sequence[Observer] = ()) -> None:
+        self.config = config
+        self.strict_level = resolve_strict_level(config)
+        self.mem = KVMemory.from_config(config.memory)
+        self.runner: ModelRunner = runner if runner is not None else default_runner(config, self.mem)
+        self.clock: Clock = clock if clock is not None else SimClock()
+        self.hooks = make_hooks(observers)
+        self.scheduler = Scheduler(config, self.mem, self.runner, self._emit)
+        self.requests: dict[str, Req] = {}  # every request not yet popped by its caller
+        self.results: dict[str, GenerateResult] = {}
+        self._rids = itertools.count()
+
+    # ---- observers ----
+
+    def _emit(self, event: str) -> None:
+        self.hooks.on_event(event, self)
+
+    def attach(self, observer: Observer) -> None:
+        self.hooks = make_hooks([*self.hooks.observers, observer])
+
+    def detach(self, observer: Observer) -> None:
+        self.hooks = make_hooks([o for o in self.hooks.observers if o is not observer])
+
+    # ---- requests ----
+
+    def submit(self, input_ids: Sequence[int], sampling_params: SamplingParams | None = None,
+               rid: str | None = None) -> str:
+        """Queue a request; returns its id. A prompt over the length limit finishes at once
+        (abort, status 400) without touching memory."""
+        rid = rid if rid is not None else f"req-{next(self._rids)}"
+        if rid in self.requests:
+            raise ValueError(f"duplicate request id {rid!r}")
+        req = Req(rid, [int(t) for t in input_ids], sampling_params=sampling_params or SamplingParams(),
+                  eos_token_ids=frozenset(self.config.eos_token_ids))
+        self.requests[rid] = req
+        self.scheduler.add_request(req)
+        self._collect()
+        return rid
+
+    def generate(self, prompts: Sequence[Sequence[int]],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[GenerateResult]:
+        """Submit every prompt, run until idle, return the results in prompt order."""
+        per = params if isinstance(params, Sequence) else [params] * len(prompts)
+        if len(per) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(per)} sampling params")
+        rids = [self.submit(p, sp) for p, sp in zip(prompts, per)]
+        self.run_until_idle()
+        return [self.pop_result(rid) for rid in rids]
+
+    def pop_result(self, rid: str) -> GenerateResult:
+        """The result of a finished request (then forgotten by the engine)."""
+        result = self.results.pop(rid)
+        self.requests.pop(rid, None)
+        return result
+
+    def abort(self, rid: str) -> bool:
+        """Abort a waiting (finished at once) or running (finished after its next forward,
+        released the normal way) request; False if it is unknown or already finished."""
+        found = self.scheduler.abort(rid)
+        self._collect()
+        return found
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache and the pools; refused (False) unless fully idle."""
+        return self.scheduler.flush_cache()
+
+    # ---- running ----
+
+    def step(self) -> StepOutcome:
+        """One scheduler loop iteration, then one clock tick."""
+        outcome = self.scheduler.step()
+        self.clock.tick()
+        self._collect()
+        return outcome
+
+    def run_until_idle(self, max_steps: int | None = None) -> int:
+        """Step until the scheduler declares idle; returns the number of steps. Raises
+        ``SchedulerStall`` when requests wait but nothing can run."""
+        steps, empty = 0, 0
+        while max_steps is None or steps < max_steps:
+            outcome = self.step()
+            steps += 1
+            if outcome.idle:
+                return steps
+            # one empty iteration is normal (finished requests are filtered only after the
+            # prefill attempt); two in a row mean nothing can ever run
+            empty = 0 if outcome.launched or outcome.processed else empty + 1
+            if empty >= 2:
+                raise SchedulerStall(self._stall_message())
+        return steps
+
+    def is_idle(self) -> bool:
+        return self.scheduler.is_fully_idle()
+
+    def _collect(self) -> None:
+        finished, self.scheduler.finished_reqs = self.scheduler.finished_reqs, []
+        for req in finished:
+            assert req.finished_reason is not None
+            n = req.finished_len if req.finished_len is not None else len(req.output_ids)
+            self.results[req.rid] = GenerateResult(
+                req.rid, tuple(req.output_ids[:n]), req.finished_reason, len(req.origin_input_ids), n,
+                req.cached_tokens)
+
+    def _stall_message(self) -> str:
+        waiting = self.scheduler.waiting_queue
+        head = waiting[0] if waiting else None
+        what = f"request {head.rid} ({len(head.origin_input_ids)} prompt tokens)" if head else "a request"
+        return (f"scheduler stalled: {len(waiting)} waiting, nothing running; {what} does not fit "
+                f"{self.mem.admittable_size()} free+evictable tokens (max_total_tokens="
+                f"{self.config.memory.max_total_tokens}, page_size={self.config.memory.page_size})")
+
+    # ---- introspection ----
+
+    @property
+    def stats(self) -> SchedulerStats:
+        return replace(self.scheduler.stats)
+
+    @property
+    def step_count(self) -> int:
+        return self.scheduler.stats.iterations
+
+    def state_view(self, event: str = "step") -> StateView:
+        """The plain-data snapshot of memory and scheduler that invariants read."""
+        sched = self.scheduler
+        view = memory_view(self.mem, event, sched.stats.iterations, sched.live_reqs())
+        return replace(view, sched=self._sched_view())
+
+    def _sched_view(self) -> SchedView:
+        sched, batch = self.scheduler, self.scheduler.cur_batch
+        chunked = () if sched.chunked_req is None else (sched.chunked_req.rid,)
+        return SchedView(
+            overlap=sched.overlap, forward_ct=sched.forward_ct, num_waiting=len(sched.waiting_queue),
+            num_running=sched.running_batch.batch_size(), batch_mode="idle" if batch is None else batch.mode.value,
+            batch_size=0 if batch is None else batch.batch_size(), chunked_rids=chunked,
+            new_token_ratio=sched.new_token_ratio,
+        )
+
+
+def default_runner(config: EngineConfig, mem: KVMemory) -> ModelRunner:
+    """The sim model over fingerprint arrays shaped like ``mem``'s pools."""
+    from engine.model.fingerprint import KVFingerprints
+    from engine.model.sim import SimModel
+
+    kv = KVFingerprints.for_allocator(mem.allocator, config.memory.sliding_window if config.memory.is_hybrid else None)
+    return SimModel(config.seed, kv, config.eos_prob)

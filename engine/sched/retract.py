@@ -1,0 +1,68 @@
+"""Retract: give decode memory back by sending running requests back to the waiting queue
+(SGLang ``ScheduleBatch.retract_decode`` / ``release_req``).
+
+Keeps: a retracted request frees exactly what it held — its uncached KV
+``[cache_protected_len, ceil(kv_allocated_len))`` is freed (``is_insert=False``: nothing enters
+the cache), its tree lock is dropped, its row returned — through the single release entry
+point, once; then every KV field is reset so the next prefill starts from nothing. The last
+request of a batch is never retracted.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from engine.errors import KVOutOfMemory
+from engine.memory import KVMemory
+from engine.request import Req
+from engine.sched.batch import ScheduleBatch
+
+
+class RetractResult(NamedTuple):
+    """The retracted requests (victim order) and the new-token ratio to schedule with."""
+
+    retracted: list[Req]
+    new_token_ratio: float
+
+
+def retract_order(reqs: list[Req]) -> list[int]:
+    """Indices sorted so that ``pop()`` yields the next victim: the fewest output tokens
+    first, then the longest prompt (DESIGN.md decision 12; SGLang sorts by
+    ``(len(output_ids), -len(origin_input_ids))`` descending and pops from the end)."""
+    order = list(range(len(reqs)))
+    order.sort(key=lambda i: (len(reqs[i].output_ids), -len(reqs[i].origin_input_ids)), reverse=True)
+    return order
+
+
+def retract_decode(batch: ScheduleBatch, mem: KVMemory, retract_decode_steps: int) -> RetractResult:
+    """Retract at least one request (if more than one runs), then more until the next decode
+    step of the rest fits; the batch keeps the survivors in victim-sort order."""
+    order = retract_order(batch.reqs)
+    retracted: list[Req] = []
+    first_iter = True
+    while first_iter or not batch.check_decode_mem(mem, order):
+        if len(order) == 1:
+            if mem.allocator.available_size() <= 0:
+                raise KVOutOfMemory(f"no space left for the only running request {batch.reqs[order[0]].rid}")
+            break
+        first_iter = False
+        req = batch.reqs[order.pop()]
+        retracted.append(req)
+        release_req(mem, req, len(order) * retract_decode_steps)
+    batch.keep(order)
+    return RetractResult(retracted, _estimate_ratio(batch.reqs, retract_decode_steps))
+
+
+def release_req(mem: KVMemory, req: Req, evict_tokens: int) -> None:
+    """Free the request's KV without caching it (the space is needed now), make the newly
+    evictable prefix count at once, and reset the request for its next prefill."""
+    mem.release_kv_cache(req, is_insert=False)
+    mem.evict_for(evict_tokens)
+    req.reset_for_retract()
+
+
+def _estimate_ratio(reqs: list[Req], retract_decode_steps: int) -> float:
+    """How much of their remaining budget the survivors will decode (SGLang's estimate)."""
+    decoded = sum(len(r.output_ids) for r in reqs)
+    max_new = sum(r.sampling_params.max_new_tokens for r in reqs)
+    return min(1.0, (decoded + retract_decode_steps * len(reqs)) / (max_new + 1))

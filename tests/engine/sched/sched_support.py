@@ -1,0 +1,127 @@
+"""Shared helpers for the scheduler tests: a per-event accounting observer, seeded prompts,
+the workload of the feature grid, and an all-pairs generator for configuration matrices.
+
+Keeps: the observer checks the ownership law at every event — for each pool
+``free + evictable + protected + session_held + request_owned == capacity`` and an empty
+census — plus at most one chunked prefill in flight; the YAML checker (level 2) can replace it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from engine.config import EngineConfig, MemoryConfig
+from engine.engine import Engine
+from engine.view import StateView
+
+
+class AccountingError(AssertionError):
+    """The basic accounting did not hold at an event."""
+
+
+def check_accounting(view: StateView) -> None:
+    """Raise unless every pool balances, every census is empty and <= 1 chunk is in flight."""
+    for p in view.pools:
+        total = p.free + p.evictable + p.protected + p.session_held + p.request_owned
+        c = p.census
+        if total != p.capacity or c.duplicates or c.dangling or c.orphans or c.free_repeats:
+            raise AccountingError(
+                f"{view.event} @ step {view.step}, pool {p.name}: free={p.free} evictable={p.evictable} "
+                f"protected={p.protected} request_owned={p.request_owned} sum={total} capacity={p.capacity}; "
+                f"census dup={c.duplicates} dangling={c.dangling} orphans={c.orphans} free_repeats={c.free_repeats}")
+    if len(view.sched.chunked_rids) > 1:
+        raise AccountingError(f"step {view.step}: several chunked requests in flight {view.sched.chunked_rids}")
+
+
+@dataclass(eq=False)
+class AccountingObserver:
+    """A step hook that checks the accounting at the events it is given (all by default)."""
+
+    events: frozenset[str] = frozenset({"schedule", "forward", "process", "step", "idle"})
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def on_event(self, event: str, engine: Any) -> None:
+        self.seen[event] = self.seen.get(event, 0) + 1
+        if event in self.events:
+            check_accounting(engine.state_view(event))
+
+
+def prompts(seed: int, n: int, shared: int, low: int, high: int, vocab: int = 256) -> list[list[int]]:
+    """``n`` prompts: a random-length head of one shared prefix (so the radix cache hits),
+    then a random suffix of ``low..high`` tokens."""
+    rng = np.random.default_rng(seed)
+    head = rng.integers(0, vocab, shared).tolist()
+    return [head[: int(rng.integers(0, shared + 1))] + rng.integers(0, vocab, int(rng.integers(low, high + 1))).tolist()
+            for _ in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A pool, a chunk size and prompts sized for one page size: prompts longer than the chunk,
+    a pool small enough that the cache evicts and decode retracts."""
+
+    page_size: int
+    max_total_tokens: int
+    chunked_prefill_size: int
+    max_new_tokens: int
+    prompts: tuple[tuple[int, ...], ...]
+
+
+def workload(page_size: int, seed: int = 0) -> Workload:
+    if page_size >= 256:
+        ps = prompts(seed, 10, 512, 64, 640)
+        return Workload(page_size, 16 * page_size, 2 * page_size, 160, tuple(map(tuple, ps)))
+    ps = prompts(seed, 16, 96, 16, 160)
+    return Workload(page_size, 1024, 64, 64, tuple(map(tuple, ps)))
+
+
+def grid_config(w: Workload, *, radix: bool, overlap: bool, mixed: bool, retract: bool, swa: bool = False,
+                seed: int = 0, eos_prob: float = 0.0) -> EngineConfig:
+    """The workload's engine; ``swa`` adds a sliding-window pool half the size of the full
+    pool, with a window of two pages (at least 32 tokens)."""
+    window = max(32, 2 * w.page_size)
+    mem = MemoryConfig(page_size=w.page_size, max_total_tokens=w.max_total_tokens, max_num_reqs=16,
+                       context_len=1024, cache="radix" if radix else "chunk",
+                       swa_tokens=w.max_total_tokens // 2 if swa else None, sliding_window=window if swa else None)
+    return EngineConfig(memory=mem, seed=seed, chunked_prefill_size=w.chunked_prefill_size,
+                        enable_overlap=overlap, enable_mixed_chunk=mixed, test_retract=retract, eos_prob=eos_prob)
+
+
+def all_pairs(factors: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """A small deterministic set of rows covering every pair of values of every two factors
+    (greedy: each row starts from the first uncovered pair, then each other factor takes the
+    value covering most uncovered pairs, lowest index on ties)."""
+    names = list(factors)
+    sizes = [len(factors[n]) for n in names]
+    uncovered = {(i, a, j, b) for i, j in combinations(range(len(names)), 2)
+                 for a in range(sizes[i]) for b in range(sizes[j])}
+    rows: list[dict[str, Any]] = []
+    while uncovered:
+        i, a, j, b = min(uncovered)
+        row = {i: a, j: b}
+        for k in range(len(names)):
+            if k not in row:
+                row[k] = max(range(sizes[k]), key=lambda v: (_gain(row, k, v, uncovered), -v))
+        uncovered -= {(x, row[x], y, row[y]) for x, y in combinations(range(len(names)), 2)}
+        rows.append({names[k]: factors[names[k]][row[k]] for k in range(len(names))})
+    return rows
+
+
+def _gain(row: dict[int, int], k: int, v: int, uncovered: set[tuple[int, int, int, int]]) -> int:
+    return sum(((min(k, m), v if k < m else row[m], max(k, m), row[m] if k < m else v) in uncovered) for m in row)
+
+
+def run_checked(config: EngineConfig, w: Workload) -> Engine:
+    """Run the workload with the accounting checked at every event; returns the engine."""
+    from engine.request import SamplingParams
+
+    engine = Engine(config, observers=[AccountingObserver()])
+    for p in w.prompts:
+        engine.submit(p, SamplingParams(max_new_tokens=w.max_new_tokens))
+    engine.run_until_idle()
+    return engine
