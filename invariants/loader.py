@@ -87,6 +87,11 @@ class Catalog:
         return tuple(r.id for r in self.rules)
 
 
+def read_yaml(text: str) -> Any:
+    """Parse YAML into LineDicts (mappings that know their lines); raises yaml.YAMLError."""
+    return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def catalog_files(paths: Iterable[str | Path] | None = None) -> list[Path]:
     """The YAML files named by `paths` (directories expand to *.yaml); default: the catalog."""
     result: list[Path] = []

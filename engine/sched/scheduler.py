@@ -164,9 +164,11 @@ class Scheduler:
         return StepOutcome(batch is not None, processed, idle)
 
     def is_fully_idle(self) -> bool:
-        """Nothing waiting, running, chunked, launched or left to process."""
+        """Nothing waiting, running, chunked, launched or left to process — including a
+        last (mixed) prefill batch whose requests are not yet merged into the running batch."""
+        pending_merge = self.last_batch is not None and any(not r.finished() for r in self.last_batch.reqs)
         return (not self.waiting_queue and self.running_batch.is_empty() and self.chunked_req is None
-                and not self.result_queue)
+                and not pending_merge and not self.result_queue)
 
     def _run_batch(self, batch: ScheduleBatch) -> ForwardOutput:
         self.emit("schedule")

@@ -1,0 +1,60 @@
+"""The configuration matrix (ci/matrix.yaml): one base spec × axes, combined pairwise
+(allpairspy) or as a full product.
+
+Keeps: every cell is a valid spec named after its axis values, so a failing cell replays
+with `kvspec run BASE --set axis=value ...`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Literal
+
+from allpairspy import AllPairs
+from pydantic import BaseModel, ConfigDict
+
+from invariants.loader import read_yaml
+from invariants.spec import Spec, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class MatrixSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1
+    base: str
+    combine: Literal["pairwise", "product"] = "pairwise"
+    axes: dict[str, list[Any]]
+
+
+def engine_overrides(cell: dict[str, Any], base: Spec) -> dict[str, Any]:
+    """Axis values as engine fields; `swa: true` gives a same-sized SWA pool and a window."""
+    fields = {k: v for k, v in cell.items() if k != "swa"}
+    if cell.get("swa"):
+        fields |= {"swa_tokens": base.engine.max_total_tokens, "sliding_window": 64}
+    return fields
+
+
+def matrix_cells(path: str | Path = ROOT / "ci" / "matrix.yaml",
+                 combine: str | None = None) -> list[tuple[str, Spec]]:
+    """(cell name, spec) for every combination the matrix asks for."""
+    matrix = MatrixSpec.model_validate(dict(read_yaml(Path(path).read_text())))
+    names, values = list(matrix.axes), list(matrix.axes.values())
+    if (combine or matrix.combine) == "product":
+        rows = list(itertools.product(*values))
+    else:
+        rows = [tuple(row) for row in AllPairs(values)]
+    base_path = ROOT / matrix.base
+    base = load_spec(base_path)
+    cells = []
+    for row in rows:
+        cell = dict(zip(names, row))
+        name = " ".join(f"{k}={_short(v)}" for k, v in cell.items())
+        cells.append((name, load_spec(base_path, engine_overrides(cell, base))))
+    return cells
+
+
+def _short(value: Any) -> str:
+    return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
