@@ -75,10 +75,39 @@ def explore_memory(
     strict: Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")] = False,
 ) -> None:
     """Run one memory-layer cell checked after every step; exit 1 on a violation."""
-    from invariants.report import Cell, run_report
+    from invariants.memory_cells import MemoryCell, memory_table, run_memory_cell
 
-    cell = Cell(page_size, cache, swa, seed, batch, requests)
-    raise typer.Exit(run_report([cell], level=2 if strict else 1))
+    catalog = load_catalog()
+    result = run_memory_cell(MemoryCell(page_size, cache, swa, seed, batch, requests), catalog,
+                             level=2 if strict else 1)
+    Console().print(memory_table(catalog, [result]))
+    for violation in result.violations[:5]:
+        typer.echo(str(violation))
+    raise typer.Exit(1 if result.violations else 0)
+
+
+@app.command("run")
+def run_command(
+    spec: Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")],
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override an engine field: KEY=VALUE.")] = None,  # noqa: UP007
+    strict: Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")] = False,
+) -> None:
+    """Run one scenario spec with the checker after every event; exit 1 on a violation."""
+    from invariants.runner import run_spec
+    from invariants.spec import SpecError, load_spec, parse_overrides
+
+    try:
+        loaded = load_spec(spec, parse_overrides(set_ or []))
+    except SpecError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    outcome = run_spec(loaded, load_catalog(), level=2 if strict else 1)
+    typer.echo(f"{loaded.name}: {outcome.stats}")
+    for violation in outcome.violations[:5]:
+        typer.echo(str(violation))
+    for goal in outcome.unmet:
+        typer.echo(f"expected {goal}")
+    raise typer.Exit(0 if outcome.ok else 1)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,17 @@ class SpecError(ValueError):
     """A spec that cannot run; one `path:line: reason` line per problem."""
 
 
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs (values parsed as YAML scalars: 4, true, radix) → engine overrides."""
+    result: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set {item!r}: expected KEY=VALUE")
+        result[key.strip()] = yaml.safe_load(value)
+    return result
+
+
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
     """Load one spec file, optionally overriding engine fields (the matrix does)."""
     path = Path(path)
