@@ -1,4 +1,4 @@
-"""The `kvspec` command line: list and lint the invariant catalog, run the report.
+"""The `kvspec` command line: list and lint the invariant catalog, run the report, benchmark.
 
 Keeps: command functions stay tiny — each parses its arguments and calls one library function;
 lint output is one `path:line: [id] reason` line per problem (grep- and editor-friendly).
@@ -108,6 +108,53 @@ def run_command(
     for goal in outcome.unmet:
         typer.echo(f"expected {goal}")
     raise typer.Exit(0 if outcome.ok else 1)
+
+
+bench_app = typer.Typer(help="Benchmarks (results: docs/benchmarks.md).", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected comma-separated integers") from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{text!r}: expected positive integers")
+    return values
+
+
+@bench_app.command("sim")
+def bench_sim_command(
+    batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "8,32,128",
+    pool: Annotated[str, typer.Option(help="KV pool sizes in tokens, comma-separated.")] = "4096,65536,1048576",
+    modes: Annotated[str, typer.Option(help="Checker modes: off, sums, full.")] = "off,sums,full",
+    runs: Annotated[int, typer.Option(min=1, help="Runs per cell (the median is reported).")] = 3,
+    steps: Annotated[int, typer.Option(min=1, help="Timed steps per run.")] = 300,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed steps before them.")] = 50,
+    seed: Annotated[int, typer.Option(help="The workload's seed.")] = 0,
+    page_size: Annotated[int, typer.Option(min=1, help="Tokens per KV page.")] = 1,
+    out: Annotated[Optional[Path],  # noqa: UP007 - typer reads Optional at runtime
+                   typer.Option(help="Write the JSON here (default: stdout).")] = None,
+) -> None:
+    """Scheduler steps/s of the sim-model engine with the checker off, sums only, and full."""
+    import json
+
+    from invariants.bench import MODES, bench_sim, summary_table
+
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = sorted(set(mode_list) - set(MODES))
+    if unknown or not mode_list:
+        raise typer.BadParameter(f"modes {unknown or modes!r}: choose from {', '.join(MODES)}")
+    err = Console(stderr=True)
+    result = bench_sim(_int_list(batch), _int_list(pool), mode_list, seed=seed, steps=steps,
+                       warmup=warmup, runs=runs, page_size=page_size, progress=err.print)
+    text = json.dumps(result, indent=2)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")
+    err.print(summary_table(result))
 
 
 if __name__ == "__main__":

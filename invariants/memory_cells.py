@@ -15,7 +15,7 @@ from engine.config import MemoryConfig
 from engine.memory import KVMemory
 from engine.request import Req
 from engine.snapshot import memory_view
-from invariants.checker import Checker, Level, Violation
+from invariants.checker import Checker, InvariantViolation, Level, Violation
 from invariants.explore import ExerciseStats, MemoryExercise
 from invariants.loader import Catalog
 from invariants.workload import TraceShape, make_trace
@@ -62,6 +62,7 @@ class MemoryCellResult:
     violations: tuple[Violation, ...]
     checks: int
     seconds: float
+    error: str | None = None  # the exercise raised: reported with the violations before it
 
 
 def default_memory_cells() -> list[MemoryCell]:
@@ -81,11 +82,19 @@ def run_memory_cell(cell: MemoryCell, catalog: Catalog, level: int = Level.RECOR
 
     trace = make_trace(cell.seed, cell.num_requests, MEMORY_SHAPE)
     start = time.perf_counter()
-    stats = MemoryExercise(mem, trace, cell.batch, seed=cell.seed, retract_prob=cell.retract_prob,
-                           observe=observe).run()
+    exercise = MemoryExercise(mem, trace, cell.batch, seed=cell.seed, retract_prob=cell.retract_prob,
+                              observe=observe)
+    error = None
+    try:
+        exercise.run()
+    except InvariantViolation:
+        raise  # level 2: the caller wants the first violation
+    except Exception as exc:  # a crash is a finding, reported with the violations before it
+        error = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
     checks = sum(s.evaluations for s in checker.stats().values())
-    return MemoryCellResult(cell, stats, mem.evicted_tokens, tuple(checker.violations), checks, seconds)
+    return MemoryCellResult(cell, exercise.stats, mem.evicted_tokens, tuple(checker.violations), checks,
+                            seconds, error)
 
 
 def memory_table(catalog: Catalog, results: list[MemoryCellResult]) -> Table:

@@ -16,7 +16,13 @@ from rich.table import Table
 from invariants.checker import Level
 from invariants.loader import Catalog, lint, load_catalog
 from invariants.matrix import ROOT, matrix_cells
-from invariants.memory_cells import MemoryCell, default_memory_cells, memory_table, run_memory_cell
+from invariants.memory_cells import (
+    MemoryCell,
+    MemoryCellResult,
+    default_memory_cells,
+    memory_table,
+    run_memory_cell,
+)
 from invariants.runner import SpecOutcome, run_spec
 from invariants.spec import load_spec
 
@@ -36,7 +42,7 @@ def run_report(level: int = Level.RECORD, console: Console | None = None,
     console = console or Console(width=max(140, Console().width))
     errors = lint()
     for error in errors:
-        console.print(f"[red]lint[/red] {error}")
+        console.print(f"lint: {error}", markup=False)
     catalog = load_catalog()
     spec_rows = [(name, f"kvspec run {path.relative_to(ROOT)}", run_spec(load_spec(path), catalog, level))
                  for name, path in default_specs()]
@@ -44,9 +50,10 @@ def run_report(level: int = Level.RECORD, console: Console | None = None,
         spec_rows += [(name, f"kvspec run specs/matrix-base.yaml {_sets(spec)}", run_spec(spec, catalog, level))
                       for name, spec in matrix_cells()]
     console.print(_spec_table(catalog, spec_rows))
-    mem_results = [run_memory_cell(cell, catalog, level) for cell in memory_cells or default_memory_cells()]
+    cells = default_memory_cells() if memory_cells is None else memory_cells
+    mem_results = [run_memory_cell(cell, catalog, level) for cell in cells]
     console.print(memory_table(catalog, mem_results))
-    failed = _print_failures(console, spec_rows) + sum(1 for r in mem_results if r.violations)
+    failed = _print_failures(console, spec_rows) + _print_memory_failures(console, mem_results)
     return 1 if errors or failed else 0
 
 
@@ -62,9 +69,22 @@ def _print_failures(console: Console, rows: list[tuple[str, str, SpecOutcome]]) 
     for name, replay, out in failed:
         console.print(f"[red]{name}[/red]: replay with `{replay}`")
         for violation in out.violations[:3]:
-            console.print(f"  {violation}")
+            console.print(f"  {violation}", markup=False)
         for goal in out.unmet:
-            console.print(f"  expected {goal}")
+            console.print(f"  expected {goal}", markup=False)
+        if out.error:
+            console.print(f"  engine error: {out.error}", markup=False)
+    return len(failed)
+
+
+def _print_memory_failures(console: Console, results: list[MemoryCellResult]) -> int:
+    failed = [r for r in results if r.violations or r.error]
+    for r in failed:
+        console.print(f"[red]{r.cell.name} seed {r.cell.seed}[/red]: replay with `{r.cell.replay}`")
+        for violation in r.violations[:3]:
+            console.print(f"  {violation}", markup=False)
+        if r.error:
+            console.print(f"  engine error: {r.error}", markup=False)
     return len(failed)
 
 
@@ -77,6 +97,8 @@ def _spec_table(catalog: Catalog, rows: list[tuple[str, str, SpecOutcome]]) -> T
         s = out.stats
         verdict = f"[red]{len(out.violations)}[/red]" if out.violations else "[green]0[/green]"
         goals = f"[red]{len(out.unmet)} unmet[/red]" if out.unmet else "[green]met[/green]"
+        if out.error:
+            goals = "[red]crashed[/red]"
         table.add_row(name, *(str(getattr(s, c)) for c in COUNTERS), str(out.checks), verdict, goals,
                       f"{out.seconds:.2f}s")
     return table

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.sched.scheduler import SchedulerStats
-from invariants.checker import Checker, CheckerHook, Level, Violation
+from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
 from invariants.loader import Catalog
 from invariants.spec import Spec
-from invariants.workload import TraceShape, make_trace
+from invariants.workload import TraceRequest, TraceShape, make_trace
 
 BYTE_VOCAB = 256  # sim model and byte tokenizer: prompts are byte tokens
 
@@ -30,10 +30,11 @@ class SpecOutcome:
     unmet: tuple[str, ...]  # expect goals that did not happen
     checks: int
     seconds: float
+    error: str | None = None  # the engine raised: a finding too, never hidden
 
     @property
     def ok(self) -> bool:
-        return not self.violations and not self.unmet
+        return not self.violations and not self.unmet and self.error is None
 
 
 def run_spec(spec: Spec, catalog: Catalog, level: int = Level.RECORD) -> SpecOutcome:
@@ -42,7 +43,23 @@ def run_spec(spec: Spec, catalog: Catalog, level: int = Level.RECORD) -> SpecOut
     engine = Engine(spec.engine.engine_config(spec.seed), observers=[CheckerHook(checker)])
     pending = list(reversed(_trace(spec)))
     start = time.perf_counter()
-    per_step = spec.workload.arrivals_per_step or len(pending)
+    error = None
+    try:
+        _drive(engine, pending, spec.workload.arrivals_per_step or len(pending))
+    except InvariantViolation:
+        raise  # level 2: the caller wants the first violation
+    except Exception as exc:  # an engine crash is reported with the violations before it
+        error = f"{type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - start
+    stats = engine.stats
+    unmet = tuple(f"{name} >= {least} (got {getattr(stats, name)})"
+                  for name, least in spec.expect.items() if getattr(stats, name) < least)
+    checks = sum(s.evaluations for s in checker.stats().values())
+    return SpecOutcome(spec, stats, tuple(checker.violations), unmet, checks, seconds, error)
+
+
+def _drive(engine: Engine, pending: list[TraceRequest], per_step: int) -> None:
+    """Submit ``per_step`` requests per iteration, then run to the idle event."""
     while pending:
         for _ in range(min(per_step, len(pending))):
             request = pending.pop()
@@ -50,15 +67,9 @@ def run_spec(spec: Spec, catalog: Catalog, level: int = Level.RECORD) -> SpecOut
                                                             ignore_eos=True), rid=request.rid)
         engine.step()
     engine.run_until_idle()  # ends on the iteration that emits the idle event
-    seconds = time.perf_counter() - start
-    stats = engine.stats
-    unmet = tuple(f"{name} >= {least} (got {getattr(stats, name)})"
-                  for name, least in spec.expect.items() if getattr(stats, name) < least)
-    checks = sum(s.evaluations for s in checker.stats().values())
-    return SpecOutcome(spec, stats, tuple(checker.violations), unmet, checks, seconds)
 
 
-def _trace(spec: Spec) -> list:
+def _trace(spec: Spec) -> list[TraceRequest]:
     w = spec.workload
     shape = TraceShape(vocab=BYTE_VOCAB, num_system_prompts=w.system_prompts,
                        system_prompt_len=w.system_prompt_len, suffix_min=w.suffix[0],
