@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engine.errors import ConfigError
+from engine.model.tiny_config import TinyConfig
 
 CacheKind = Literal["radix", "chunk"]
 
@@ -67,7 +68,8 @@ class EngineConfig:
 
     memory: MemoryConfig = MemoryConfig()
     seed: int = 0
-    model: Literal["sim"] = "sim"
+    model: Literal["sim", "tiny"] = "sim"
+    tiny: TinyConfig = TinyConfig()  # the tiny model's shape, dtype and backend (model="tiny")
     eos_prob: float = 0.0  # sim model: chance that a sampled token is EOS
     eos_token_ids: tuple[int, ...] = (257,)  # the byte tokenizer's EOS (tokenizer.EOS_ID)
     max_running_requests: int | None = None  # None: memory.max_num_reqs
@@ -104,6 +106,9 @@ class EngineConfig:
         _require(self.retract_decode_steps >= 0, "retract_decode_steps", self.retract_decode_steps, "must be >= 0")
         _require(self.clip_max_new_tokens >= 1, "clip_max_new_tokens", self.clip_max_new_tokens, "must be >= 1")
         _require(self.strict_level in (0, 1, 2), "strict_level", self.strict_level, "must be 0, 1 or 2")
+        _require(self.model in ("sim", "tiny"), "model", self.model, "must be 'sim' or 'tiny'")
+        if self.model == "tiny":
+            self.tiny.check_memory(mem)
 
     @property
     def running_limit(self) -> int:

@@ -5,15 +5,17 @@ Keeps: every submitted request yields exactly one result (finished, stopped or a
 the engine is deterministic from ``EngineConfig.seed`` and the injected clock; observers see
 the events of the hook protocol (engine/hooks.py) and nothing is built for them when none is
 attached. The checking level is stored here (config, or ``KVSPEC_STRICT``); the harness
-attaches the checker.
+attaches the checker. A runner that verifies KV (``IntegritySource``: the sim model) is
+drained at every ``forward`` event, so that event's view carries exactly the failed reads of
+that forward (``StateView.integrity``); any other runner contributes none.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from engine.config import EngineConfig, resolve_strict_level
 from engine.hooks import Clock, Observer, SimClock, make_hooks
@@ -21,8 +23,21 @@ from engine.memory import KVMemory
 from engine.model.runner import ModelRunner
 from engine.request import FinishReason, Req, SamplingParams
 from engine.sched.scheduler import Scheduler, SchedulerStats, StepOutcome
-from engine.snapshot import memory_view
-from engine.view import SchedView, StateView
+from engine.snapshot import ReqPlaces, memory_view
+from engine.view import IntegrityView, SchedView, StateView
+
+
+@runtime_checkable
+class IntegritySource(Protocol):
+    """A runner that verifies the KV it reads (the sim model): it hands over, and forgets,
+    the failed reads since the last call."""
+
+    def take_integrity_failures(self) -> Iterable[Any]: ...
+
+
+def integrity_taker(runner: object) -> Callable[[], Iterable[Any]]:
+    """The runner's ``take_integrity_failures``, or a source of none for a runner without."""
+    return runner.take_integrity_failures if isinstance(runner, IntegritySource) else tuple
 
 
 class SchedulerStall(RuntimeError):
@@ -58,6 +73,8 @@ class Engine:
         self.clock: Clock = clock if clock is not None else SimClock()
         self.hooks = make_hooks(observers)
         self.scheduler = Scheduler(config, self.mem, self.runner, self._emit)
+        self._take_integrity = integrity_taker(self.runner)
+        self.integrity: tuple[IntegrityView, ...] = ()  # failed reads of this iteration's forward
         self.requests: dict[str, Req] = {}  # every request not yet popped by its caller
         self.results: dict[str, GenerateResult] = {}
         self._rids = itertools.count()
@@ -65,7 +82,12 @@ class Engine:
     # ---- observers ----
 
     def _emit(self, event: str) -> None:
+        if event == "forward":  # taken at every forward, observed or not
+            self.integrity = tuple(IntegrityView(f.rid, f.position, f.slot, f.pool, f.expected, f.found)
+                                   for f in self._take_integrity())
         self.hooks.on_event(event, self)
+        if event == "step":
+            self.integrity = ()
 
     def attach(self, observer: Observer) -> None:
         self.hooks = make_hooks([*self.hooks.observers, observer])
@@ -172,10 +194,14 @@ class Engine:
         return self.scheduler.stats.iterations
 
     def state_view(self, event: str = "step") -> StateView:
-        """The plain-data snapshot of memory and scheduler that invariants read."""
-        sched = self.scheduler
-        view = memory_view(self.mem, event, sched.stats.iterations, sched.live_reqs())
-        return replace(view, sched=self._sched_view())
+        """The plain-data snapshot of memory and scheduler that invariants read: the live
+        requests (waiting with a row, chunked, running, launched) with where each is held,
+        this iteration's releases, and the failed KV reads of its forward."""
+        sched, batch = self.scheduler, self.scheduler.cur_batch
+        places = ReqPlaces(set(sched.waiting_queue), set(sched.running_batch.reqs),
+                           set(batch.reqs) if batch is not None else frozenset())
+        view = memory_view(self.mem, event, sched.stats.iterations, sched.live_reqs(), places)
+        return replace(view, sched=self._sched_view(), integrity=self.integrity)
 
     def _sched_view(self) -> SchedView:
         sched, batch = self.scheduler, self.scheduler.cur_batch
@@ -185,11 +211,19 @@ class Engine:
             num_running=sched.running_batch.batch_size(), batch_mode="idle" if batch is None else batch.mode.value,
             batch_size=0 if batch is None else batch.batch_size(), chunked_rids=chunked,
             new_token_ratio=sched.new_token_ratio,
+            batch_chunked_rids=() if batch is None else batch.truncated_rids,
+            max_running_requests=self.config.running_limit, released=tuple(sched.released),
+            reuse=() if batch is None else batch.reused,
         )
 
 
 def default_runner(config: EngineConfig, mem: KVMemory) -> ModelRunner:
-    """The sim model over fingerprint arrays shaped like ``mem``'s pools."""
+    """The sim model over fingerprint arrays shaped like ``mem``'s pools; or, with
+    ``model="tiny"``, the tiny transformer over KV buffers shaped like them."""
+    if config.model == "tiny":
+        from engine.model.tiny import TinyModel
+
+        return TinyModel.for_memory(config.tiny, mem, config.seed)
     from engine.model.fingerprint import KVFingerprints
     from engine.model.sim import SimModel
 

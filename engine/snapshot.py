@@ -7,7 +7,8 @@ maintains them, and the census is computed separately from the index references
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,8 +20,17 @@ from engine.request import Req
 from engine.view import PoolView, ReqPoolView, ReqView, StateView
 
 
-def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = ()) -> StateView:
-    """The snapshot of ``mem`` with ``reqs`` as the live requests."""
+class ReqPlaces(NamedTuple):
+    """Where the scheduler holds each request (sets of requests; Req hashes by identity)."""
+
+    waiting: Collection[Req] = frozenset()
+    running: Collection[Req] = frozenset()
+    batch: Collection[Req] = frozenset()  # this iteration's batch
+
+
+def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = (),
+                places: ReqPlaces = ReqPlaces()) -> StateView:
+    """The snapshot of ``mem`` with ``reqs`` as the live requests, placed by ``places``."""
     reqs = list(reqs)
     live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
     pools = [_full_pool_view(mem, live)]
@@ -31,7 +41,7 @@ def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = ()) 
         event=event, step=step, page_size=mem.page_size, pools=tuple(pools),
         tree=mem.tree_cache.tree_view(),
         req_pool=ReqPoolView(pool.size, tuple(pool.free_rows), tuple(sorted(r.req_pool_idx for r in live))),
-        reqs=tuple(_req_view(r) for r in reqs),
+        reqs=tuple(_req_view(r, places) for r in reqs),
     )
 
 
@@ -95,11 +105,14 @@ def _counter(cache: object, name: str) -> int:
     return int(getter()) if getter is not None else 0
 
 
-def _req_view(r: Req) -> ReqView:
+def _req_view(r: Req, places: ReqPlaces) -> ReqView:
     return ReqView(
         rid=r.rid, req_pool_idx=-1 if r.req_pool_idx is None else r.req_pool_idx,
         seq_len=len(r.fill_ids), kv_committed_len=r.kv_committed_len,
         kv_allocated_len=r.kv_allocated_len, cache_protected_len=r.cache_protected_len,
         swa_evicted_seqlen=r.swa_evicted_seqlen, is_chunked=r.is_chunked,
         kv_committed_freed=r.kv_committed_freed, kv_overallocated_freed=r.kv_overallocated_freed,
+        origin_len=len(r.origin_input_ids), num_output=len(r.output_ids), finished=r.finished(),
+        to_finish=r.to_finish is not None, is_retracted=r.is_retracted, in_waiting=r in places.waiting,
+        in_running=r in places.running, in_batch=r in places.batch,
     )

@@ -101,6 +101,55 @@ class ReqView:
     is_chunked: int = 0
     kv_committed_freed: bool = False
     kv_overallocated_freed: bool = False
+    origin_len: int = 0  # prompt tokens
+    num_output: int = 0  # output tokens processed so far (overlap: the in-flight one not yet)
+    finished: bool = False  # finished_reason set
+    to_finish: bool = False  # an abort is pending (promoted at the next processed token)
+    is_retracted: bool = False  # retracted and not yet prefilled again
+    in_waiting: bool = False  # in the waiting queue
+    in_running: bool = False  # in the running batch
+    in_batch: bool = False  # in this iteration's batch (at ``step``: SGLang's last_batch)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedView:
+    """One request released this iteration, as it stood just before ``release_kv_cache``:
+    finished (``is_insert``: its KV goes to the cache) or retracted (freed)."""
+
+    rid: str = ""
+    req_pool_idx: int = -1
+    kv_committed_len: int = 0
+    kv_allocated_len: int = 0
+    cache_protected_len: int = 0
+    origin_len: int = 0
+    num_output: int = 0
+    is_insert: bool = True
+    finished: bool = False
+    speculative: bool = False  # speculative decoding may over-allocate (DESIGN.md decision 8)
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseView:
+    """A request that reached ``prepare_for_extend`` with its request row already set (a
+    continuing chunk; SGLang's ``ReqToTokenPool.alloc`` reuse check)."""
+
+    rid: str = ""
+    req_pool_idx: int = -1
+    is_chunked: int = 0
+    kv_committed_len: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IntegrityView:
+    """One KV read of the last forward that did not find its fingerprint (the sim model's
+    ``IntegrityFailure``): request, position, slot in ``pool`` (full | swa; 0 = unmapped)."""
+
+    rid: str = ""
+    position: int = 0
+    slot: int = 0
+    pool: str = "full"
+    expected: int = 0
+    found: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +173,10 @@ class SchedView:
     batch_size: int = 0
     chunked_rids: tuple[str, ...] = ()  # requests whose chunked prefill is in flight (<= 1)
     new_token_ratio: float = 0.0
+    batch_chunked_rids: tuple[str, ...] = ()  # requests of this batch prefilled only in part
+    max_running_requests: int = 0  # 0: no limit known
+    released: tuple[ReleasedView, ...] = ()  # released during this iteration, in order
+    reuse: tuple[ReuseView, ...] = ()  # this batch's requests that arrived with a row
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +191,12 @@ class StateView:
     req_pool: ReqPoolView = field(default_factory=ReqPoolView)
     reqs: tuple[ReqView, ...] = ()
     sched: SchedView = field(default_factory=SchedView)
+    integrity: tuple[IntegrityView, ...] = ()  # failed KV reads of this iteration's forward
 
 
 VIEW_TYPES: tuple[type, ...] = (
-    PageOwners, Census, PoolView, NodeView, TreeView, ReqView, ReqPoolView, SchedView, StateView,
+    PageOwners, Census, PoolView, NodeView, TreeView, ReqView, ReleasedView, ReuseView,
+    IntegrityView, ReqPoolView, SchedView, StateView,
 )
 
 

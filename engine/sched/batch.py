@@ -19,6 +19,7 @@ from engine.mem.allocator import SWAAllocator
 from engine.memory import KVMemory
 from engine.model.runner import ForwardBatch, ForwardMode
 from engine.request import Req
+from engine.view import ReuseView
 
 EXTEND_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
 
@@ -35,6 +36,8 @@ class ScheduleBatch:
     decoding_reqs: list[Req] | None = None
     batch_is_full: bool = False
     forward: ForwardBatch | None = None
+    reused: tuple[ReuseView, ...] = ()  # extend requests that arrived with a row (reuse check)
+    truncated_rids: tuple[str, ...] = ()  # extend requests prefilled only in part (a chunk)
 
     @property
     def is_extend(self) -> bool:
@@ -69,6 +72,9 @@ class ScheduleBatch:
         """Allocate rows and KV for every request's ``[prefix_len, len(fill_ids))`` and
         build the EXTEND forward (``committed = allocated = seq_len`` afterwards)."""
         self.mode = ForwardMode.EXTEND
+        self.reused = tuple(ReuseView(r.rid, r.req_pool_idx, r.is_chunked, r.kv_committed_len)
+                            for r in self.reqs if r.req_pool_idx is not None)
+        self.truncated_rids = tuple(r.rid for r in self.reqs if len(r.fill_ids) < r.seqlen)
         prefix_lens = [len(r.prefix_indices) for r in self.reqs]
         out = mem.alloc_for_extend(self.reqs)
         for req, prefix in zip(self.reqs, prefix_lens):
@@ -81,6 +87,7 @@ class ScheduleBatch:
         ``last_tokens`` holds each request's latest sampled token, processed or not (the
         overlap future map)."""
         self.mode = ForwardMode.DECODE
+        self.reused, self.truncated_rids = (), ()  # a running batch may be a former extend batch
         out = mem.alloc_for_decode(self.reqs)
         window = mem.config.sliding_window if mem.config.is_hybrid else None
         for req in self.reqs:

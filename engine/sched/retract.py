@@ -6,6 +6,11 @@ Keeps: a retracted request frees exactly what it held — its uncached KV
 the cache), its tree lock is dropped, its row returned — through the single release entry
 point, once; then every KV field is reset so the next prefill starts from nothing. The last
 request of a batch is never retracted.
+
+Deliberate difference from SGLang 0.5.11: with one request left, SGLang asserts
+``available_size() > 0``; here the engine fails only if that request's next decode step does
+not fit after eviction (a forced retract of a lone request mid-page, with the pool full of
+evictable cache, needs nothing and must not crash).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from engine.errors import KVOutOfMemory
 from engine.memory import KVMemory
 from engine.request import Req
 from engine.sched.batch import ScheduleBatch
+from engine.view import ReleasedView
 
 
 class RetractResult(NamedTuple):
@@ -34,31 +40,48 @@ def retract_order(reqs: list[Req]) -> list[int]:
     return order
 
 
-def retract_decode(batch: ScheduleBatch, mem: KVMemory, retract_decode_steps: int) -> RetractResult:
+def retract_decode(batch: ScheduleBatch, mem: KVMemory, retract_decode_steps: int,
+                   released: list[ReleasedView] | None = None) -> RetractResult:
     """Retract at least one request (if more than one runs), then more until the next decode
-    step of the rest fits; the batch keeps the survivors in victim-sort order."""
+    step of the rest fits; the batch keeps the survivors in victim-sort order. Each release
+    is recorded in ``released`` (when given)."""
+    log: list[ReleasedView] = [] if released is None else released
     order = retract_order(batch.reqs)
     retracted: list[Req] = []
     first_iter = True
     while first_iter or not batch.check_decode_mem(mem, order):
         if len(order) == 1:
-            if mem.allocator.available_size() <= 0:
+            if not batch.check_decode_mem(mem, order):
                 raise KVOutOfMemory(f"no space left for the only running request {batch.reqs[order[0]].rid}")
             break
         first_iter = False
         req = batch.reqs[order.pop()]
         retracted.append(req)
-        release_req(mem, req, len(order) * retract_decode_steps)
+        release_req(mem, req, len(order) * retract_decode_steps, log)
     batch.keep(order)
     return RetractResult(retracted, _estimate_ratio(batch.reqs, retract_decode_steps))
 
 
-def release_req(mem: KVMemory, req: Req, evict_tokens: int) -> None:
+def release_req(mem: KVMemory, req: Req, evict_tokens: int, released: list[ReleasedView]) -> None:
     """Free the request's KV without caching it (the space is needed now), make the newly
     evictable prefix count at once, and reset the request for its next prefill."""
-    mem.release_kv_cache(req, is_insert=False)
+    release_kv(mem, req, False, released)
     mem.evict_for(evict_tokens)
     req.reset_for_retract()
+
+
+def release_kv(mem: KVMemory, req: Req, is_insert: bool, released: list[ReleasedView],
+               speculative: bool = False) -> None:
+    """The scheduler's one way to release a request's KV: record the request as it stands
+    (the view's ``sched.released``), then ``release_kv_cache`` with the same ``is_insert``."""
+    released.append(ReleasedView(
+        rid=req.rid, req_pool_idx=-1 if req.req_pool_idx is None else req.req_pool_idx,
+        kv_committed_len=req.kv_committed_len, kv_allocated_len=req.kv_allocated_len,
+        cache_protected_len=req.cache_protected_len, origin_len=len(req.origin_input_ids),
+        num_output=len(req.output_ids), is_insert=is_insert, finished=req.finished(),
+        speculative=speculative,
+    ))
+    mem.release_kv_cache(req, is_insert=is_insert)
 
 
 def _estimate_ratio(reqs: list[Req], retract_decode_steps: int) -> float:

@@ -36,7 +36,8 @@ from engine.model.runner import ForwardMode, ForwardOutput, ModelRunner
 from engine.request import FinishReason, Req
 from engine.sched.batch import ScheduleBatch
 from engine.sched.prefill_adder import AddReqResult, PrefillAdder
-from engine.sched.retract import retract_decode
+from engine.sched.retract import release_kv, retract_decode
+from engine.view import ReleasedView
 
 Emit = Callable[[str], None]
 
@@ -90,6 +91,8 @@ class Scheduler:
         self.result_queue: deque[tuple[ScheduleBatch, ForwardOutput]] = deque()
         self.last_tokens: dict[Req, int] = {}  # latest sampled token per request (future map)
         self.finished_reqs: list[Req] = []  # drained by the engine
+        self.released: list[ReleasedView] = []  # every release of the current iteration
+        self.speculative = False  # speculative decoding may over-allocate (set by EAGLE)
         self.new_token_ratio = config.init_new_token_ratio
         self.forward_ct = 0
         self.stats = SchedulerStats()
@@ -141,6 +144,7 @@ class Scheduler:
         Idle is declared (SGLang's idle check) on an iteration that has nothing to launch and
         nothing left to process."""
         self.stats.iterations += 1  # every event of this iteration carries its number
+        self.released = []
         batch = self.get_next_batch_to_run()
         self.cur_batch = batch
         processed = False
@@ -306,7 +310,8 @@ class Scheduler:
             return batch
         forced = cfg.test_retract and self.forward_ct % cfg.test_retract_interval == 0
         if not batch.check_decode_mem(self.mem) or forced:
-            retracted, self.new_token_ratio = retract_decode(batch, self.mem, cfg.retract_decode_steps)
+            retracted, self.new_token_ratio = retract_decode(batch, self.mem, cfg.retract_decode_steps,
+                                                             self.released)
             self.stats.retract_rounds += bool(retracted)
             self.stats.retracted_reqs += len(retracted)
             for req in retracted:
@@ -355,7 +360,7 @@ class Scheduler:
                 self._release(req)
 
     def _release(self, req: Req) -> None:
-        self.mem.release_kv_cache(req)
+        release_kv(self.mem, req, True, self.released, self.speculative)
         self._retire(req)
 
     # ---- introspection ----

@@ -1,15 +1,18 @@
-"""Shared helpers for the scheduler tests: a per-event accounting observer, seeded prompts,
-the workload of the feature grid, and an all-pairs generator for configuration matrices.
+"""Shared helpers for the scheduler tests: the YAML checker as a step hook, a plain
+accounting check, seeded prompts, the workload of the feature grid, and an all-pairs
+generator for configuration matrices.
 
-Keeps: the observer checks the ownership law at every event — for each pool
-``free + evictable + protected + session_held + request_owned == capacity`` and an empty
-census — plus at most one chunked prefill in flight; the YAML checker (level 2) can replace it.
+Keeps: ``strict_hook()`` runs the whole shipped catalog (invariants/catalog/*.yaml: memory
+and scheduler rules) at level 2 at every engine event, so the first violation raises
+``InvariantViolation`` naming the invariant; ``check_accounting`` is the bare ownership law
+(each pool balances, empty census, <= 1 chunk in flight) for tests that call the memory
+layer directly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
@@ -18,6 +21,15 @@ import numpy as np
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.view import StateView
+from invariants.checker import Checker, CheckerHook, Level
+from invariants.loader import Catalog, load_catalog
+
+CATALOG: Catalog = load_catalog()
+
+
+def strict_hook() -> CheckerHook:
+    """A fresh level-2 checker over the whole catalog, as an engine observer."""
+    return CheckerHook(Checker(CATALOG, Level.STRICT))
 
 
 class AccountingError(AssertionError):
@@ -36,19 +48,6 @@ def check_accounting(view: StateView) -> None:
                 f"census dup={c.duplicates} dangling={c.dangling} orphans={c.orphans} free_repeats={c.free_repeats}")
     if len(view.sched.chunked_rids) > 1:
         raise AccountingError(f"step {view.step}: several chunked requests in flight {view.sched.chunked_rids}")
-
-
-@dataclass(eq=False)
-class AccountingObserver:
-    """A step hook that checks the accounting at the events it is given (all by default)."""
-
-    events: frozenset[str] = frozenset({"schedule", "forward", "process", "step", "idle"})
-    seen: dict[str, int] = field(default_factory=dict)
-
-    def on_event(self, event: str, engine: Any) -> None:
-        self.seen[event] = self.seen.get(event, 0) + 1
-        if event in self.events:
-            check_accounting(engine.state_view(event))
 
 
 def prompts(seed: int, n: int, shared: int, low: int, high: int, vocab: int = 256) -> list[list[int]]:
@@ -116,12 +115,14 @@ def _gain(row: dict[int, int], k: int, v: int, uncovered: set[tuple[int, int, in
     return sum(((min(k, m), v if k < m else row[m], max(k, m), row[m] if k < m else v) in uncovered) for m in row)
 
 
-def run_checked(config: EngineConfig, w: Workload) -> Engine:
-    """Run the workload with the accounting checked at every event; returns the engine."""
+def run_checked(config: EngineConfig, w: Workload) -> tuple[Engine, Checker]:
+    """Run the workload with the whole catalog checked at level 2 at every event; returns
+    the engine and its checker."""
     from engine.request import SamplingParams
 
-    engine = Engine(config, observers=[AccountingObserver()])
+    hook = strict_hook()
+    engine = Engine(config, observers=[hook])
     for p in w.prompts:
         engine.submit(p, SamplingParams(max_new_tokens=w.max_new_tokens))
     engine.run_until_idle()
-    return engine
+    return engine, hook.checker

@@ -6,7 +6,7 @@ import pytest
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
-from engine.errors import KVAccountingError
+from engine.errors import KVAccountingError, KVOutOfMemory
 from engine.mem import paging
 from engine.request import Req, SamplingParams
 from engine.sched.batch import ScheduleBatch
@@ -70,6 +70,29 @@ def test_last_running_request_is_never_retracted() -> None:
     kept = batch.reqs[0]
     retracted, _ = retract_decode(ScheduleBatch([kept]), engine.mem, 20)
     assert retracted == [] and kept.req_pool_idx is not None
+
+
+def test_lone_request_retract_needs_only_room_for_its_next_decode() -> None:
+    """Regression (found by the engine stateful test): a forced retract with one request left
+    and no free page succeeds — retracting nothing — while that request's next decode step
+    needs no new page (its last page has room); SGLang's ``available_size() > 0`` assert would
+    stop the engine here."""
+    engine = _decoding_engine(16, "chunk")  # the chunk cache holds nothing evictable
+    batch = engine.scheduler.running_batch
+    kept = next(r for r in batch.reqs if r.kv_allocated_len % 16)
+    engine.mem.allocator.alloc(engine.mem.allocator.available_size())  # the pool is now full
+    retracted, _ = retract_decode(ScheduleBatch([kept]), engine.mem, 20)
+    assert retracted == [] and kept.req_pool_idx is not None
+
+
+def test_lone_request_retract_fails_when_its_next_decode_cannot_fit() -> None:
+    """With one request left, no free slot and nothing evictable, the next decode step cannot
+    run: retract raises KVOutOfMemory naming the request."""
+    engine = _decoding_engine(1, "chunk")
+    kept = engine.scheduler.running_batch.reqs[0]
+    engine.mem.allocator.alloc(engine.mem.allocator.available_size())
+    with pytest.raises(KVOutOfMemory, match=kept.rid):
+        retract_decode(ScheduleBatch([kept]), engine.mem, 20)
 
 
 def test_new_token_ratio_after_retract_is_the_survivors_estimate() -> None:

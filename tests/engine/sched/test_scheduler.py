@@ -15,7 +15,7 @@ from engine.engine import Engine
 from engine.model.runner import ForwardMode
 from engine.request import SamplingParams
 from engine.view import view_to_dict
-from sched_support import AccountingObserver, Workload, all_pairs, grid_config, prompts, run_checked, workload
+from sched_support import CATALOG, Workload, all_pairs, grid_config, prompts, run_checked, strict_hook, workload
 
 # all-pairs (allpairspy is not in the venv: sched_support.all_pairs, greedy) — 8 rows
 GRID = all_pairs({"page_size": [1, 4, 16, 256], "radix": [True, False], "overlap": [False, True],
@@ -39,13 +39,16 @@ def _outputs(engine: Engine, n: int) -> tuple[tuple[int, ...], ...]:
 @pytest.mark.parametrize("row", GRID, ids=lambda r: "-".join(f"{k}={int(v)}" for k, v in r.items()))
 def test_feature_grid_keeps_accounting_and_fires_every_feature(row: dict[str, Any]) -> None:
     """Every pair of (page size, radix, overlap, mixed chunk, forced retract, SWA pools) runs
-    prompts longer than the chunk through a pool that must evict and retract: the pools balance
-    and the census is clean at every event, each enabled feature fired, KV integrity held, and
-    the outputs equal those of a run with every feature off (the sim model's token is a
-    function of the context only, so scheduling must not change it)."""
+    prompts longer than the chunk through a pool that must evict and retract: every invariant
+    of the catalog (memory and scheduler, KV integrity included) is evaluated and holds at
+    level 2 at every event, each enabled feature fired, and the outputs equal those of a run
+    with every feature off (the sim model's token is a function of the context only, so
+    scheduling must not change it)."""
     w = workload(row["page_size"])
-    engine = run_checked(grid_config(w, radix=row["radix"], overlap=row["overlap"], mixed=row["mixed"],
-                                     retract=row["retract"], swa=row["swa"]), w)
+    engine, checker = run_checked(grid_config(w, radix=row["radix"], overlap=row["overlap"], mixed=row["mixed"],
+                                              retract=row["retract"], swa=row["swa"]), w)
+    assert checker.violations == []
+    assert {rid for rid, st in checker.stats().items() if st.evaluations} == set(CATALOG.ids)
     s = engine.stats
     assert s.chunked_prefills > 0
     assert s.evicted_tokens > 0 if row["radix"] else s.evicted_tokens == 0
@@ -61,7 +64,7 @@ def test_memory_pressure_retracts_without_test_mode() -> None:
     w = workload(4)
     tight = Workload(4, 640, w.chunked_prefill_size, 96, w.prompts)
     mem = MemoryConfig(page_size=4, max_total_tokens=tight.max_total_tokens, max_num_reqs=16, context_len=1024)
-    engine = Engine(EngineConfig(memory=mem, chunked_prefill_size=64), observers=[AccountingObserver()])
+    engine = Engine(EngineConfig(memory=mem, chunked_prefill_size=64), observers=[strict_hook()])
     results = engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=96))
     assert engine.stats.retracted_reqs > 0 and engine.stats.retract_rounds > 0
     assert all(r.completion_tokens == 96 for r in results)
@@ -137,7 +140,7 @@ def test_at_most_one_chunked_request_in_flight_and_it_keeps_its_row() -> None:
     w = workload(16)
     for overlap in (False, True):
         engine = Engine(grid_config(w, radix=True, overlap=overlap, mixed=True, retract=True),
-                        observers=[ChunkWatch(), AccountingObserver()])
+                        observers=[ChunkWatch(), strict_hook()])
         engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=8))
         assert engine.stats.chunked_prefills > 0 and not violations
         last.clear()
@@ -160,7 +163,7 @@ def test_mixed_batch_puts_the_decodes_after_the_chunk() -> None:
 
     w = workload(4)
     engine = Engine(grid_config(w, radix=True, overlap=False, mixed=True, retract=False),
-                    observers=[MixedWatch(), AccountingObserver()])
+                    observers=[MixedWatch(), strict_hook()])
     engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=16))
     assert checked and engine.stats.mixed_batches == len(checked)
 
@@ -197,7 +200,7 @@ def test_swa_decode_evicts_kv_outside_the_window() -> None:
 
     mem = MemoryConfig(page_size=4, max_total_tokens=2048, max_num_reqs=8, context_len=1024,
                        swa_tokens=1024, sliding_window=16)
-    engine = Engine(EngineConfig(memory=mem, chunked_prefill_size=64), observers=[SwaWatch(), AccountingObserver()])
+    engine = Engine(EngineConfig(memory=mem, chunked_prefill_size=64), observers=[SwaWatch(), strict_hook()])
     results = engine.generate(prompts(1, 6, 32, 40, 120), SamplingParams(max_new_tokens=80))
     assert max(cursors) > 0 and all(r.completion_tokens == 80 for r in results)
     assert engine.runner.num_integrity_failures == 0  # type: ignore[attr-defined]
