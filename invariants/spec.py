@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.errors import ConfigError
+from engine.model.tiny_config import TinyConfig
 from invariants.loader import locate, read_yaml
 
 
@@ -37,6 +38,8 @@ class EngineSpec(_Strict):
     test_retract: bool = False
     max_running_requests: int | None = None
     eos_prob: float = 0.0
+    model: Literal["sim", "tiny"] = "sim"
+    tiny: dict[str, Any] = {}  # TinyConfig fields (engine/model/tiny_config.py)
 
     def engine_config(self, seed: int) -> EngineConfig:
         memory = MemoryConfig(page_size=self.page_size, max_total_tokens=self.max_total_tokens,
@@ -47,7 +50,15 @@ class EngineSpec(_Strict):
                             chunked_prefill_size=self.chunked_prefill_size,
                             enable_overlap=self.enable_overlap,
                             enable_mixed_chunk=self.enable_mixed_chunk, test_retract=self.test_retract,
-                            max_running_requests=self.max_running_requests)
+                            max_running_requests=self.max_running_requests, model=self.model,
+                            tiny=_tiny_config(self.tiny))
+
+
+def _tiny_config(fields: dict[str, Any]) -> TinyConfig:
+    try:
+        return TinyConfig(**fields)
+    except TypeError as exc:  # an unknown field name
+        raise ConfigError(f"tiny: {exc}") from None
 
 
 class WorkloadSpec(_Strict):
