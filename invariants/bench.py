@@ -83,6 +83,7 @@ class TimedHook:
     """The checker hook (``CheckerHook``), timing the view build and the rule evaluation apart."""
 
     checker: Checker
+    views: int = 0
     view_ns: int = 0
     rules_ns: int = 0
 
@@ -92,6 +93,7 @@ class TimedHook:
             view = engine.state_view(event)
             built = time.perf_counter_ns()
             self.checker.check(event, view)
+            self.views += 1
             self.view_ns += built - start
             self.rules_ns += time.perf_counter_ns() - built
 
@@ -155,6 +157,7 @@ class RunSample:
 
     steps: int = 0
     step_ns: int = 0
+    views: int = 0
     view_ns: int = 0
     rules_ns: int = 0
     census_ns: int = 0
@@ -187,10 +190,11 @@ def run_once(batch: int, pool: int, rules: tuple[Rule, ...], trace: list[TraceRe
         feeder.top_up()
         engine.step()
     sample = RunSample()
-    base_view, base_rules = (hook.view_ns, hook.rules_ns) if hook else (0, 0)
+    base_views, base_view, base_rules = (hook.views, hook.view_ns, hook.rules_ns) if hook else (0, 0, 0)
     gc.collect()
     with census_timer() as census:
         _timed_steps(engine, feeder, settings.steps, sample)
+    sample.views = hook.views - base_views if hook else 0
     sample.view_ns = hook.view_ns - base_view if hook else 0
     sample.rules_ns = hook.rules_ns - base_rules if hook else 0
     sample.census_ns, sample.census_calls = census.ns, census.calls
@@ -233,6 +237,7 @@ def summarize_cell(batch: int, pool: int, mode: str, samples: list[RunSample]) -
         "us_per_step": statistics.median(per_step),
         "p99_us_per_step": every[min(len(every) - 1, int(0.99 * len(every)))] / 1e3,
         "checker_us_per_step": statistics.median((s.view_ns + s.rules_ns) / s.steps / 1e3 for s in samples),
+        "views_per_step": sum(s.views for s in samples) / steps,
         "view_us_per_step": median_us("view_ns"), "census_us_per_step": census,
         "rules_us_per_step": median_us("rules_ns"),
         "mean_running": sum(s.running_sum for s in samples) / steps,
