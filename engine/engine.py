@@ -24,7 +24,7 @@ from engine.model.runner import ModelRunner
 from engine.request import FinishReason, Req, SamplingParams
 from engine.sched.scheduler import Scheduler, SchedulerStats, StepOutcome
 from engine.snapshot import ReqPlaces, memory_view
-from engine.view import IntegrityView, SchedView, StateView
+from engine.view import OPTIONAL_PARTS, IntegrityView, SchedView, StateView
 
 
 @runtime_checkable
@@ -193,14 +193,15 @@ class Engine:
     def step_count(self) -> int:
         return self.scheduler.stats.iterations
 
-    def state_view(self, event: str = "step") -> StateView:
+    def state_view(self, event: str = "step", parts: frozenset[str] = OPTIONAL_PARTS) -> StateView:
         """The plain-data snapshot of memory and scheduler that invariants read: the live
         requests (waiting with a row, chunked, running, launched) with where each is held,
-        this iteration's releases, and the failed KV reads of its forward."""
+        this iteration's releases, and the failed KV reads of its forward. ``parts`` names
+        the costly parts to build (``OPTIONAL_PARTS``: the census, the tree's nodes)."""
         sched, batch = self.scheduler, self.scheduler.cur_batch
         places = ReqPlaces(set(sched.waiting_queue), set(sched.running_batch.reqs),
                            set(batch.reqs) if batch is not None else frozenset())
-        view = memory_view(self.mem, event, sched.stats.iterations, sched.live_reqs(), places)
+        view = memory_view(self.mem, event, sched.stats.iterations, sched.live_reqs(), places, parts)
         return replace(view, sched=self._sched_view(), integrity=self.integrity)
 
     def _sched_view(self) -> SchedView:

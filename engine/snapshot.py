@@ -8,6 +8,7 @@ maintains them, and the census is computed separately from the index references
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -17,7 +18,9 @@ from engine.mem.allocator import SWAAllocator
 from engine.mem.census import PageRefs, take_census
 from engine.memory import KVMemory
 from engine.request import Req
-from engine.view import PoolView, ReqPoolView, ReqView, StateView
+from engine.view import OPTIONAL_PARTS, Census, PoolView, ReqPoolView, ReqView, StateView, TreeView
+
+NOT_TAKEN = Census(taken=False)
 
 
 class ReqPlaces(NamedTuple):
@@ -29,45 +32,68 @@ class ReqPlaces(NamedTuple):
 
 
 def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = (),
-                places: ReqPlaces = ReqPlaces()) -> StateView:
-    """The snapshot of ``mem`` with ``reqs`` as the live requests, placed by ``places``."""
+                places: ReqPlaces = ReqPlaces(), parts: frozenset[str] = OPTIONAL_PARTS) -> StateView:
+    """The snapshot of ``mem`` with ``reqs`` as the live requests, placed by ``places``;
+    the census and the tree's nodes only when ``parts`` names them."""
     reqs = list(reqs)
     live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
-    pools = [_full_pool_view(mem, live)]
+    census = "census" in parts
+    pools = [_full_pool_view(mem, live, census)]
     if isinstance(mem.allocator, SWAAllocator):
-        pools.append(_swa_pool_view(mem, mem.allocator, live))
+        pools.append(_swa_pool_view(mem, mem.allocator, live, census))
     pool = mem.req_to_token_pool
     return StateView(
         event=event, step=step, page_size=mem.page_size, pools=tuple(pools),
-        tree=mem.tree_cache.tree_view(),
+        tree=_tree_view(mem, nodes="nodes" in parts),
         req_pool=ReqPoolView(pool.size, tuple(pool.free_rows), tuple(sorted(r.req_pool_idx for r in live))),
         reqs=tuple(_req_view(r, places) for r in reqs),
     )
 
 
-def _full_pool_view(mem: KVMemory, live: list[Req]) -> PoolView:
+def _tree_view(mem: KVMemory, nodes: bool) -> TreeView:
+    """The cache's own view, or — when no rule reads the nodes — only its counters."""
+    cache = mem.tree_cache
+    if nodes:
+        return cache.tree_view()
+    return TreeView(kind="unlisted", page_size=mem.page_size, evictable_size=cache.evictable_size(),
+                    protected_size=cache.protected_size(),
+                    swa_evictable_size=_counter(cache, "swa_evictable_size"),
+                    swa_protected_size=_counter(cache, "swa_protected_size"), nodes_taken=False)
+
+
+def _full_pool_view(mem: KVMemory, live: list[Req], census: bool) -> PoolView:
     alloc = mem.allocator.full if isinstance(mem.allocator, SWAAllocator) else mem.allocator
     ps, cache = mem.page_size, mem.tree_cache
-    to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
-    owned, referenced = _row_refs(mem, live, to_pages, swa=False)
-    owned += [(o.label, o.slots // ps) for o in cache.slot_owners()]
-    return PoolView(
+    view = PoolView(
         name="full", page_size=ps, capacity=alloc.size, free=alloc.available_size(),
         evictable=cache.evictable_size(), protected=cache.protected_size(),
         request_owned=sum(paging.held_len(r.kv_allocated_len, r.cache_protected_len, ps) for r in live),
-        census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced),
+        census=NOT_TAKEN,
     )
+    if not census:
+        return view
+    to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
+    owned, referenced = _row_refs(mem, live, to_pages, swa=False)
+    owned += [(o.label, o.slots // ps) for o in cache.slot_owners()]
+    return replace(view, census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced))
 
 
-def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req]) -> PoolView:
+def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: bool) -> PoolView:
     ps, cache = mem.page_size, mem.tree_cache
 
     def to_pages(full_slots: np.ndarray) -> np.ndarray:
         swa = alloc.full_to_swa[full_slots]
         return swa[swa > 0] // ps
 
+    view = _swa_counters(alloc, cache, live, ps)
+    if not census:
+        return view
     owned, referenced = _row_refs(mem, live, to_pages, swa=True)
     owned += [(o.label, to_pages(o.slots)) for o in cache.slot_owners() if o.holds_swa]
+    return replace(view, census=take_census(alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced))
+
+
+def _swa_counters(alloc: SWAAllocator, cache: object, live: list[Req], ps: int) -> PoolView:
     return PoolView(
         name="swa", page_size=ps, capacity=alloc.swa.size, free=alloc.swa.available_size(),
         evictable=_counter(cache, "swa_evictable_size"), protected=_counter(cache, "swa_protected_size"),
@@ -75,7 +101,7 @@ def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req]) -> PoolV
             paging.held_swa_len(r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, ps)
             for r in live
         ),
-        census=take_census(alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced),
+        census=NOT_TAKEN,
     )
 
 

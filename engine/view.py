@@ -31,6 +31,7 @@ class Census:
     """
 
     num_pages: int = 0
+    taken: bool = True  # False: not computed for this view (no rule at this event reads it)
     duplicates: tuple[PageOwners, ...] = ()
     dangling: tuple[PageOwners, ...] = ()
     orphans: tuple[int, ...] = ()
@@ -84,6 +85,7 @@ class TreeView:
     swa_evictable_size: int = 0
     swa_protected_size: int = 0
     num_evictable_leaves: int = 0
+    nodes_taken: bool = True  # False: nodes not listed for this view (no rule reads them)
     nodes: tuple[NodeView, ...] = ()
 
 
@@ -192,6 +194,11 @@ class StateView:
     reqs: tuple[ReqView, ...] = ()
     sched: SchedView = field(default_factory=SchedView)
     integrity: tuple[IntegrityView, ...] = ()  # failed KV reads of this iteration's forward
+
+
+# The costly parts of a view, built only for events whose rules read them: the census of
+# every pool and the tree's node list (the checker derives which from its rules' attributes).
+OPTIONAL_PARTS: frozenset[str] = frozenset({"census", "nodes"})
 
 
 VIEW_TYPES: tuple[type, ...] = (

@@ -90,7 +90,7 @@ class TimedHook:
     def on_event(self, event: str, engine: ViewSource) -> None:
         if self.checker.wants(event):
             start = time.perf_counter_ns()
-            view = engine.state_view(event)
+            view = engine.state_view(event, self.checker.view_parts(event))
             built = time.perf_counter_ns()
             self.checker.check(event, view)
             self.views += 1

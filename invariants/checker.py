@@ -13,7 +13,7 @@ from enum import IntEnum
 from time import perf_counter_ns
 from typing import Any, Protocol
 
-from engine.view import StateView
+from engine.view import OPTIONAL_PARTS, StateView
 from invariants.dsl import make_env
 from invariants.rule import Fixture, Rule
 from invariants.schema import EVENTS
@@ -94,8 +94,18 @@ class Checker:
             event: tuple(r for r in self.rules if event in r.events) for event in EVENTS
         }
         self._tracks_prev = any(r.uses_prev for r in self.rules)
+        # prev may be read at any later event, so transition rules want every part always
+        always = frozenset().union(*(r.attrs for r in self.rules if r.uses_prev))
+        self._parts: dict[str, frozenset[str]] = {
+            event: OPTIONAL_PARTS & always.union(*(r.attrs for r in rules))
+            for event, rules in self._by_event.items()
+        }
         self._streak: dict[str, int] = {r.id: 0 for r in self.rules}
         self._tally: dict[str, _Tally] = {r.id: _Tally() for r in self.rules}
+
+    def view_parts(self, event: str) -> frozenset[str]:
+        """The optional view parts (census, tree nodes) some rule at `event` reads."""
+        return self._parts.get(event, OPTIONAL_PARTS)
 
     def wants(self, event: str) -> bool:
         """Whether a view for `event` is needed (skip building it otherwise)."""
@@ -189,7 +199,7 @@ def run_fixture(rules: Iterable[Rule], fixture: Fixture) -> list[Violation]:
 class ViewSource(Protocol):
     """What the hook needs from an engine: a state view for an event."""
 
-    def state_view(self, event: str) -> StateView: ...
+    def state_view(self, event: str, parts: frozenset[str] = OPTIONAL_PARTS) -> StateView: ...
 
 
 class CheckerHook:
@@ -202,7 +212,7 @@ class CheckerHook:
 
     def on_event(self, event: str, engine: ViewSource) -> None:
         if self.checker.wants(event):  # building a view is the expensive part
-            self.checker.check(event, engine.state_view(event))
+            self.checker.check(event, engine.state_view(event, self.checker.view_parts(event)))
 
 
 def summarize(violations: Iterable[Violation]) -> Mapping[str, int]:

@@ -204,12 +204,13 @@ def compile_tree(tree: ast.expr, label: str) -> CodeType:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Expr:
-    """A validated, compiled expression and the free names it reads."""
+    """A validated, compiled expression, the free names and the attribute names it reads."""
 
     source: str
     tree: ast.expr
     code: CodeType
     reads: frozenset[str]
+    attrs: frozenset[str] = frozenset()
 
     def __call__(self, env: dict[str, Any]) -> Any:
         return eval(self.code, env)  # noqa: S307 - validated code; make_env has no builtins
@@ -220,7 +221,8 @@ def compile_expr(source: str, names: Iterable[str], offset: int = 0, label: str 
     declared = frozenset(names)
     tree = parse_expr(source, declared, offset)
     reads = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) & declared
-    return Expr(source, tree, compile_tree(tree, label), reads)
+    attrs = frozenset(n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute))
+    return Expr(source, tree, compile_tree(tree, label), reads, attrs)
 
 
 def make_env(view: StateView, prev: StateView | None = None,
@@ -244,6 +246,10 @@ class Template:
     @property
     def reads(self) -> frozenset[str]:
         return frozenset().union(*(p.reads for p in self.parts if isinstance(p, Expr)))
+
+    @property
+    def attrs(self) -> frozenset[str]:
+        return frozenset().union(*(p.attrs for p in self.parts if isinstance(p, Expr)))
 
     def render(self, env: dict[str, Any]) -> str:
         return "".join(p if isinstance(p, str) else _render_hole(p, env) for p in self.parts)

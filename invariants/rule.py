@@ -56,6 +56,7 @@ class Rule:
     for_steps: int = 0
     origin: tuple[str, ...] = ()
     uses_prev: bool = False
+    attrs: frozenset[str] = frozenset()  # view attribute names read (which parts to build)
     fixtures: Mapping[str, Fixture] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<memory>"  # path:line of the entry
 
@@ -98,10 +99,11 @@ def compile_rule(spec: InvariantSpec, fixtures: Mapping[str, Fixture] | None = N
     if problems or test is None or message is None:
         raise RuleError(problems)
     reads = test.reads | message.reads | _reads(iterable) | _reads(where)
+    attrs = test.attrs | message.attrs | _attrs(iterable) | _attrs(where)
     return Rule(
         id=spec.id, title=spec.title, events=frozenset(spec.when),
         test=_combine(spec.id, test, iterable, where, var), message=message, var=var,
-        for_steps=spec.for_steps, origin=tuple(spec.origin), uses_prev="prev" in reads,
+        for_steps=spec.for_steps, origin=tuple(spec.origin), uses_prev="prev" in reads, attrs=attrs,
         fixtures=MappingProxyType(dict(fixtures or {})), source=source,
     )
 
@@ -130,6 +132,10 @@ def _attempt(problems: list[tuple[str, str]], name: str, compiler: Callable[...,
 
 def _reads(expr: Expr | None) -> frozenset[str]:
     return expr.reads if expr is not None else frozenset()
+
+
+def _attrs(expr: Expr | None) -> frozenset[str]:
+    return expr.attrs if expr is not None else frozenset()
 
 
 def _combine(label: str, test: Expr, iterable: Expr | None, where: Expr | None,

@@ -157,7 +157,7 @@ class FakeEngine:
         self.free = free
         self.built: list[str] = []
 
-    def state_view(self, event: str) -> StateView:
+    def state_view(self, event: str, parts: frozenset[str] = frozenset()) -> StateView:
         self.built.append(event)
         return dataclasses.replace(view(free=self.free), event=event)
 
