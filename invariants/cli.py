@@ -157,5 +157,33 @@ def bench_sim_command(
     err.print(summary_table(result))
 
 
+@bench_app.command("kernels")
+def bench_kernels_command(
+    device: Annotated[str, typer.Option(help="A CUDA device (the kernels' benchmark needs a GPU).")] = "cuda",
+    batch: Annotated[int, typer.Option(min=1, help="Requests per batch.")] = 64,
+    prefix_len: Annotated[int, typer.Option(min=0, help="Cached tokens per request.")] = 3072,
+    extend_len: Annotated[int, typer.Option(min=1, help="New tokens per request (decode context = prefix + extend).")] = 1024,
+    peak_gbps: Annotated[Optional[float], typer.Option(help="The device's HBM peak, GB/s.")] = None,  # noqa: UP007
+    peak_tflops: Annotated[Optional[float], typer.Option(help="The device's bf16 peak, TFLOP/s.")] = None,  # noqa: UP007
+    out: Annotated[Optional[Path], typer.Option(help="Write the JSON here (default: stdout).")] = None,  # noqa: UP007
+) -> None:
+    """Each Triton kernel vs its torch twin vs SDPA: GB/s (decode, store), TFLOP/s (extend)."""
+    import json
+
+    from kernels.bench import DEFAULT_SHAPE, bench_kernels
+
+    shape = DEFAULT_SHAPE._replace(batch=batch, prefix_len=prefix_len, extend_len=extend_len)
+    try:
+        result = bench_kernels(device, shape, peak_gbps=peak_gbps, peak_tflops=peak_tflops)
+    except RuntimeError as exc:
+        typer.echo(f"kvspec bench kernels: {exc}", err=True)
+        raise typer.Exit(2) from None
+    text = json.dumps(result, indent=2)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")
+
+
 if __name__ == "__main__":
     app()
