@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv report test test-full lint clean
+.PHONY: venv report test test-full lint clean sglang-env
 
 venv: $(STAMP)
 
@@ -29,6 +29,10 @@ test: $(STAMP)
 
 test-full: $(STAMP)
 	$(PY) -m pytest -n 2 --hypothesis-profile=full -m "slow or not slow"
+
+# real SGLang 0.5.23 on CPU, for `kvspec bench anchor --sglang` (not needed by report or test)
+sglang-env:
+	bash ci/sglang_env.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

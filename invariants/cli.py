@@ -185,5 +185,34 @@ def bench_kernels_command(
         out.write_text(text + "\n", encoding="utf-8")
 
 
+@bench_app.command("anchor")
+def bench_anchor_command(
+    page_sizes: Annotated[str, typer.Option(help="Page sizes, comma-separated.")] = "1,16",
+    batches: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "8,32,128",
+    runs: Annotated[int, typer.Option(min=1, help="Timed runs per cell (median).")] = 5,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 1,
+    seed: Annotated[int, typer.Option(help="The trace's seed.")] = 0,
+    sglang: Annotated[bool, typer.Option(help="Also run real SGLang's anchor script, side by side.")] = False,
+    sglang_python: Annotated[Path, typer.Option(help="Python of `make sglang-env`.")] = Path(".sglang-venv/bin/python"),
+    anchor_script: Annotated[Path, typer.Option(help="SGLang's anchor script.")] = Path("../shared/bench/anchor_sglang_bench.py"),
+    out: Annotated[Optional[Path], typer.Option(help="Write the JSON here (default: stdout).")] = None,  # noqa: UP007
+) -> None:
+    """The anchor workload through kvspec's memory path (and real SGLang's, with --sglang)."""
+    import json
+
+    from invariants.anchor import bench_kvspec, bench_sglang, compare
+
+    sizes, batch_list = _int_list(page_sizes), _int_list(batches)
+    result: dict[str, object] = {"kvspec": bench_kvspec(sizes, batch_list, runs, warmup, seed)}
+    if sglang:
+        theirs = bench_sglang(sglang_python, anchor_script, sizes, batch_list, runs, warmup, seed)
+        result |= {"sglang": theirs, "comparison": compare(result["kvspec"], theirs)}  # type: ignore[arg-type]
+    text = json.dumps(result, indent=2)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")
+
+
 if __name__ == "__main__":
     app()

@@ -58,8 +58,20 @@ class MemoryExercise:
         self._running = []
         self._reserve = 0
 
+    @property
+    def has_waiting(self) -> bool:
+        return bool(self._waiting)
+
+    @property
+    def done(self) -> bool:
+        return not self._waiting and not self._running
+
+    @property
+    def running(self) -> list[Req]:
+        return list(self._running)
+
     def run(self) -> ExerciseStats:
-        while self._waiting or self._running:
+        while not self.done:
             self.step()
         if self.observe:
             self.observe("idle", self.stats.steps, [])
