@@ -14,6 +14,7 @@ from typing import Literal
 
 from engine.errors import ConfigError
 from engine.model.tiny_config import TinyConfig
+from engine.speculative.config import SpecConfig
 
 CacheKind = Literal["radix", "chunk"]
 
@@ -77,6 +78,7 @@ class EngineConfig:
     chunked_prefill_size: int | None = 8192  # None: chunked prefill off
     enable_mixed_chunk: bool = False
     enable_overlap: bool = True  # SGLang's default (disable_overlap_schedule=False)
+    enable_streaming_session: bool = False  # --enable-streaming-session (engine/cache/streaming_session.py)
     schedule_conservativeness: float = 1.0
     init_new_token_ratio_base: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
     min_new_token_ratio_factor: float = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
@@ -86,6 +88,7 @@ class EngineConfig:
     test_retract: bool = False  # SGLANG_TEST_RETRACT: force a retract every interval
     test_retract_interval: int = 3  # SGLANG_TEST_RETRACT_INTERVAL
     strict_level: int = 0  # 0 off, 1 record, 2 raise; KVSPEC_STRICT overrides
+    speculative: SpecConfig | None = None  # EAGLE (engine/speculative/); None: off
 
     def __post_init__(self) -> None:
         mem = self.memory
@@ -109,6 +112,10 @@ class EngineConfig:
         _require(self.model in ("sim", "tiny"), "model", self.model, "must be 'sim' or 'tiny'")
         if self.model == "tiny":
             self.tiny.check_memory(mem)
+        spec = self.speculative
+        if spec is not None:  # SGLang: spec v2 runs with the overlap scheduler, v1 without
+            _require(self.enable_overlap == (spec.version == 2), "enable_overlap", self.enable_overlap,
+                     f"EAGLE v{spec.version} needs the overlap scheduler {'on' if spec.version == 2 else 'off'}")
 
     @property
     def running_limit(self) -> int:

@@ -23,6 +23,7 @@ from engine.memory import KVMemory
 from engine.model.runner import ModelRunner
 from engine.request import FinishReason, Req, SamplingParams
 from engine.sched.scheduler import Scheduler, SchedulerStats, StepOutcome
+from engine.session_api import SessionAPI, SessionParamsLike
 from engine.snapshot import ReqPlaces, memory_view
 from engine.view import OPTIONAL_PARTS, IntegrityView, SchedView, StateView
 
@@ -61,8 +62,9 @@ class GenerateResult:
                 "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens}
 
 
-class Engine:
-    """The reference engine. ``runner`` defaults to the sim model; ``clock`` to simulated time."""
+class Engine(SessionAPI):
+    """The reference engine. ``runner`` defaults to the sim model; ``clock`` to simulated time;
+    sessions (streaming with ``enable_streaming_session``): engine/session_api.py."""
 
     def __init__(self, config: EngineConfig = EngineConfig(), *, runner: ModelRunner | None = None,
                  clock: Clock | None = None, observers: Sequence[Observer] = ()) -> None:
@@ -73,6 +75,7 @@ class Engine:
         self.clock: Clock = clock if clock is not None else SimClock()
         self.hooks = make_hooks(observers)
         self.scheduler = Scheduler(config, self.mem, self.runner, self._emit)
+        self._init_sessions()
         self._take_integrity = integrity_taker(self.runner)
         self.integrity: tuple[IntegrityView, ...] = ()  # failed reads of this iteration's forward
         self.requests: dict[str, Req] = {}  # every request not yet popped by its caller
@@ -98,26 +101,30 @@ class Engine:
     # ---- requests ----
 
     def submit(self, input_ids: Sequence[int], sampling_params: SamplingParams | None = None,
-               rid: str | None = None) -> str:
+               rid: str | None = None, *, session_params: SessionParamsLike | None = None,
+               return_logprob: bool = False, logprob_start_len: int = -1) -> str:
         """Queue a request; returns its id. A prompt over the length limit finishes at once
-        (abort, status 400) without touching memory."""
+        (abort, status 400) without touching memory; so does a session request the session
+        rejects (``session_params``: SGLang's ``id, rid, offset, replace, drop_previous_output``)."""
         rid = rid if rid is not None else f"req-{next(self._rids)}"
         if rid in self.requests:
             raise ValueError(f"duplicate request id {rid!r}")
-        req = Req(rid, [int(t) for t in input_ids], sampling_params=sampling_params or SamplingParams(),
-                  eos_token_ids=frozenset(self.config.eos_token_ids))
+        req = self._new_req(rid, input_ids, sampling_params, session_params)
+        self._check_logprob_start(req, return_logprob, logprob_start_len)
         self.requests[rid] = req
         self.scheduler.add_request(req)
         self._collect()
         return rid
 
     def generate(self, prompts: Sequence[Sequence[int]],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[GenerateResult]:
+                 params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 session_params: SessionParamsLike | Sequence[SessionParamsLike] | None = None) -> list[GenerateResult]:
         """Submit every prompt, run until idle, return the results in prompt order."""
         per = params if isinstance(params, Sequence) else [params] * len(prompts)
-        if len(per) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(per)} sampling params")
-        rids = [self.submit(p, sp) for p, sp in zip(prompts, per)]
+        sess = session_params if isinstance(session_params, Sequence) else [session_params] * len(prompts)
+        if len(per) != len(prompts) or len(sess) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(per)} sampling / {len(sess)} session params")
+        rids = [self.submit(p, sp, session_params=ss) for p, sp, ss in zip(prompts, per, sess)]
         self.run_until_idle()
         return [self.pop_result(rid) for rid in rids]
 
@@ -132,16 +139,25 @@ class Engine:
         released the normal way) request; False if it is unknown or already finished."""
         found = self.scheduler.abort(rid)
         self._collect()
+        if self.sessions.sessions:
+            self._emit("session")
         return found
 
     def flush_cache(self) -> bool:
-        """Empty the prefix cache and the pools; refused (False) unless fully idle."""
-        return self.scheduler.flush_cache()
+        """Empty the prefix cache (and every session slot) and the pools; refused (False)
+        unless fully idle."""
+        flushed = self.scheduler.flush_cache()
+        if flushed and self.sessions.sessions:
+            self.sessions.on_flush()
+            self._emit("session")
+        return flushed
 
     # ---- running ----
 
     def step(self) -> StepOutcome:
-        """One scheduler loop iteration, then one clock tick."""
+        """Reap sessions (deferred closes, timeouts), one scheduler loop iteration, then one
+        clock tick."""
+        self._reap()
         outcome = self.scheduler.step()
         self.clock.tick()
         self._collect()
@@ -174,6 +190,7 @@ class Engine:
             self.results[req.rid] = GenerateResult(
                 req.rid, tuple(req.output_ids[:n]), req.finished_reason, len(req.origin_input_ids), n,
                 req.cached_tokens)
+            self._retired(req, len(req.origin_input_ids), n)
 
     def _stall_message(self) -> str:
         waiting = self.scheduler.waiting_queue
@@ -201,8 +218,11 @@ class Engine:
         sched, batch = self.scheduler, self.scheduler.cur_batch
         places = ReqPlaces(set(sched.waiting_queue), set(sched.running_batch.reqs),
                            set(batch.reqs) if batch is not None else frozenset())
-        view = memory_view(self.mem, event, sched.stats.iterations, sched.live_reqs(), places, parts)
-        return replace(view, sched=self._sched_view(), integrity=self.integrity)
+        owning = self._owning(sched.live_reqs())
+        view = memory_view(self.mem, event, sched.stats.iterations, owning, places, parts)
+        view = self._session_parts(event, view, owning)  # and, at ``response``, the response
+        view = replace(view, sched=self._sched_view(), integrity=self.integrity)
+        return view if sched.eagle is None else sched.eagle.annotate(view)  # EAGLE's fields
 
     def _sched_view(self) -> SchedView:
         sched, batch = self.scheduler, self.scheduler.cur_batch

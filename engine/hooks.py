@@ -3,7 +3,8 @@
 Keeps: DESIGN.md's hook protocol — observers see ``on_event(event, engine)`` for the events
 ``schedule`` (batch formed, before forward), ``forward`` (after the model wrote KV),
 ``process`` (results applied, requests released), ``step`` (end of every loop iteration),
-``idle`` (fully idle); with no observer the engine calls a null object (no ``if`` at the call
+``idle`` (fully idle), ``session`` (open/close/abort/flush), ``response`` (a request's
+result); with no observer the engine calls a null object (no ``if`` at the call
 sites, nothing built). The engine never imports the harness: a checker attaches as an
 observer. Time in the engine loop comes only from the injected clock (simulated: one tick per
 loop iteration), so runs replay exactly.
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-ENGINE_EVENTS: tuple[str, ...] = ("schedule", "forward", "process", "step", "idle")
+ENGINE_EVENTS: tuple[str, ...] = ("schedule", "forward", "process", "step", "idle", "session", "response")
 
 
 class Observer(Protocol):

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from engine.cache.base import PrefixCache
 from engine.cache.chunk_cache import ChunkCache
 from engine.cache.radix_cache import RadixCache
+from engine.cache.streaming_session import StreamingSession
 from engine.cache.swa_radix_cache import SWARadixCache
 from engine.config import MemoryConfig
 from engine.errors import KVAccountingError, KVOutOfMemory
@@ -34,6 +36,8 @@ class KVMemory:
     req_to_token_pool: ReqToTokenPool
     tree_cache: PrefixCache
     evicted_tokens: int = 0  # tokens freed by cache eviction (proves eviction ran)
+    # EAGLE's worker (engine/speculative/eagle.py): it sizes and prepares the decode step
+    spec: Any = None
 
     @classmethod
     def from_config(cls, config: MemoryConfig) -> KVMemory:
@@ -66,7 +70,9 @@ class KVMemory:
         """Match ``req.fill_ids`` against the cache, keeping the one-token logit reserve
         (the last input token is always recomputed: prefix <= len(fill_ids) - 1)."""
         key = req.fill_ids[: len(req.fill_ids) - 1]
-        match = self.tree_cache.match_prefix(key, req.extra_key)
+        cache = self.tree_cache  # a streaming turn continues its session slot's row
+        match = cache.match_request(req, key) if isinstance(cache, StreamingSession) else None
+        match = match if match is not None else cache.match_prefix(key, req.extra_key)
         req.prefix_indices = match.prefix_indices
         req.last_node = match.last_node
         protected = match.cache_protected_len

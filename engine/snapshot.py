@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from engine.cache.streaming_session import HeldSlot, held_slots
 from engine.mem import paging
 from engine.mem.allocator import SWAAllocator
 from engine.mem.census import PageRefs, take_census
@@ -38,14 +39,16 @@ def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = (),
     reqs = list(reqs)
     live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
     census = "census" in parts
-    pools = [_full_pool_view(mem, live, census)]
+    slots = held_slots(mem.tree_cache, (r.req_pool_idx for r in live))  # idle streaming slots
+    pools = [_full_pool_view(mem, live, census, slots)]
     if isinstance(mem.allocator, SWAAllocator):
-        pools.append(_swa_pool_view(mem, mem.allocator, live, census))
+        pools.append(_swa_pool_view(mem, mem.allocator, live, census, slots))
     pool = mem.req_to_token_pool
+    in_use = sorted([r.req_pool_idx for r in live] + [s.req_pool_idx for s in slots])
     return StateView(
         event=event, step=step, page_size=mem.page_size, pools=tuple(pools),
         tree=_tree_view(mem, nodes="nodes" in parts),
-        req_pool=ReqPoolView(pool.size, tuple(pool.free_rows), tuple(sorted(r.req_pool_idx for r in live))),
+        req_pool=ReqPoolView(pool.size, tuple(pool.free_rows), tuple(in_use)),
         reqs=tuple(_req_view(r, places) for r in reqs),
     )
 
@@ -61,34 +64,37 @@ def _tree_view(mem: KVMemory, nodes: bool) -> TreeView:
                     swa_protected_size=_counter(cache, "swa_protected_size"), nodes_taken=False)
 
 
-def _full_pool_view(mem: KVMemory, live: list[Req], census: bool) -> PoolView:
+def _full_pool_view(mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot]) -> PoolView:
     alloc = mem.allocator.full if isinstance(mem.allocator, SWAAllocator) else mem.allocator
     ps, cache = mem.page_size, mem.tree_cache
     view = PoolView(
         name="full", page_size=ps, capacity=alloc.size, free=alloc.available_size(),
         evictable=cache.evictable_size(), protected=cache.protected_size(),
         request_owned=sum(paging.held_len(r.kv_allocated_len, r.cache_protected_len, ps) for r in live),
+        session_held=sum(paging.held_len(s.kv_allocated_len, s.cache_protected_len, ps) for s in slots),
         census=NOT_TAKEN,
     )
     if not census:
         return view
     to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
-    owned, referenced = _row_refs(mem, live, to_pages, swa=False)
+    owned, referenced = _row_refs(mem, [*live, *slots], to_pages, swa=False)
     owned += [(o.label, o.slots // ps) for o in cache.slot_owners()]
     return replace(view, census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced))
 
 
-def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: bool) -> PoolView:
+def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: bool,
+                   slots: list[HeldSlot]) -> PoolView:
     ps, cache = mem.page_size, mem.tree_cache
 
     def to_pages(full_slots: np.ndarray) -> np.ndarray:
         swa = alloc.full_to_swa[full_slots]
         return swa[swa > 0] // ps
 
-    view = _swa_counters(alloc, cache, live, ps)
+    view = replace(_swa_counters(alloc, cache, live, ps), session_held=sum(
+        paging.held_swa_len(s.kv_allocated_len, s.cache_protected_len, s.swa_evicted_seqlen, ps) for s in slots))
     if not census:
         return view
-    owned, referenced = _row_refs(mem, live, to_pages, swa=True)
+    owned, referenced = _row_refs(mem, [*live, *slots], to_pages, swa=True)
     owned += [(o.label, to_pages(o.slots)) for o in cache.slot_owners() if o.holds_swa]
     return replace(view, census=take_census(alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced))
 
@@ -106,9 +112,10 @@ def _swa_counters(alloc: SWAAllocator, cache: object, live: list[Req], ps: int) 
 
 
 def _row_refs(
-    mem: KVMemory, live: list[Req], to_pages: Callable[[np.ndarray], np.ndarray], swa: bool
+    mem: KVMemory, live: list[Req | HeldSlot], to_pages: Callable[[np.ndarray], np.ndarray], swa: bool
 ) -> tuple[list[PageRefs], list[PageRefs]]:
-    """Per live row: the pages it owns and every page it reads.
+    """Per live row (a request's, or an idle session slot's): the pages it owns and every
+    page it reads.
 
         [0, protected)          read; owned by the tree
         [protected, allocated)  owned by the row (SWA: from max(protected, swa_evicted))
@@ -117,7 +124,7 @@ def _row_refs(
     referenced: list[PageRefs] = []
     table = mem.req_to_token_pool.req_to_token
     for r in live:
-        label = f"req:{r.rid}@row{r.req_pool_idx}"
+        label = r.label if isinstance(r, HeldSlot) else f"req:{r.rid}@row{r.req_pool_idx}"
         row = table[r.req_pool_idx, : r.kv_allocated_len].astype(np.int64)
         start = max(r.cache_protected_len, r.swa_evicted_seqlen) if swa else r.cache_protected_len
         owned.append((label, to_pages(row[start:])))

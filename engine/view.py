@@ -72,6 +72,8 @@ class NodeView:
     swa_lock_ref: int = 0
     parent_swa_lock_ref: int = 0
     swa_tombstone: bool = False
+    session_lock_ref: int = 0  # of lock_ref: the streaming sessions' turn-1 locks
+    session_swa_lock_ref: int = 0  # of swa_lock_ref: the same locks' SWA part
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,9 @@ class ReqView:
     in_waiting: bool = False  # in the waiting queue
     in_running: bool = False  # in the running batch
     in_batch: bool = False  # in this iteration's batch (at ``step``: SGLang's last_batch)
+    # EAGLE (engine/speculative/): the worker's (SGLang's GPU-side) view of the request
+    spec_seq_len: int = -1  # verified KV length [0, spec_seq_len); -1: no speculative state
+    spec_accept_len: int = 0  # the last verify's accepted drafts + 1 (the bonus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +133,7 @@ class ReleasedView:
     is_insert: bool = True
     finished: bool = False
     speculative: bool = False  # speculative decoding may over-allocate (DESIGN.md decision 8)
+    finished_len: int = -1  # output tokens the API returns (finished requests); -1: unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +185,62 @@ class SchedView:
     max_running_requests: int = 0  # 0: no limit known
     released: tuple[ReleasedView, ...] = ()  # released during this iteration, in order
     reuse: tuple[ReuseView, ...] = ()  # this batch's requests that arrived with a row
+    spec_mode: str = "off"  # speculative decoding: off | v1 (EAGLE, no overlap) | v2 (overlap)
+    num_draft_tokens: int = 0  # EAGLE: tokens one verify writes (root + num_steps drafts)
+    spec_alloc_len: int = 0  # EAGLE: KV one decode step may allocate (get_alloc_len_per_decode)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSlotView:
+    """One streaming session's slot: the row that keeps its KV between turns."""
+
+    session_id: str = ""
+    req_pool_idx: int = -1
+    kv_committed_len: int = 0
+    kv_allocated_len: int = 0
+    cache_protected_len: int = 0
+    swa_evicted_seqlen: int = 0
+    borrowed: bool = False  # an active request (running/last batch) holds the row now
+    holds_lock: bool = False  # holds its turn-1 tree lock (on a non-root node)
+    last_turn_len: int = -1  # tokens of the session's last successful turn (-1: none)
+    restored_prefix_len: int = -1  # prefix_len of the last restore since the last save
+    kv_checked: bool = False  # kv_mismatches computed (session and idle events, sim model)
+    kv_mismatches: int = 0  # reads of [0, committed) (full and SWA) not finding the last turn's KV
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """One open session."""
+
+    session_id: str = ""
+    streaming: bool = False
+    inflight: bool = False  # a streaming turn is between create and finish/abort
+    live_reqs: int = 0  # its unfinished requests in the scheduler
+    close_on_finish: bool = False
+    has_slot: bool = False
+    num_req_nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseView:
+    """The API result of one finished request (``response`` event); the parent fields are the
+    session's last successful response when this request was created."""
+
+    rid: str = ""
+    session_id: str = ""
+    streaming: bool = False
+    turn: int = 0  # 1-based among the session's requests (0: no session)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    finish_type: str = ""  # length | stop | abort
+    status_code: int = 0  # of an abort (0: none)
+    rejected: bool = False  # refused by the session controller
+    appended_tokens: int = 0  # new input after the BOS strip
+    parent_turn: int = 0  # 0: no successful turn before
+    parent_prompt_tokens: int = 0
+    parent_completion_tokens: int = 0
+    cache_flushed: bool = False  # flush_cache dropped the slots since the parent
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +256,9 @@ class StateView:
     reqs: tuple[ReqView, ...] = ()
     sched: SchedView = field(default_factory=SchedView)
     integrity: tuple[IntegrityView, ...] = ()  # failed KV reads of this iteration's forward
+    slots: tuple[SessionSlotView, ...] = ()  # streaming-session slots
+    sessions: tuple[SessionView, ...] = ()
+    response: ResponseView = field(default_factory=ResponseView)  # at the response event
 
 
 # The costly parts of a view, built only for events whose rules read them: the census of
@@ -203,7 +268,7 @@ OPTIONAL_PARTS: frozenset[str] = frozenset({"census", "nodes"})
 
 VIEW_TYPES: tuple[type, ...] = (
     PageOwners, Census, PoolView, NodeView, TreeView, ReqView, ReleasedView, ReuseView,
-    IntegrityView, ReqPoolView, SchedView, StateView,
+    IntegrityView, ReqPoolView, SchedView, SessionSlotView, SessionView, ResponseView, StateView,
 )
 
 

@@ -30,10 +30,14 @@ class MatrixSpec(BaseModel):
 
 
 def engine_overrides(cell: dict[str, Any], base: Spec) -> dict[str, Any]:
-    """Axis values as engine fields; `swa: true` gives a same-sized SWA pool and a window."""
-    fields = {k: v for k, v in cell.items() if k != "swa"}
+    """Axis values as engine fields; `swa: true` gives a same-sized SWA pool and a window;
+    `eagle: true` EAGLE of the version the cell's scheduler takes (v2 with overlap, v1 without)."""
+    fields = {k: v for k, v in cell.items() if k not in ("swa", "eagle")}
     if cell.get("swa"):
         fields |= {"swa_tokens": base.engine.max_total_tokens, "sliding_window": 64}
+    if cell.get("eagle"):
+        overlap = fields.get("enable_overlap", base.engine.enable_overlap)
+        fields["speculative"] = {"version": 2 if overlap else 1}
     return fields
 
 

@@ -61,7 +61,9 @@ def _sets(spec) -> str:
     e = spec.engine
     return (f"--set page_size={e.page_size} --set cache={e.cache} --set enable_overlap={e.enable_overlap} "
             f"--set enable_mixed_chunk={e.enable_mixed_chunk} --set test_retract={e.test_retract}"
-            + (f" --set swa_tokens={e.swa_tokens} --set sliding_window={e.sliding_window}" if e.swa_tokens else ""))
+            + (f" --set swa_tokens={e.swa_tokens} --set sliding_window={e.sliding_window}" if e.swa_tokens else "")
+            + (" --set 'speculative={%s}'" % ", ".join(f"{k}: {v}" for k, v in e.speculative.items())
+               if e.speculative else ""))
 
 
 def _print_failures(console: Console, rows: list[tuple[str, str, SpecOutcome]]) -> int:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from engine.config import EngineConfig, MemoryConfig
 from engine.errors import ConfigError
 from engine.model.tiny_config import TinyConfig
+from engine.speculative.config import SpecConfig
 from invariants.loader import locate, read_yaml
 
 
@@ -40,6 +41,7 @@ class EngineSpec(_Strict):
     eos_prob: float = 0.0
     model: Literal["sim", "tiny"] = "sim"
     tiny: dict[str, Any] = {}  # TinyConfig fields (engine/model/tiny_config.py)
+    speculative: dict[str, Any] | None = None  # SpecConfig fields (engine/speculative/config.py)
 
     def engine_config(self, seed: int) -> EngineConfig:
         memory = MemoryConfig(page_size=self.page_size, max_total_tokens=self.max_total_tokens,
@@ -51,7 +53,14 @@ class EngineSpec(_Strict):
                             enable_overlap=self.enable_overlap,
                             enable_mixed_chunk=self.enable_mixed_chunk, test_retract=self.test_retract,
                             max_running_requests=self.max_running_requests, model=self.model,
-                            tiny=_tiny_config(self.tiny))
+                            tiny=_tiny_config(self.tiny), speculative=_spec_config(self.speculative))
+
+
+def _spec_config(fields: dict[str, Any] | None) -> SpecConfig | None:
+    try:
+        return None if fields is None else SpecConfig(**fields)
+    except TypeError as exc:  # an unknown field name
+        raise ConfigError(f"speculative: {exc}") from None
 
 
 def _tiny_config(fields: dict[str, Any]) -> TinyConfig:

@@ -30,6 +30,16 @@ class ReqToTokenPool:
         self._is_free = np.ones(self.size + 1, dtype=bool)
         self._is_free[0] = False
 
+    def widen(self, max_context_len: int) -> None:
+        """Make every row at least ``max_context_len`` positions long (EAGLE reserves
+        positions past the context: its verify window); only while no row is in use."""
+        if max_context_len <= self.max_context_len:
+            return
+        if len(self.free_rows) != self.size:
+            raise KVAccountingError("widen of a request-row table with rows in use")
+        self.max_context_len = max_context_len
+        self.req_to_token = np.zeros((self.size + 1, max_context_len), dtype=np.int32)
+
     def available_size(self) -> int:
         return len(self.free_rows)
 

@@ -6,8 +6,9 @@ Keeps: the draft is a pure function of the seed: its ``fc`` is distilled in clos
 (ridge regression) from the target's own greedy self-play on seeded prompts, predicting the
 target's next hidden state. A random draft would almost never agree with the target (about
 0 % measured); the fitted one agrees about 30-35 % of the time on held-out text, so EAGLE
-sees every accept length from 0 to ``num_draft``. No draft KV cache yet (the DRAFT_EXTEND
-forward arrives with EAGLE scheduling).
+sees every accept length from 0 to ``num_draft``. The draft reads no KV (it chains on its own
+predicted hidden state), so it needs no draft KV pool; EAGLE drives it through
+engine/speculative/drafters.py.
 
 Self-play samples (step ``s`` of request ``b``; step 0 is the prefill)::
 

@@ -21,8 +21,8 @@ class ForwardMode(enum.Enum):
     EXTEND = "extend"  # prefill / chunked prefill (possibly with a cached prefix)
     DECODE = "decode"  # one token per request
     MIXED = "mixed"  # a chunked prefill riding with the decode batch
-    DRAFT_EXTEND = "draft_extend"  # EAGLE: draft forward over accepted tokens
-    TARGET_VERIFY = "target_verify"  # EAGLE: target over the draft tokens
+    DRAFT_EXTEND = "draft_extend"  # EAGLE: the draft's input (each request's root token)
+    TARGET_VERIFY = "target_verify"  # EAGLE: target over [root, drafts], an output per token
 
 
 @dataclass(slots=True, eq=False)
@@ -53,9 +53,11 @@ class ForwardBatch:
 
 @dataclass(slots=True, eq=False)
 class ForwardOutput:
-    """What the model returns: one next token per request (ignored where not sampled)."""
+    """What the model returns: one next token per request (ignored where not sampled); for
+    TARGET_VERIFY one per input token (the target's token after each), for EAGLE's greedy
+    acceptance."""
 
-    next_token_ids: np.ndarray  # int64 [bs]
+    next_token_ids: np.ndarray  # int64 [bs] (TARGET_VERIFY: [num_tokens])
     next_token_logprobs: np.ndarray  # float64 [bs]
     input_token_logprobs: list[np.ndarray | None] = field(default_factory=list)
     hidden_states: Any = None  # EAGLE: the target's last hidden state per token

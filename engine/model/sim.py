@@ -19,9 +19,12 @@ after ``p`` tokens is ``predict(H[p])``. ``H`` is cached per rid and extended in
 the cache is validated against ``ids`` on every forward (one list comparison) and rebuilt
 from the first differing position, so it is an optimisation, never a source of truth.
 
-EAGLE hook (later issue): ``predict`` maps any context hash to the target's token, and
-``chain_hashes`` extends a hash over draft tokens, so a seeded draft (acceptance coins from
-``stream_seed(seed, "eagle")``) can propose the target's token or a different one.
+EAGLE: a TARGET_VERIFY forward is an extend over ``[root, draft_1 .. draft_k]`` that returns
+the target's token after *every* input token (``next_token_ids`` is ``[num_tokens]``), so the
+caller's greedy acceptance is genuine. ``draft`` is the seeded draft: draft token ``j``
+is the target's own next token after ``root, draft_1 .. draft_{j-1}`` when a coin (drawn from
+that context's hash and ``stream_seed(seed, "eagle")``, never ``hash()``) falls below
+``accept_prob``, else a different token; it writes no KV (the draft pool is not modelled).
 """
 
 from __future__ import annotations
@@ -166,6 +169,7 @@ class SimModel:
         self.context_cache_size = context_cache_size
         keys = np.random.SeedSequence(seed).generate_state(4, dtype=np.uint64)
         self._h0, self._key_token, self._key_eos, self._key_logprob = (U64(k) for k in keys)
+        self._key_draft = U64(stream_seed(seed, "eagle"))
         self._contexts: OrderedDict[str, _Context] = OrderedDict()  # LRU by rid
         self.integrity_failures: list[IntegrityFailure] = []
         self.num_integrity_failures = 0  # every failing read ever seen (uncapped)
@@ -200,8 +204,8 @@ class SimModel:
 
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
         """Verify the KV every request reads, write the new KV, predict the next tokens."""
-        if batch.mode in (ForwardMode.DRAFT_EXTEND, ForwardMode.TARGET_VERIFY):
-            raise NotImplementedError(f"sim model: {batch.mode.value} arrives with EAGLE")
+        if batch.mode is ForwardMode.DRAFT_EXTEND:
+            raise ValueError("sim model: a DRAFT_EXTEND batch goes to draft(), not forward()")
         firsts = self._check_batch(batch)
         contexts = self._sync_contexts(batch)
         budget = _FAILURES_PER_FORWARD
@@ -210,8 +214,37 @@ class SimModel:
         self.kv.write(batch.out_cache_loc, fps, batch.swa_out_cache_loc)  # ... then write
         self._append_inputs(batch, contexts, fps, firsts)
         self._verify(batch, self._reads(batch, contexts, True), budget)
-        tokens, logprobs = self.predict(np.array([c.hashes[c.length] for c in contexts], dtype=U64))
+        tokens, logprobs = self.predict(self._output_hashes(batch, contexts))
         return ForwardOutput(tokens, logprobs, self._input_logprobs(batch, contexts))
+
+    def _output_hashes(self, batch: ForwardBatch, contexts: list[_Context]) -> np.ndarray:
+        """The context hash each output token is predicted from: after the last input token
+        of each request, or (TARGET_VERIFY) after every input token."""
+        if batch.mode is not ForwardMode.TARGET_VERIFY:
+            return np.array([c.hashes[c.length] for c in contexts], dtype=U64)
+        spans = zip(contexts, batch.prefix_lens.tolist(), batch.seq_lens.tolist())
+        return np.concatenate([c.hashes[p + 1 : s + 1] for c, p, s in spans]).astype(U64)
+
+    def draft(self, batch: ForwardBatch, num_steps: int, accept_prob: float) -> np.ndarray:
+        """EAGLE's seeded draft: ``[bs, num_steps]`` tokens after each request's root token
+        (a DRAFT_EXTEND batch: one token per request at ``prefix_len``). Reads and writes no
+        KV; the context is the request's (results not yet processed: this model's record)."""
+        if batch.mode is not ForwardMode.DRAFT_EXTEND:
+            raise ValueError(f"sim model: draft() takes a DRAFT_EXTEND batch, not {batch.mode.value}")
+        self._check_batch(batch)
+        contexts = self._sync_contexts(batch)
+        ones = np.ones(batch.batch_size, dtype=np.int64)
+        h = chain_hashes(np.array([c.hashes[c.length] for c in contexts], dtype=U64), ones,
+                         batch.input_ids[np.cumsum(batch.extend_lens) - 1])
+        out = np.empty((batch.batch_size, num_steps), dtype=np.int64)
+        for j in range(num_steps):
+            target, _ = self.predict(h)
+            mixed = splitmix64(h ^ self._key_draft)
+            coin = (mixed >> U64(11)).astype(np.float64) * _UNIT
+            other = (target + 1 + (splitmix64(mixed) % U64(NUM_BYTES - 1)).astype(np.int64)) % NUM_BYTES
+            out[:, j] = np.where(coin < accept_prob, target, other)
+            h = chain_hashes(h, ones, out[:, j])
+        return out
 
     def take_integrity_failures(self) -> list[IntegrityFailure]:
         """The failures recorded since the last call (first 8 per forward); clears them."""

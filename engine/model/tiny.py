@@ -14,6 +14,9 @@ Computed tokens of request ``b`` (absolute positions)::
                               position prefix_len - 1): recomputed, its KV is NOT stored
     [prefix_len, seq_len)     batch.input_ids: KV stored at out_cache_loc, then attended
 
+EAGLE: a TARGET_VERIFY forward is an extend whose outputs (next token, logprob, hidden state)
+are per input token, not per request; the draft is ``draft`` (engine/model/draft.py).
+
 Logprobs: ``next_token_logprobs[b]`` = log p(sampled token | context); like the sim model,
 ``input_token_logprobs[b]`` holds log p(token p | tokens [0, p)) for each written position
 ``p >= logprob_start_len`` (so chunks concatenate to one whole extend); position 0 has no
@@ -136,14 +139,15 @@ class TinyModel:
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
         """Store the batch's KV, attend over each request's row, sample greedily."""
-        if batch.mode in (ForwardMode.DRAFT_EXTEND, ForwardMode.TARGET_VERIFY):
-            raise NotImplementedError(f"tiny model: {batch.mode.value} arrives with EAGLE")
+        if batch.mode is ForwardMode.DRAFT_EXTEND:
+            raise ValueError("tiny model: the EAGLE draft runs through draft(), not forward()")
         _check_batch(batch)
         plan = self._plan(batch)
+        verify = batch.mode is ForwardMode.TARGET_VERIFY  # an output after every input token
         with _one_cpu_thread(self.cfg.device):
             hidden = self._hidden(batch, plan)  # [M, H], after the final norm
-            last = torch.as_tensor(plan.qo[1:] - 1, device=hidden.device)
-            final = hidden[last]  # [bs, H]
+            last = torch.as_tensor(plan.written if verify else plan.qo[1:] - 1, device=hidden.device)
+            final = hidden[last]  # [bs, H] ([num_tokens, H] when verifying)
             logp = self._log_softmax(final)  # [bs, V] float64
             best = logp.argmax(dim=-1)
             token_lp = logp.gather(-1, best[:, None])[:, 0]

@@ -85,7 +85,9 @@ class ScheduleBatch:
         """One slot per request at position ``kv_committed_len`` (then committed and
         allocated +1), SWA eviction every ``sliding_window`` decode steps, the DECODE forward.
         ``last_tokens`` holds each request's latest sampled token, processed or not (the
-        overlap future map)."""
+        overlap future map). With EAGLE the speculative worker prepares the step instead."""
+        if mem.spec is not None:
+            return mem.spec.prepare_for_decode(self, last_tokens)  # type: ignore[no-any-return]
         self.mode = ForwardMode.DECODE
         self.reused, self.truncated_rids = (), ()  # a running batch may be a former extend batch
         out = mem.alloc_for_decode(self.reqs)
@@ -117,6 +119,8 @@ class ScheduleBatch:
     def check_decode_mem(self, mem: KVMemory, selected: Sequence[int] | None = None) -> bool:
         """Evict as needed; whether the next decode step of (the selected) requests fits."""
         need = self.new_tokens_next_decode(mem.page_size, selected)
+        if mem.spec is not None:  # EAGLE reserves its own verify window
+            need = mem.spec.decode_tokens(self.reqs if selected is None else [self.reqs[i] for i in selected])
         mem.evict_for(need)
         return mem.allocator.available_size() >= need
 

@@ -111,7 +111,10 @@ class PrefillAdder:
             cache.dec_lock_ref(req.last_node, handle)
 
     def add_one_req(self, req: Req, has_chunked_req: bool) -> AddReqResult:
-        """Admit ``req`` whole, or its first page-aligned chunk, if the budgets allow."""
+        """Admit ``req`` whole, or its first page-aligned chunk, if the budgets allow (a
+        request row included: streaming-session slots hold rows between turns)."""
+        if req.req_pool_idx is None and self._rows_needed() >= self.mem.req_to_token_pool.available_size():
+            return AddReqResult.OTHER
         ps = self.page_size
         total_tokens = req.extend_input_len + self._max_new(req) + ps
         input_tokens = paging.ceil_align(req.extend_input_len, ps)
@@ -136,6 +139,10 @@ class PrefillAdder:
             self.new_chunked_req = req
             self._admit(req, trunc_len, 0)
         return self.budget_state()
+
+    def _rows_needed(self) -> int:
+        """Rows the admitted requests take at prefill (a restored turn brings its own)."""
+        return sum(r.req_pool_idx is None for r in self.can_run_list)
 
     def _admit(self, req: Req, extend_len: int, max_new_tokens: int) -> None:
         self.can_run_list.append(req)

@@ -73,13 +73,16 @@ def release_req(mem: KVMemory, req: Req, evict_tokens: int, released: list[Relea
 def release_kv(mem: KVMemory, req: Req, is_insert: bool, released: list[ReleasedView],
                speculative: bool = False) -> None:
     """The scheduler's one way to release a request's KV: record the request as it stands
-    (the view's ``sched.released``), then ``release_kv_cache`` with the same ``is_insert``."""
+    (the view's ``sched.released``), then ``release_kv_cache`` with the same ``is_insert``.
+    Under EAGLE a finished request first gives back its reservation (v2: the overshoot)."""
+    if mem.spec is not None and req.finished():
+        mem.spec.before_release(req)
     released.append(ReleasedView(
         rid=req.rid, req_pool_idx=-1 if req.req_pool_idx is None else req.req_pool_idx,
         kv_committed_len=req.kv_committed_len, kv_allocated_len=req.kv_allocated_len,
         cache_protected_len=req.cache_protected_len, origin_len=len(req.origin_input_ids),
         num_output=len(req.output_ids), is_insert=is_insert, finished=req.finished(),
-        speculative=speculative,
+        speculative=speculative, finished_len=-1 if req.finished_len is None else req.finished_len,
     ))
     mem.release_kv_cache(req, is_insert=is_insert)
 

@@ -37,6 +37,7 @@ from engine.request import FinishReason, Req
 from engine.sched.batch import ScheduleBatch
 from engine.sched.prefill_adder import AddReqResult, PrefillAdder
 from engine.sched.retract import release_kv, retract_decode
+from engine.speculative.eagle import EagleWorker
 from engine.view import ReleasedView
 
 Emit = Callable[[str], None]
@@ -72,6 +73,7 @@ class SchedulerStats:
     decode_tokens: int = 0
     cached_tokens: int = 0
     evicted_tokens: int = 0  # the memory layer's counter, copied at the end of each iteration
+    spec_accept_hist: tuple[int, ...] = ()  # EAGLE: verifies by accepted draft count 0..num_steps
 
 
 class Scheduler:
@@ -92,10 +94,11 @@ class Scheduler:
         self.last_tokens: dict[Req, int] = {}  # latest sampled token per request (future map)
         self.finished_reqs: list[Req] = []  # drained by the engine
         self.released: list[ReleasedView] = []  # every release of the current iteration
-        self.speculative = False  # speculative decoding may over-allocate (set by EAGLE)
         self.new_token_ratio = config.init_new_token_ratio
         self.forward_ct = 0
         self.stats = SchedulerStats()
+        self.eagle = EagleWorker.maybe(config, mem, runner, self.stats, self._release)
+        self.speculative = self.eagle is not None  # speculative decoding may over-allocate
 
     # ---- requests in and out ----
 
@@ -103,10 +106,11 @@ class Scheduler:
         """Validate the prompt length (too long: aborted with status 400, before any KV is
         touched), clip ``max_new_tokens`` to the context, queue the request."""
         limit, n = self.config.max_req_input_len, len(req.origin_input_ids)
-        if n >= limit:
+        if n >= limit and not req.finished():
             req.set_finish_with_abort(
                 f"Input length ({n} tokens) exceeds the maximum allowed length ({limit} tokens). "
                 "Use a shorter input.", 400)
+        if req.finished():  # too long, or rejected by its session
             self._retire(req)
             return
         room = self.config.max_req_len - n - 1
@@ -177,7 +181,7 @@ class Scheduler:
     def _run_batch(self, batch: ScheduleBatch) -> ForwardOutput:
         self.emit("schedule")
         assert batch.forward is not None
-        out = self.runner.forward(batch.forward)
+        out = self.runner.forward(batch.forward) if self.eagle is None else self.eagle.forward(batch)
         self.forward_ct += 1
         fb = batch.forward
         for req, token, sample in zip(fb.reqs, out.next_token_ids.tolist(), fb.sample):
@@ -197,7 +201,7 @@ class Scheduler:
         s.chunked_prefills += batch.chunked_req is not None
         decode = len(batch.decoding_reqs or ()) if batch.is_extend else batch.batch_size()
         s.decode_tokens += decode
-        s.extend_tokens += len(fb.input_ids) - decode
+        s.extend_tokens += len(fb.input_ids) - decode if batch.is_extend else 0  # not EAGLE's verify
 
     # ---- scheduling ----
 
@@ -287,7 +291,7 @@ class Scheduler:
         """Mixed chunk: the running requests' decode step rides in the prefill batch — only
         when that step's memory is there (no retract can happen here)."""
         running = self.running_batch
-        if not self.config.enable_mixed_chunk or running.is_empty():
+        if not self.config.enable_mixed_chunk or running.is_empty() or self.speculative:  # as SGLang
             return
         if any(r.return_logprob for r in new_batch.reqs + running.reqs):
             return
@@ -330,7 +334,7 @@ class Scheduler:
         if batch.is_extend:
             self._process_prefill(batch, out)
         else:
-            self._process_decode(batch, out)
+            (self._process_decode if self.eagle is None else self.eagle.process)(batch, out)
         self.emit("process")
 
     def _process_prefill(self, batch: ScheduleBatch, out: ForwardOutput) -> None:

@@ -126,7 +126,8 @@ def test_flush_cache_only_when_idle() -> None:
 
 def test_hooks_see_events_in_loop_order_and_none_costs_a_null_object() -> None:
     """Per iteration: schedule → forward → process (overlap: the previous batch's) → step;
-    ``idle`` once on the iteration that finds nothing to do. No observer: a null hook list."""
+    ``response`` once per finished request, after the iteration that finished it; ``idle``
+    once on the iteration that finds nothing to do. No observer: a null hook list."""
     assert isinstance(_engine().hooks, NullHooks)
     log: list[str] = []
 
@@ -141,9 +142,9 @@ def test_hooks_see_events_in_loop_order_and_none_costs_a_null_object() -> None:
         text = " ".join(log)
         if overlap:
             assert text == ("schedule forward step schedule forward process step "
-                            "schedule forward process step process step idle step")
+                            "schedule forward process step response process step idle step")
         else:
-            assert text == "schedule forward process step schedule forward process step idle step"
+            assert text == "schedule forward process step schedule forward process step response idle step"
 
 
 def test_state_view_lists_live_requests_and_scheduler() -> None:

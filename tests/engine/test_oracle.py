@@ -7,7 +7,7 @@ breaks the equality; the Triton kernels give the torch backend's tokens."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from engine.memory import KVMemory
 from engine.model.tiny import TinyModel
 from engine.model.tiny_config import TinyConfig
 from engine.request import SamplingParams
+from engine.speculative.config import SpecConfig
 
 WINDOW = 8
 MODELS: dict[str, TinyConfig] = {
@@ -103,6 +104,24 @@ def test_every_cache_feature_on_gives_the_tokens_of_every_feature_off(model: str
     if model == "swa":
         assert seen_on.swa_evicted > 0 and seen_off.swa_evicted > 0
     assert sum(r.completion_tokens for r in on) > len(PROMPTS) * MAX_NEW // 2
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("model", ["gqa", "swa", "mla"])
+def test_eagle_with_every_cache_feature_gives_the_tokens_of_every_feature_off(model: str,
+                                                                             version: int) -> None:
+    """EAGLE (the tiny model's draft network, 3 steps) on top of radix cache + chunked prefill
+    + retract (+ overlap for v2; SGLang turns mixed chunk off under EAGLE) gives exactly the
+    features-off greedy tokens; the features fired, every accept length occurred."""
+    config = replace(_config(model, 16, {**ON, "overlap": version == 2}),
+                     speculative=SpecConfig(version=version))  # type: ignore[arg-type]
+    on, engine, seen = _run(config)
+    off, _, _ = _run(_config(model, 16, OFF))
+    assert _tokens(on) == _tokens(off)
+    s = engine.stats
+    assert s.cached_tokens > 0 and s.chunked_prefills > 0 and s.retracted_reqs > 0 and s.mixed_batches == 0
+    assert all(n > 0 for n in s.spec_accept_hist), s.spec_accept_hist
+    assert seen.swa_evicted > 0 or model != "swa"
 
 
 def test_a_planted_kv_bug_breaks_the_oracle(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -182,11 +182,11 @@ def _batch(reqs: list[Req], positions: list[int],
 
 
 def test_batch_contract_breaches_raise() -> None:
-    """Positions that are not prefix_len..seq_len-1 raise ValueError; EAGLE modes are not
-    built yet and say so."""
+    """Positions that are not prefix_len..seq_len-1 raise ValueError; so does a DRAFT_EXTEND
+    batch handed to forward (the EAGLE draft runs through draft())."""
     sim = SimModel(0, KVFingerprints(16))
     with pytest.raises(ValueError, match="positions"):
         sim.forward(_batch([Req("r", [1, 1])], [0, 2]))
-    with pytest.raises(NotImplementedError):
-        sim.forward(_batch([Req("r", [1, 1])], [0, 1], ForwardMode.TARGET_VERIFY))
+    with pytest.raises(ValueError, match="draft"):
+        sim.forward(_batch([Req("r", [1, 1])], [0, 1], ForwardMode.DRAFT_EXTEND))
     sim.forward(_batch([Req("r", [1, 1])], [0, 1]))

@@ -115,13 +115,13 @@ def _gain(row: dict[int, int], k: int, v: int, uncovered: set[tuple[int, int, in
     return sum(((min(k, m), v if k < m else row[m], max(k, m), row[m] if k < m else v) in uncovered) for m in row)
 
 
-def run_checked(config: EngineConfig, w: Workload) -> tuple[Engine, Checker]:
-    """Run the workload with the whole catalog checked at level 2 at every event; returns
-    the engine and its checker."""
+def run_checked(config: EngineConfig, w: Workload, observers: Sequence[Any] = ()) -> tuple[Engine, Checker]:
+    """Run the workload with the whole catalog checked at level 2 at every event (and any
+    further ``observers``); returns the engine and its checker."""
     from engine.request import SamplingParams
 
     hook = strict_hook()
-    engine = Engine(config, observers=[hook])
+    engine = Engine(config, observers=[hook, *observers])
     for p in w.prompts:
         engine.submit(p, SamplingParams(max_new_tokens=w.max_new_tokens))
     engine.run_until_idle()

@@ -1,0 +1,372 @@
+"""Streaming-session cache: a decorator around any prefix cache that keeps each streaming
+session's KV in a request row between turns (SGLang ``session/streaming_session.py``).
+
+Keeps: a slot owns ``[cache_protected_len, ceil(kv_allocated_len))`` of its row and, from
+turn 1 until ``release_session``, one tree lock on ``last_node`` (the turn-1 prompt the tree
+holds, ``[0, cache_protected_len)``); the slot's KV is the KV of the session's last
+successful turn (``req_nodes``) — an aborted or retracted turn wipes it (``release_session``)
+and never saves into it; ``restore_to_req`` is non-destructive and idempotent (a restored
+request that the adder rejects and retries takes no tree lock, the slot keeps its row); every
+free here starts page-aligned (``ceil``), never inside a page that holds committed KV.
+
+Turn lifecycle (``sid`` = session id, ``P`` = prefix_len = min(committed, len(key))):
+    match     restore slot → req (row, lengths); free the stale tail [ceil(P), allocated)
+    chunks    prefix_indices = row[:len(fill_ids)], the inner cache is skipped
+    finish    trim [ceil(O+F), allocated) (overshoot), row + lengths → slot, checkpoint advances
+    abort     slot (ephemeral on turn 1) widened to the request, release_session; tokens kept
+    retract   a borrowed slot is wiped like an abort, the request lives on, checkpoint kept
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from engine.cache.base import MatchResult, PrefixCache, SlotOwner
+from engine.errors import KVAccountingError
+from engine.mem import paging
+from engine.mem.allocator import PagedAllocator, SWAAllocator
+from engine.mem.req_to_token import ReqToTokenPool
+
+if TYPE_CHECKING:
+    from engine.request import Req
+    from engine.view import TreeView
+
+
+class VirtualNode:
+    """The ``last_node`` of a restored turn: locking or unlocking it does nothing."""
+
+    __slots__ = ()
+
+
+@dataclass(slots=True, eq=False)
+class SessionSlot:
+    """A streaming session's KV between turns (``req_pool_idx`` None: holds nothing)."""
+
+    req_pool_idx: int | None = None
+    kv_committed_len: int = 0
+    kv_allocated_len: int = 0
+    cache_protected_len: int = 0
+    swa_evicted_seqlen: int = 0
+    last_node: Any = None  # turn 1's tree lock, held until release_session
+    swa_uuid_for_lock: int | None = None
+    virtual_node: VirtualNode = field(default_factory=VirtualNode)
+    restored_prefix_len: int = -1  # prefix_len of the last restore since the last save
+
+    @property
+    def is_holding_kv(self) -> bool:
+        return self.req_pool_idx is not None
+
+    def save_from_req(self, req: Req, is_first: bool) -> None:
+        """Take over the finishing request's row and lengths (turn 1: also its tree lock)."""
+        if is_first:
+            self.last_node, self.swa_uuid_for_lock = req.last_node, req.swa_uuid_for_lock
+            self.cache_protected_len = req.cache_protected_len
+        elif req.cache_protected_len != self.cache_protected_len:
+            raise KVAccountingError(f"req {req.rid}: cache_protected_len {req.cache_protected_len} moved "
+                                    f"from the session's {self.cache_protected_len}")
+        self.req_pool_idx = req.req_pool_idx
+        self.kv_committed_len, self.kv_allocated_len = req.kv_committed_len, req.kv_allocated_len
+        self.swa_evicted_seqlen = req.swa_evicted_seqlen
+        self.restored_prefix_len = -1
+
+    def restore_to_req(self, req: Req) -> None:
+        """Lend the row and lengths to the next turn; the slot keeps them (a retry restores
+        again: SGLang #20476)."""
+        req.req_pool_idx = self.req_pool_idx
+        req.kv_committed_len, req.kv_allocated_len = self.kv_committed_len, self.kv_allocated_len
+        req.swa_evicted_seqlen = self.swa_evicted_seqlen
+        req.swa_uuid_for_lock = self.swa_uuid_for_lock
+
+
+class SessionOf(Protocol):
+    """The session a request belongs to, as the cache sees it (engine/sched/sessions.py)."""
+
+    session_id: str
+    streaming: bool
+
+    def finish_req(self, req: Req) -> None: ...
+
+    def abort_req(self, req: Req) -> None: ...
+
+
+class SessionLookup(Protocol):
+    """Request → session, and the pre-abort detach (SGLang ``req.session = None``)."""
+
+    def session_of(self, req: Req) -> SessionOf | None: ...
+
+    def detach(self, req: Req) -> None: ...
+
+
+class HeldSlot(NamedTuple):
+    """An idle slot's row range for the pool counters and the census (``label`` names it)."""
+
+    label: str
+    req_pool_idx: int
+    kv_allocated_len: int
+    cache_protected_len: int
+    swa_evicted_seqlen: int
+
+
+class StreamingSession:
+    """SGLang's ``StreamingSession`` over ``inner``; attributes it lacks come from ``inner``."""
+
+    def __init__(self, inner: PrefixCache, req_to_token_pool: ReqToTokenPool,
+                 allocator: PagedAllocator | SWAAllocator, lookup: SessionLookup) -> None:
+        self.inner = inner
+        self.req_to_token_pool = req_to_token_pool
+        self.allocator = allocator
+        self.page_size = inner.page_size
+        self.lookup = lookup
+        self.slots: dict[str, SessionSlot] = {}
+
+    def __getattr__(self, name: str) -> Any:  # counters, supports_swa, sliding_window_size …
+        if name == "inner":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def _streaming(self, req: Req) -> SessionOf | None:
+        session = self.lookup.session_of(req)
+        return session if session is not None and session.streaming else None
+
+    # ---- match ----
+
+    def find_active_slot(self, req: Req) -> SessionSlot | None:
+        """The slot this request continues, or None. A pre-aborted request (``to_finish``
+        set) is detached from its session and matched as a plain request; the slot stays."""
+        session = self._streaming(req)
+        slot = None if session is None else self.slots.get(session.session_id)
+        if session is None or slot is None or not slot.is_holding_kv:
+            return None
+        if req.to_finish is not None:
+            session.abort_req(req)
+            self.lookup.detach(req)
+            return None
+        return slot
+
+    def match_request(self, req: Req, key: Sequence[int]) -> MatchResult | None:
+        """The slot's prefix for ``key`` (``fill_ids`` minus the logit reserve), or None
+        when the request has no active slot (the caller then matches the inner cache).
+
+            [0, cpl)            tree-owned, locked by turn 1
+            [cpl, P)            slot KV, lent to this turn (P = min(committed, len(key)))
+            [ceil(P), alloc)    stale tail (over-allocation): freed now, page-aligned
+        """
+        slot = self.find_active_slot(req)
+        if slot is None:
+            return None
+        slot.restore_to_req(req)
+        prefix_len = min(req.kv_committed_len, len(key))
+        if prefix_len < slot.cache_protected_len:  # INV-APPEND-ONLY
+            raise KVAccountingError(f"req {req.rid}: streaming session prefix shrank: {prefix_len=} < "
+                                    f"cache_protected_len={slot.cache_protected_len}")
+        self._free_tail(slot, req, prefix_len)
+        slot.restored_prefix_len = prefix_len
+        indices = self.req_to_token_pool.read(_row(req), 0, prefix_len)
+        return MatchResult(indices, slot.virtual_node, slot.cache_protected_len)
+
+    def match_prefix(self, key: Sequence[int], extra_key: str | None = None) -> MatchResult:
+        return self.inner.match_prefix(key, extra_key)
+
+    # ---- finish / checkpoint ----
+
+    def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
+        """A streaming request's release: abort wipes, retract of a borrowed slot wipes,
+        a finish saves; anything else goes to the inner cache."""
+        session = self._streaming(req)
+        if session is None:
+            self.inner.cache_finished_req(req, is_insert=is_insert)
+            return
+        slot = self.slots.get(session.session_id)
+        aborted = req.finished_reason is not None and req.finished_reason.kind == "abort"
+        if aborted:
+            self._wipe(session.session_id, slot, req)
+            session.abort_req(req)
+        elif not req.finished():  # retracted: the turn lives on, the checkpoint stays
+            if slot is not None and slot.is_holding_kv and slot.req_pool_idx == req.req_pool_idx:
+                self._wipe(session.session_id, slot, req)
+            else:
+                self.inner.cache_finished_req(req, is_insert=is_insert)
+        else:
+            self._save(session, slot, req)
+
+    def _save(self, session: SessionOf, slot: SessionSlot | None, req: Req) -> None:
+        finished_len = req.finished_len if req.finished_len is not None else len(req.output_ids)
+        target = len(req.origin_input_ids) + finished_len
+        self._trim_overshoot(req, finished_len)
+        is_first = slot is None or not slot.is_holding_kv
+        if slot is None or is_first:
+            slot = self.slots[session.session_id] = SessionSlot()
+        elif slot.req_pool_idx != req.req_pool_idx:
+            raise KVAccountingError(f"req {req.rid}: finishes on row {req.req_pool_idx}, "
+                                    f"session {session.session_id} holds row {slot.req_pool_idx}")
+        slot.save_from_req(req, is_first)
+        slot.kv_committed_len = min(target, slot.kv_committed_len)  # never claim unwritten KV
+        _hand_over(req)
+        session.finish_req(req)
+
+    def _wipe(self, session_id: str, slot: SessionSlot | None, req: Req) -> None:
+        """Free every KV of the turn and of the session (abort = wipe KV, keep tokens).
+        Turn 1 has no slot yet: an ephemeral one from the request drops its tree lock."""
+        if slot is None or not slot.is_holding_kv:
+            slot = self.slots[session_id] = SessionSlot(
+                req.req_pool_idx, req.kv_committed_len, req.kv_allocated_len, req.cache_protected_len,
+                req.swa_evicted_seqlen, req.last_node, req.swa_uuid_for_lock)
+        elif slot.req_pool_idx != req.req_pool_idx:
+            raise KVAccountingError(f"req {req.rid}: wipes row {req.req_pool_idx}, "
+                                    f"session {session_id} holds row {slot.req_pool_idx}")
+        slot.kv_allocated_len = max(slot.kv_allocated_len, req.kv_allocated_len)
+        self.release_session(session_id)
+        _hand_over(req)
+
+    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+        """A chunk stash keeps the row as the prefix and skips the inner cache (SGLang
+        #20476); a later turn skips it too (the slot holds its KV); turn 1's checkpoint
+        inserts its prompt into the tree (the lock the slot will hold)."""
+        session = self._streaming(req)
+        if session is not None and chunked:
+            req.prefix_indices = self.req_to_token_pool.read(_row(req), 0, len(req.fill_ids))
+            return
+        if session is not None and session.session_id in self.slots:
+            return
+        self.inner.cache_unfinished_req(req, chunked=chunked)
+
+    # ---- locks, eviction, reset ----
+
+    def inc_lock_ref(self, node: Any) -> Any:
+        return None if isinstance(node, VirtualNode) else self.inner.inc_lock_ref(node)
+
+    def dec_lock_ref(self, node: Any, swa_uuid_for_lock: int | None = None) -> None:
+        if not isinstance(node, VirtualNode):
+            self.inner.dec_lock_ref(node, swa_uuid_for_lock)
+
+    def evict(self, *num_tokens: int) -> int:
+        return self.inner.evict(*num_tokens)  # type: ignore[call-arg]
+
+    def evictable_size(self) -> int:
+        return self.inner.evictable_size()
+
+    def protected_size(self) -> int:
+        return self.inner.protected_size()
+
+    def reset(self) -> None:
+        """Drop every slot and the inner cache (``flush_cache``: the pools are cleared too)."""
+        self.slots.clear()
+        self.inner.reset()
+
+    def release_session(self, session_id: str) -> None:
+        """Drop the turn-1 lock, free ``[cache_protected_len, kv_allocated_len)`` (a paged
+        free takes the partial last page whole) and return the row."""
+        slot = self.slots.pop(session_id, None)
+        if slot is None:
+            return
+        if slot.last_node is not None:
+            self.inner.dec_lock_ref(slot.last_node, slot.swa_uuid_for_lock)
+        if slot.req_pool_idx is not None:
+            start, end = slot.cache_protected_len, slot.kv_allocated_len
+            if start < end:
+                self.allocator.free(self.req_to_token_pool.read(slot.req_pool_idx, start, end))
+            self.req_to_token_pool.free(slot.req_pool_idx)
+
+    # ---- stale KV ----
+
+    def _free_tail(self, slot: SessionSlot, req: Req, prefix_len: int) -> None:
+        """Free ``[ceil(prefix_len), allocated)`` before the extend overwrites the row from
+        ``prefix_len`` (over-allocation, a shorter key: SGLang #22862); cap slot and request."""
+        self._free_kv_aligned(_row(req), prefix_len, slot.kv_allocated_len)
+        for holder in (slot, req):
+            holder.kv_allocated_len = prefix_len
+            holder.kv_committed_len = min(holder.kv_committed_len, prefix_len)
+            holder.swa_evicted_seqlen = min(holder.swa_evicted_seqlen, prefix_len)
+
+    def _trim_overshoot(self, req: Req, finished_len: int) -> None:
+        """Cap the finishing request at ``target = origin + finished_len`` (the next turn's
+        history): free ``[ceil(target), allocated)``, cap the three lengths, cut the output
+        (SGLang #22897, #22900)."""
+        target = len(req.origin_input_ids) + finished_len
+        self._free_kv_aligned(_row(req), target, req.kv_allocated_len)
+        req.kv_allocated_len = min(req.kv_allocated_len, target)
+        req.kv_committed_len = min(req.kv_committed_len, target)
+        req.swa_evicted_seqlen = min(req.swa_evicted_seqlen, target)
+        del req.output_ids[finished_len:]
+
+    def _free_kv_aligned(self, row: int, target: int, end: int) -> None:
+        """Free ``row[ceil(target):end)``; ``[target, ceil(target))`` stays attached to the
+        row until ``release_session`` (a paged free would take the whole page)."""
+        start = paging.ceil_align(target, self.page_size)
+        if start < end:
+            self.allocator.free(self.req_to_token_pool.read(row, start, end))
+
+    # ---- views ----
+
+    def held_slots(self, active_rows: Iterable[int]) -> list[HeldSlot]:
+        """The slots holding KV whose row no active request borrows (SGLang's
+        ``session_held_*`` with ``_active_pool_idxs``), in session-id order."""
+        active = set(active_rows)
+        return [HeldSlot(f"slot:{sid}@row{s.req_pool_idx}", s.req_pool_idx, s.kv_allocated_len,
+                         s.cache_protected_len, s.swa_evicted_seqlen)
+                for sid, s in sorted(self.slots.items())
+                if s.req_pool_idx is not None and s.req_pool_idx not in active]
+
+    def session_held_tokens(self, active_rows: Iterable[int] = ()) -> int:
+        ps = self.page_size
+        return sum(paging.held_len(h.kv_allocated_len, h.cache_protected_len, ps) for h in self.held_slots(active_rows))
+
+    def session_held_swa_tokens(self, active_rows: Iterable[int] = ()) -> int:
+        ps = self.page_size
+        return sum(paging.held_swa_len(h.kv_allocated_len, h.cache_protected_len, h.swa_evicted_seqlen, ps)
+                   for h in self.held_slots(active_rows))
+
+    def slot_owners(self) -> Iterator[SlotOwner]:
+        """The inner cache's owners (slots join the census through ``held_slots``)."""
+        return self.inner.slot_owners()
+
+    def tree_view(self) -> TreeView:
+        """The inner view, each node carrying the locks the sessions' turn-1 locks put on it."""
+        view = self.inner.tree_view()
+        full, swa = self.session_lock_counts()
+        if not full:
+            return view
+        nodes = tuple(replace(n, session_lock_ref=full.get(n.id, 0), session_swa_lock_ref=swa.get(n.id, 0))
+                      if n.id in full else n for n in view.nodes)
+        return replace(view, nodes=nodes)
+
+    def session_lock_counts(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Per node id, how many full and SWA locks the slots hold on it: a lock covers the
+        path from ``last_node`` to the root; its SWA part stops at the node whose
+        ``swa_uuid`` is the slot's (to the root when None)."""
+        full: dict[int, int] = {}
+        swa: dict[int, int] = {}
+        swa_tree = self.inner.supports_swa() and hasattr(self.inner, "root_node")
+        for slot in self.slots.values():
+            node, swa_on = slot.last_node, swa_tree
+            while node is not None and getattr(node, "parent", None) is not None:
+                full[node.id] = full.get(node.id, 0) + 1
+                if swa_on:
+                    swa[node.id] = swa.get(node.id, 0) + 1
+                    swa_on = slot.swa_uuid_for_lock is None or node.swa_uuid != slot.swa_uuid_for_lock
+                node = node.parent
+        return full, swa
+
+
+def _row(req: Req) -> int:
+    if req.req_pool_idx is None:
+        raise KVAccountingError(f"req {req.rid}: streaming-session operation without a request row")
+    return req.req_pool_idx
+
+
+def _hand_over(req: Req) -> None:
+    """The request's row and KV now belong to the slot (or were freed): mark both ranges
+    released once and drop the row, so ``release_kv_cache`` stops here."""
+    req.pop_committed_kv_cache()
+    req.pop_overallocated_kv_cache()
+    req.req_pool_idx = None
+
+
+def held_slots(cache: object, active_rows: Iterable[int]) -> list[HeldSlot]:
+    """``cache.held_slots`` for a streaming-session cache; nothing for any other cache."""
+    return cache.held_slots(active_rows) if isinstance(cache, StreamingSession) else []
+
+
+__all__ = ["HeldSlot", "SessionLookup", "SessionSlot", "StreamingSession", "VirtualNode", "held_slots"]

@@ -1,0 +1,144 @@
+"""The Engine's session API (a mixin of ``engine.engine.Engine``): open/close sessions,
+session requests, reaping, the ``session`` and ``response`` events and their view parts.
+
+Keeps: with ``EngineConfig.enable_streaming_session`` the prefix cache is wrapped in the
+streaming-session cache (SGLang ``--enable-streaming-session``); without it only
+non-streaming sessions open. Every session request yields one result like any request (a
+rejection: an abort with status 400 and SGLang's message). The ``session`` event follows
+every open, close (immediate, deferred or timed out), abort and flush; the ``response``
+event follows every finished request, with its ``ResponseView``. A request whose row a
+restore lent it while it waits (not yet admitted) is not a row owner in the view: its
+session slot still owns the row (SGLang counts it in ``session_held``, not ``uncached``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from engine.cache.streaming_session import StreamingSession
+from engine.model.fingerprint import KVFingerprints
+from engine.request import Req, SamplingParams
+from engine.sched.session_views import response_view, session_views, slot_views
+from engine.sched.sessions import SessionController, SessionError, SessionParams, TurnRecord
+from engine.view import ResponseView, StateView
+
+if TYPE_CHECKING:
+    from engine.config import EngineConfig
+    from engine.hooks import Clock, HookList, NullHooks
+    from engine.memory import KVMemory
+    from engine.model.runner import ModelRunner
+    from engine.sched.scheduler import Scheduler
+
+SessionParamsLike = Mapping[str, Any] | SessionParams
+KV_CHECK_EVENTS = frozenset({"session", "idle"})
+
+
+class SessionAPI:
+    """Session methods of the Engine (it provides the attributes declared here)."""
+
+    config: EngineConfig
+    mem: KVMemory
+    runner: ModelRunner
+    clock: Clock
+    scheduler: Scheduler
+    hooks: HookList | NullHooks
+    sessions: SessionController
+    _response: ResponseView
+    _emit: Callable[[str], None]
+
+    def _init_sessions(self) -> None:
+        self.sessions = SessionController(self.clock.now, self.config.enable_streaming_session, self.scheduler.abort)
+        self._response = ResponseView()
+        if self.config.enable_streaming_session:
+            mem = self.mem
+            mem.tree_cache = self.sessions.tree_cache = StreamingSession(
+                mem.tree_cache, mem.req_to_token_pool, mem.allocator, self.sessions)
+
+    # ---- open / close ----
+
+    def open_session(self, capacity_of_str_len: int, session_id: str | None = None, streaming: bool = False,
+                     timeout: float | None = None) -> str:
+        """Open a session; returns its id (generated when None). Raises ``SessionError``
+        (SGLang's HTTP 400) for a duplicate id, or streaming without the flag."""
+        sid = self.sessions.open(capacity_of_str_len, session_id, streaming, timeout)
+        self._emit("session")
+        return sid
+
+    def close_session(self, session_id: str) -> bool:
+        """Close a session — at once, or when its in-flight streaming turn ends (deferred);
+        False for an unknown id (SGLang answers 200 and logs)."""
+        found = self.sessions.close(session_id)
+        self._emit("session")
+        return found
+
+    def _reap(self) -> None:
+        if self.sessions.sessions and self.sessions.maybe_reap(self.clock.now()):
+            self._emit("session")
+
+    # ---- requests ----
+
+    def _new_req(self, rid: str, input_ids: Sequence[int], sampling_params: SamplingParams | None,
+                 session_params: SessionParamsLike | None) -> Req:
+        def make(ids: list[int]) -> Req:
+            return Req(rid, ids, sampling_params=sampling_params or SamplingParams(),
+                       eos_token_ids=frozenset(self.config.eos_token_ids))
+
+        ids = [int(t) for t in input_ids]
+        if session_params is None:
+            return make(ids)
+        params = SessionParams.of(session_params)
+        return self.sessions.create_req(rid, ids, params, make) if params.id is not None else make(ids)
+
+    @staticmethod
+    def _check_logprob_start(req: Req, return_logprob: bool, logprob_start_len: int) -> None:
+        """SGLang's ``handle_generate_request``: a logprob start past the prompt is a 400."""
+        req.return_logprob = return_logprob
+        n = len(req.origin_input_ids)
+        if return_logprob and logprob_start_len != -1 and logprob_start_len >= n and not req.finished():
+            req.set_finish_with_abort(f"logprob_start_len={logprob_start_len} is higher than the number of "
+                                      f"input tokens {n}. Please use a smaller logprob_start_len.", 400)
+
+    def _retired(self, req: Req, prompt: int, completion: int) -> None:
+        """Session bookkeeping for a finished request, then the ``response`` event."""
+        record: TurnRecord | None = self.sessions.on_retired(req)
+        reason = req.finished_reason
+        assert reason is not None
+        if record is not None:
+            self.sessions.record_response(record, reason.kind, prompt, completion)
+        if self.hooks.observers:
+            self._response = response_view(req.rid, record, reason.kind, reason.status_code, prompt, completion,
+                                           req.cached_tokens)
+            self._emit("response")
+
+    # ---- view parts ----
+
+    def _owning(self, live: list[Req]) -> list[Req]:
+        """The live requests that own their row (a waiting restore does not)."""
+        if self.sessions.tree_cache is None:
+            return live
+        waiting = set(self.scheduler.waiting_queue)
+        return [r for r in live if r not in waiting or not self.sessions.is_waiting_borrower(r)]
+
+    def _session_parts(self, event: str, view: StateView, owning: list[Req]) -> StateView:
+        """``view`` with the slot and session records, and at the ``response`` event the
+        response record (unchanged when there are none)."""
+        if event == "response":
+            view = replace(view, response=self._response)
+        sessions, cache = self.sessions, self.sessions.tree_cache
+        if not sessions.sessions and (cache is None or not cache.slots):
+            return view
+        sched = self.scheduler
+        unfinished = [r for r in {id(r): r for r in [*sched.waiting_queue, *sched.live_reqs()]}.values()
+                      if not r.finished()]
+        slots = ()
+        if cache is not None:
+            kv = getattr(self.runner, "kv", None) if event in KV_CHECK_EVENTS else None
+            active = {r.req_pool_idx for r in owning if r.req_pool_idx is not None}
+            slots = slot_views(sessions, cache, active, self.mem.req_to_token_pool,
+                               kv if isinstance(kv, KVFingerprints) else None)
+        return replace(view, slots=slots, sessions=session_views(sessions, unfinished, cache))
+
+
+__all__ = ["SessionAPI", "SessionError", "SessionParams"]
