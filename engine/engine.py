@@ -22,7 +22,8 @@ from engine.hooks import Clock, Observer, SimClock, make_hooks
 from engine.memory import KVMemory
 from engine.model.runner import ModelRunner
 from engine.request import FinishReason, Req, SamplingParams
-from engine.sched.scheduler import Scheduler, SchedulerStats, StepOutcome
+from engine.sched.scheduler import Scheduler
+from engine.sched.stats import SchedulerStats, StepOutcome
 from engine.session_api import SessionAPI, SessionParamsLike
 from engine.snapshot import ReqPlaces, memory_view
 from engine.view import OPTIONAL_PARTS, IntegrityView, SchedView, StateView

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from engine.engine import Engine
 from engine.request import SamplingParams
-from engine.sched.scheduler import SchedulerStats
+from engine.sched.stats import SchedulerStats
 from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
 from invariants.loader import Catalog
 from invariants.spec import Spec
