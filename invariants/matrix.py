@@ -55,10 +55,18 @@ def matrix_cells(path: str | Path = ROOT / "ci" / "matrix.yaml",
     cells = []
     for row in rows:
         cell = dict(zip(names, row))
-        name = " ".join(f"{k}={_short(v)}" for k, v in cell.items())
+        name = " ".join(_short(k, v) for k, v in cell.items())
         cells.append((name, load_spec(base_path, engine_overrides(cell, base))))
     return cells
 
 
-def _short(value: Any) -> str:
-    return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+AXIS_NAMES = {"page_size": "ps", "enable_overlap": "overlap", "enable_mixed_chunk": "mixed",
+              "test_retract": "retract"}
+
+
+def _short(axis: str, value: Any) -> str:
+    """A compact cell label part: ``ps16``, ``chunk``, ``overlap+``, ``swa-``."""
+    name = AXIS_NAMES.get(axis, axis)
+    if isinstance(value, bool):
+        return f"{name}{'+' if value else '-'}"
+    return str(value) if axis == "cache" else f"{name}{value}"
