@@ -94,7 +94,8 @@ def _spec_table(catalog: Catalog, rows: list[tuple[str, str, SpecOutcome]]) -> T
     table = Table(title=f"kvspec report — {len(catalog)} invariants checked at every scheduler event")
     for column in ("spec / matrix cell", "steps", "finished", "cached", "evicted", "chunks",
                    "retracts", "mixed", "checks", "violations", "goals", "time"):
-        table.add_column(column, justify="left" if column.startswith("spec") else "right")
+        table.add_column(column, justify="left" if column.startswith("spec") else "right",
+                         no_wrap=column.startswith("spec"))
     for name, _, out in rows:
         s = out.stats
         verdict = f"[red]{len(out.violations)}[/red]" if out.violations else "[green]0[/green]"
