@@ -108,7 +108,8 @@ class KVMemory:
         seq_lens = [len(r.fill_ids) for r in reqs]
         last_locs = [int(r.prefix_indices[-1]) if len(r.prefix_indices) else -1 for r in reqs]
         extend = sum(seq_lens) - sum(prefix_lens)
-        self.evict_for(extend + len(reqs) * ps)
+        # SGLang 0.5.11: a page of slack per request only when paged (alloc_token_slots at ps 1)
+        self.evict_for(extend + (len(reqs) * ps if ps > 1 else 0))
         out = self.allocator.alloc_extend(prefix_lens, seq_lens, last_locs)
         if out is None:
             raise KVOutOfMemory(f"extend of {extend} tokens for {len(reqs)} requests does not fit")
