@@ -78,7 +78,7 @@ def _full_pool_view(mem: KVMemory, live: list[Req], census: bool, slots: list[He
         return view
     to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
     owned, referenced = _row_refs(mem, [*live, *slots], to_pages, swa=False)
-    owned += [(o.label, o.slots // ps) for o in cache.slot_owners()]
+    owned += [(o.label, o.slots if ps == 1 else o.slots // ps) for o in cache.slot_owners()]
     return replace(view, census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced))
 
 
@@ -140,12 +140,9 @@ def _counter(cache: object, name: str) -> int:
 
 def _req_view(r: Req, places: ReqPlaces) -> ReqView:
     return ReqView(
-        rid=r.rid, req_pool_idx=-1 if r.req_pool_idx is None else r.req_pool_idx,
-        seq_len=len(r.fill_ids), kv_committed_len=r.kv_committed_len,
-        kv_allocated_len=r.kv_allocated_len, cache_protected_len=r.cache_protected_len,
-        swa_evicted_seqlen=r.swa_evicted_seqlen, is_chunked=r.is_chunked,
-        kv_committed_freed=r.kv_committed_freed, kv_overallocated_freed=r.kv_overallocated_freed,
-        origin_len=len(r.origin_input_ids), num_output=len(r.output_ids), finished=r.finished(),
-        to_finish=r.to_finish is not None, is_retracted=r.is_retracted, in_waiting=r in places.waiting,
-        in_running=r in places.running, in_batch=r in places.batch,
-    )
+        r.rid, -1 if r.req_pool_idx is None else r.req_pool_idx, len(r.fill_ids), r.kv_committed_len,
+        r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, r.is_chunked,
+        r.kv_committed_freed, r.kv_overallocated_freed, len(r.origin_input_ids), len(r.output_ids),
+        r.finished(), r.to_finish is not None, r.is_retracted, r in places.waiting, r in places.running,
+        r in places.batch,
+    )  # fmt: skip

@@ -21,16 +21,15 @@ from engine.cache.base import MatchResult, SlotOwner
 from engine.cache.tree_util import (
     Key,
     TreeNode,
-    all_nodes,
     child_key,
     committed_kv,
     concat,
     fill_kv,
     match_len,
-    node_view,
     page_key,
     path_to_root,
 )
+from engine.cache.tree_view_cache import NodeRegistry
 from engine.errors import KVAccountingError
 from engine.mem.allocator import PagedAllocator
 from engine.mem.req_to_token import ReqToTokenPool
@@ -54,6 +53,7 @@ class RadixCache:
     def reset(self) -> None:
         """Drop every node (their slots are not freed: the caller clears the allocator too)."""
         self._ids, self._clock = itertools.count(), itertools.count()
+        self._registry: NodeRegistry[TreeNode] = NodeRegistry("lock_ref", swa=False)
         self.root_node = self._new_node((), np.empty(0, dtype=np.int64), None, None)
         self.root_node.lock_ref = 1
         self.evictable_size_ = 0
@@ -115,6 +115,7 @@ class RadixCache:
         if pos < len(key):
             leaf = self._new_node(key[pos:], value[pos:].copy(), extra_key, node)
             node.children[child_key(key, pos, self.page_size, extra_key)] = leaf
+            self._registry.touch(node)
             self.evictable_size_ += len(leaf.value)
             self._update_leaf_status(node)
             self._update_leaf_status(leaf)
@@ -128,6 +129,7 @@ class RadixCache:
         new.lock_ref = child.lock_ref
         child.key, child.value = child.key[split_len:], child.value[split_len:].copy()
         child.parent = new
+        self._registry.touch(child)
         new.children[child_key(child.key, 0, self.page_size, child.extra_key)] = child
         # same dict key as before (first page unchanged), so the parent's child order holds
         parent.children[child_key(new.key, 0, self.page_size, new.extra_key)] = new
@@ -137,6 +139,7 @@ class RadixCache:
         self, key: Key, value: np.ndarray, extra_key: str | None, parent: TreeNode | None
     ) -> TreeNode:
         node = TreeNode(next(self._ids), key, value, extra_key, parent)
+        self._registry.add(node)
         self._touch(node)
         return node
 
@@ -195,7 +198,9 @@ class RadixCache:
         """Pin ``node`` and its ancestors; a 0→1 transition moves its size evictable→protected.
         Returns None (no SWA lock handle in a full-attention tree). Raises, changing nothing,
         for None or a node of another tree."""
-        for n in path_to_root(self.root_node, node, "inc_lock_ref"):
+        path = path_to_root(self.root_node, node, "inc_lock_ref")
+        self._registry.relock(path)
+        for n in path:
             if n.lock_ref == 0:
                 self.evictable_size_ -= len(n.key)
                 self.protected_size_ += len(n.key)
@@ -205,7 +210,9 @@ class RadixCache:
     def dec_lock_ref(self, node: TreeNode | None, swa_uuid_for_lock: int | None = None) -> None:
         """Unpin ``node`` and its ancestors; a 1→0 transition moves its size protected→evictable.
         Like SGLang, a count may go negative (the view exposes it to the invariants)."""
-        for n in path_to_root(self.root_node, node, "dec_lock_ref"):
+        path = path_to_root(self.root_node, node, "dec_lock_ref")
+        self._registry.relock(path)
+        for n in path:
             if n.lock_ref == 1:
                 self.evictable_size_ += len(n.key)
                 self.protected_size_ -= len(n.key)
@@ -234,6 +241,7 @@ class RadixCache:
         node.parent.children.pop(child_key(node.key, 0, self.page_size, node.extra_key))
         self.evictable_size_ -= len(node.key)
         self.evictable_leaves.pop(node.id, None)
+        self._registry.unlink(node)
         self._update_leaf_status(node.parent)
 
     def _update_leaf_status(self, node: TreeNode) -> None:
@@ -251,7 +259,7 @@ class RadixCache:
         return self.protected_size_
 
     def total_size(self) -> int:
-        return sum(len(n.value) for n in all_nodes(self.root_node))
+        return sum(len(n.value) for n in self._registry.all())
 
     def tree_view(self) -> TreeView:
         return TreeView(
@@ -260,11 +268,9 @@ class RadixCache:
             evictable_size=self.evictable_size_,
             protected_size=self.protected_size_,
             num_evictable_leaves=len(self.evictable_leaves),
-            nodes=tuple(node_view(n, n is self.root_node, "lock_ref") for n in all_nodes(self.root_node)),
+            nodes=self._registry.views(),
         )
 
     def slot_owners(self) -> Iterator[SlotOwner]:
-        for node in all_nodes(self.root_node):
-            if node is not self.root_node:
-                yield SlotOwner(f"tree:n{node.id}", node.value)
+        return iter(self._registry.slot_owners())
 

@@ -19,19 +19,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from engine.cache.base import MatchResult, SlotOwner
-from engine.cache.tree_util import (
-    Key,
-    SWATreeNode,
-    all_nodes,
-    child_key,
-    committed_kv,
-    concat,
-    fill_kv,
-    match_len,
-    node_view,
-    page_key,
-    path_to_root,
-)  # fmt: skip
+from engine.cache.tree_util import (Key, SWATreeNode, child_key, committed_kv, concat, fill_kv,
+                                    match_len, page_key, path_to_root)  # fmt: skip
+from engine.cache.tree_view_cache import NodeRegistry
 from engine.errors import KVAccountingError
 from engine.mem.allocator import SWAAllocator
 from engine.mem.req_to_token import ReqToTokenPool
@@ -58,6 +48,8 @@ class SWARadixCache:
         """Drop every node (their slots are not freed: the caller clears the allocator too)."""
         self._ids, self._clock, self._uuids = itertools.count(), itertools.count(), itertools.count(1)
         self.root_node = SWATreeNode(next(self._ids), (), np.empty(0, dtype=np.int64))
+        self._registry: NodeRegistry[SWATreeNode] = NodeRegistry("full_lock_ref", swa=True)
+        self._registry.add(self.root_node)
         self.root_node.full_lock_ref = self.root_node.swa_lock_ref = 1
         self.full_evictable_size_ = self.swa_evictable_size_ = self.full_protected_size_ = self.swa_protected_size_ = 0
 
@@ -173,6 +165,7 @@ class SWARadixCache:
             alloc.free(node.value)  # full slots only: a tombstone's SWA mapping is zero
             node.value = incoming.copy()
         node.swa_tombstone = False
+        self._registry.touch(node)
         node.swa_tick = next(self._clock)
         self.swa_evictable_size_ += len(node.value)
 
@@ -185,11 +178,13 @@ class SWARadixCache:
             self.allocator.free(value)
             return
         cut = swa_evicted - start if start < swa_evicted < start + len(key) else 0
+        self._registry.touch(node)  # gains a child
         for lo, hi, tombstone in ((0, cut, True), (cut, len(key), False)):
             if lo == hi:
                 continue
             child = SWATreeNode(next(self._ids), key[lo:hi], value[lo:hi].copy(), extra_key, node)
             child.swa_tombstone = tombstone
+            self._registry.add(child)
             node.children[child_key(child.key, 0, self.page_size, extra_key)] = child
             self.full_evictable_size_ += hi - lo
             self.swa_evictable_size_ += 0 if tombstone else hi - lo
@@ -206,6 +201,8 @@ class SWARadixCache:
             full_lock_ref=child.full_lock_ref, swa_lock_ref=child.swa_lock_ref,
             swa_tombstone=child.swa_tombstone, swa_uuid=child.swa_uuid,
         )  # fmt: skip
+        self._registry.add(new)
+        self._registry.touch(child)
         child.swa_uuid = None
         child.key, child.value = child.key[split_len:], child.value[split_len:].copy()
         child.parent = new
@@ -295,6 +292,7 @@ class SWARadixCache:
             raise KVAccountingError(f"{op} on node n{bad.id} with full_lock_ref={bad.full_lock_ref}")
         if bad := next((n for n in swa_path if n.swa_tombstone or n.swa_lock_ref + low < 0), None):
             raise KVAccountingError(f"{op}: SWA lock of n{bad.id} with {bad.swa_tombstone=}, {bad.swa_lock_ref=}")
+        self._registry.relock(path)  # swa_path is a prefix of path
         for n in path:
             if n.full_lock_ref == edge:
                 self.full_evictable_size_ -= delta * len(n.value)
@@ -315,7 +313,7 @@ class SWARadixCache:
         return full
 
     def _evict_full(self, num_tokens: int) -> tuple[int, int]:
-        nodes = all_nodes(self.root_node)[1:]
+        nodes = self._registry.all()[1:]
         heap = [(n.full_tick, n.id, n) for n in nodes if not n.children and n.full_lock_ref == 0]
         heapq.heapify(heap)
         full = swa = 0
@@ -327,7 +325,7 @@ class SWARadixCache:
         return full, swa
 
     def _evict_swa(self, num_tokens: int, swa: int) -> tuple[int, int]:
-        nodes = [n for n in all_nodes(self.root_node)[1:] if not n.swa_tombstone and n.swa_lock_ref == 0]
+        nodes = [n for n in self._registry.all()[1:] if not n.swa_tombstone and n.swa_lock_ref == 0]
         full = 0
         for x in sorted(nodes, key=lambda n: (n.swa_tick, n.id)):
             if swa >= num_tokens:
@@ -336,6 +334,7 @@ class SWARadixCache:
                 self.allocator.free_swa(x.value)
                 swa += len(x.value)
                 x.swa_tombstone = True
+                self._registry.touch(x)
                 self.swa_evictable_size_ -= len(x.value)
             elif x.full_lock_ref > 0:
                 raise KVAccountingError(f"leaf n{x.id} is full-locked but not SWA-locked")
@@ -360,6 +359,7 @@ class SWARadixCache:
         assert parent is not None and not node.children
         self.allocator.free(node.value)  # a tombstone's SWA mapping is 0: full slots only
         parent.children.pop(child_key(node.key, 0, self.page_size, node.extra_key))
+        self._registry.unlink(node)
         full, swa = len(node.value), 0 if node.swa_tombstone else len(node.value)
         self.full_evictable_size_ -= full
         self.swa_evictable_size_ -= swa
@@ -387,14 +387,14 @@ class SWARadixCache:
     protected_size = full_protected_size
 
     def tree_view(self) -> TreeView:
-        nodes = all_nodes(self.root_node)
+        nodes = self._registry.all()
         return TreeView(
             kind="swa_radix", page_size=self.page_size,
             evictable_size=self.full_evictable_size_, protected_size=self.full_protected_size_,
             swa_evictable_size=self.swa_evictable_size_, swa_protected_size=self.swa_protected_size_,
             num_evictable_leaves=sum(1 for n in nodes[1:] if not n.children and n.full_lock_ref == 0),
-            nodes=tuple(node_view(n, n is self.root_node, "full_lock_ref") for n in nodes),
+            nodes=self._registry.views(),
         )  # fmt: skip
 
     def slot_owners(self) -> Iterator[SlotOwner]:
-        return (SlotOwner(f"tree:n{n.id}", n.value, not n.swa_tombstone) for n in all_nodes(self.root_node)[1:])
+        return iter(self._registry.slot_owners())
