@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -22,6 +21,7 @@ from engine.engine import Engine
 from engine.request import Req, SamplingParams
 from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_catalog
+from tests.engine.sched.sched_support import step_with_forced_retract
 
 CATALOG = load_catalog()
 TOTAL_TOKENS = 512  # a few long requests fill it: the cache evicts, decode retracts
@@ -138,13 +138,7 @@ class EngineMachine(RuleBasedStateMachine):
     def force_retract(self) -> None:
         """One step with SGLANG_TEST_RETRACT due now: if it decodes with more than one request
         running, it retracts."""
-        sched = self.engine.scheduler
-        normal = sched.config
-        sched.config = replace(normal, test_retract=True, test_retract_interval=1)
-        try:
-            self.engine.step()
-        finally:
-            sched.config = normal
+        step_with_forced_retract(self.engine)
 
     @rule()
     @driving

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -28,6 +27,7 @@ from engine.model.tokenizer import BOS_ID
 from engine.request import SamplingParams
 from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_catalog
+from tests.engine.sched.sched_support import step_with_forced_retract
 
 CATALOG = load_catalog()
 CONTEXT_LEN = 384  # inputs of >= 378 tokens are too long (pre-abort, status 400)
@@ -165,13 +165,7 @@ class SessionMachine(RuleBasedStateMachine):
     @rule()
     @driving
     def force_retract(self) -> None:
-        sched = self.engine.scheduler
-        normal = sched.config
-        sched.config = replace(normal, test_retract=True, test_retract_interval=1)
-        try:
-            self.engine.step()
-        finally:
-            sched.config = normal
+        step_with_forced_retract(self.engine)
 
     @rule()
     @driving

@@ -12,11 +12,11 @@ layer directly.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from itertools import combinations
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from allpairspy import AllPairs
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
@@ -92,27 +92,21 @@ def grid_config(w: Workload, *, radix: bool, overlap: bool, mixed: bool, retract
 
 
 def all_pairs(factors: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
-    """A small deterministic set of rows covering every pair of values of every two factors
-    (greedy: each row starts from the first uncovered pair, then each other factor takes the
-    value covering most uncovered pairs, lowest index on ties)."""
+    """Rows covering every pair of values of every two factors (allpairspy, deterministic)."""
     names = list(factors)
-    sizes = [len(factors[n]) for n in names]
-    uncovered = {(i, a, j, b) for i, j in combinations(range(len(names)), 2)
-                 for a in range(sizes[i]) for b in range(sizes[j])}
-    rows: list[dict[str, Any]] = []
-    while uncovered:
-        i, a, j, b = min(uncovered)
-        row = {i: a, j: b}
-        for k in range(len(names)):
-            if k not in row:
-                row[k] = max(range(sizes[k]), key=lambda v: (_gain(row, k, v, uncovered), -v))
-        uncovered -= {(x, row[x], y, row[y]) for x, y in combinations(range(len(names)), 2)}
-        rows.append({names[k]: factors[names[k]][row[k]] for k in range(len(names))})
-    return rows
+    return [dict(zip(names, row)) for row in AllPairs([list(factors[n]) for n in names])]
 
 
-def _gain(row: dict[int, int], k: int, v: int, uncovered: set[tuple[int, int, int, int]]) -> int:
-    return sum(((min(k, m), v if k < m else row[m], max(k, m), row[m] if k < m else v) in uncovered) for m in row)
+def step_with_forced_retract(engine: Engine) -> None:
+    """One step with SGLANG_TEST_RETRACT due now: a decode with more than one running
+    request retracts."""
+    sched = engine.scheduler
+    normal = sched.config
+    sched.config = replace(normal, test_retract=True, test_retract_interval=1)
+    try:
+        engine.step()
+    finally:
+        sched.config = normal
 
 
 def run_checked(config: EngineConfig, w: Workload, observers: Sequence[Any] = ()) -> tuple[Engine, Checker]:
