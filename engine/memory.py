@@ -8,9 +8,9 @@ The scheduler decides *when*; these methods decide *which slots*.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -26,6 +26,20 @@ from engine.mem.allocator import PagedAllocator, SWAAllocator, TokenAllocator
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.request import Req
 
+if TYPE_CHECKING:
+    from engine.sched.batch import ScheduleBatch
+
+
+class DecodeReservation(Protocol):
+    """What speculative decoding (engine/speculative/eagle.py) decides for decode steps:
+    how much a step allocates, how it is prepared, and the trim before a release."""
+
+    def decode_tokens(self, reqs: Sequence[Req]) -> int: ...
+
+    def prepare_for_decode(self, batch: ScheduleBatch, last_tokens: Mapping[Req, int]) -> None: ...
+
+    def before_release(self, req: Req) -> None: ...
+
 
 @dataclass(slots=True, eq=False)
 class KVMemory:
@@ -36,8 +50,7 @@ class KVMemory:
     req_to_token_pool: ReqToTokenPool
     tree_cache: PrefixCache
     evicted_tokens: int = 0  # tokens freed by cache eviction (proves eviction ran)
-    # EAGLE's worker (engine/speculative/eagle.py): it sizes and prepares the decode step
-    spec: Any = None
+    spec: DecodeReservation | None = None  # EAGLE's worker, when speculative decoding is on
 
     @classmethod
     def from_config(cls, config: MemoryConfig) -> KVMemory:
@@ -62,8 +75,7 @@ class KVMemory:
         full = alloc.full_available_size() if isinstance(alloc, SWAAllocator) else alloc.available_size()
         room = full + cache.evictable_size()
         if isinstance(alloc, SWAAllocator):
-            swa_evictable = getattr(cache, "swa_evictable_size", lambda: 0)()
-            room = min(room, alloc.swa_available_size() + swa_evictable)
+            room = min(room, alloc.swa_available_size() + cache.swa_evictable_size())
         return room
 
     def match_prefix(self, req: Req) -> None:
@@ -178,7 +190,6 @@ class KVMemory:
             self.allocator.free(self.req_to_token_pool.read(req.req_pool_idx, start, end))
         self.req_to_token_pool.free(req.req_pool_idx)
         req.req_pool_idx = None
-
 
 
 def _take_row(pool: ReqToTokenPool, req: Req) -> int:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from engine.cache.base import PrefixCache
 from engine.cache.streaming_session import HeldSlot, held_slots
 from engine.mem import paging
 from engine.mem.allocator import SWAAllocator
@@ -60,8 +61,8 @@ def _tree_view(mem: KVMemory, nodes: bool) -> TreeView:
         return cache.tree_view()
     return TreeView(kind="unlisted", page_size=mem.page_size, evictable_size=cache.evictable_size(),
                     protected_size=cache.protected_size(),
-                    swa_evictable_size=_counter(cache, "swa_evictable_size"),
-                    swa_protected_size=_counter(cache, "swa_protected_size"), nodes_taken=False)
+                    swa_evictable_size=cache.swa_evictable_size(),
+                    swa_protected_size=cache.swa_protected_size(), nodes_taken=False)
 
 
 def _full_pool_view(mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot]) -> PoolView:
@@ -99,10 +100,10 @@ def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: 
     return replace(view, census=take_census(alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced))
 
 
-def _swa_counters(alloc: SWAAllocator, cache: object, live: list[Req], ps: int) -> PoolView:
+def _swa_counters(alloc: SWAAllocator, cache: PrefixCache, live: list[Req], ps: int) -> PoolView:
     return PoolView(
         name="swa", page_size=ps, capacity=alloc.swa.size, free=alloc.swa.available_size(),
-        evictable=_counter(cache, "swa_evictable_size"), protected=_counter(cache, "swa_protected_size"),
+        evictable=cache.swa_evictable_size(), protected=cache.swa_protected_size(),
         request_owned=sum(
             paging.held_swa_len(r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, ps)
             for r in live
@@ -130,12 +131,6 @@ def _row_refs(
         owned.append((label, to_pages(row[start:])))
         referenced.append((label, to_pages(row[r.swa_evicted_seqlen:] if swa else row)))
     return owned, referenced
-
-
-def _counter(cache: object, name: str) -> int:
-    # the chunk cache has no SWA counters: it holds nothing
-    getter = getattr(cache, name, None)
-    return int(getter()) if getter is not None else 0
 
 
 def _req_view(r: Req, places: ReqPlaces) -> ReqView:

@@ -258,6 +258,11 @@ class RadixCache:
     def protected_size(self) -> int:
         return self.protected_size_
 
+    def swa_evictable_size(self) -> int:
+        return 0  # a full-attention tree holds no SWA KV
+
+    swa_protected_size = swa_evictable_size
+
     def total_size(self) -> int:
         return sum(len(n.value) for n in self._registry.all())
 

@@ -87,7 +87,8 @@ class ScheduleBatch:
         ``last_tokens`` holds each request's latest sampled token, processed or not (the
         overlap future map). With EAGLE the speculative worker prepares the step instead."""
         if mem.spec is not None:
-            return mem.spec.prepare_for_decode(self, last_tokens)  # type: ignore[no-any-return]
+            mem.spec.prepare_for_decode(self, last_tokens)
+            return
         self.mode = ForwardMode.DECODE
         self.reused, self.truncated_rids = (), ()  # a running batch may be a former extend batch
         out = mem.alloc_for_decode(self.reqs)
