@@ -7,10 +7,8 @@ example with the invariant's id and message; teardown runs to idle and checks th
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -21,14 +19,13 @@ from engine.engine import Engine
 from engine.request import Req, SamplingParams
 from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_catalog
-from tests.engine.sched.sched_support import step_with_forced_retract
+from tests.engine.sched.sched_support import driving, step_with_forced_retract
 
 CATALOG = load_catalog()
 TOTAL_TOKENS = 512  # a few long requests fill it: the cache evicts, decode retracts
 CONTEXT_LEN = 192  # prompts of >= 186 tokens are rejected at submit (max_req_input_len)
 SHARED = np.random.default_rng(0).integers(0, 256, 96).tolist()  # a common head: radix hits
 PHASES = ("waiting", "running", "chunked", "any")
-F = TypeVar("F", bound=Callable[..., None])
 LENGTHS = st.one_of(st.integers(1, 40), st.integers(41, 185), st.integers(186, 240))
 PROMPTS = st.tuples(LENGTHS, st.integers(0, 96), st.integers(0, 2**16), st.integers(1, 32))
 
@@ -41,19 +38,6 @@ class EventCounter:
 
     def on_event(self, event: str, engine: Any) -> None:
         self.seen[event] += 1
-
-
-def driving(method: F) -> F:
-    """Mark the machine broken while ``method`` drives the engine: if it raises, teardown
-    leaves the engine alone (running on would bury the first failure under a later one)."""
-
-    @functools.wraps(method)
-    def wrapper(self: EngineMachine, *args: Any, **kwargs: Any) -> None:
-        self.broken = True
-        method(self, *args, **kwargs)
-        self.broken = False
-
-    return wrapper  # type: ignore[return-value]
 
 
 def make_prompt(length: int, shared: int, seed: int) -> list[int]:

@@ -11,9 +11,7 @@ to be back to free + evictable."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from hypothesis import settings
@@ -27,28 +25,14 @@ from engine.model.tokenizer import BOS_ID
 from engine.request import SamplingParams
 from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_catalog
-from tests.engine.sched.sched_support import step_with_forced_retract
+from tests.engine.sched.sched_support import driving, step_with_forced_retract
 
 CATALOG = load_catalog()
 CONTEXT_LEN = 384  # inputs of >= 378 tokens are too long (pre-abort, status 400)
 MAX_SESSIONS = 4
-F = TypeVar("F", bound=Callable[..., None])
 PHASES = ("waiting", "running", "chunked", "any")
 PARAMS = st.sampled_from([{}, {}, {}, {"offset": -1}, {"offset": 2}, {"replace": True},
                           {"drop_previous_output": True}, {"offset": -1, "replace": True}])
-
-
-def driving(method: F) -> F:
-    """Mark the machine broken while ``method`` drives the engine (teardown leaves a broken
-    engine alone: running on would bury the first failure under a later one)."""
-
-    @functools.wraps(method)
-    def wrapper(self: SessionMachine, *args: Any, **kwargs: Any) -> None:
-        self.broken = True
-        method(self, *args, **kwargs)
-        self.broken = False
-
-    return wrapper  # type: ignore[return-value]
 
 
 def tokens(length: int, seed: int, bos: bool) -> list[int]:

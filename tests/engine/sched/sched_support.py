@@ -11,9 +11,10 @@ layer directly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from allpairspy import AllPairs
@@ -95,6 +96,22 @@ def all_pairs(factors: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Rows covering every pair of values of every two factors (allpairspy, deterministic)."""
     names = list(factors)
     return [dict(zip(names, row)) for row in AllPairs([list(factors[n]) for n in names])]
+
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def driving(method: F) -> F:
+    """Mark a state machine broken while ``method`` drives the engine: if it raises, teardown
+    leaves the engine alone (running on would bury the first failure under a later one)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.broken = True
+        method(self, *args, **kwargs)
+        self.broken = False
+
+    return wrapper  # type: ignore[return-value]
 
 
 def step_with_forced_retract(engine: Engine) -> None:
