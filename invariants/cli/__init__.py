@@ -1,0 +1,9 @@
+"""The `kvspec` command line (console script `kvspec = invariants.cli:app`).
+
+Each module of this package attaches its commands to the app of `invariants.cli.app`.
+"""
+
+from invariants.cli import bench, catalog, explore, run  # noqa: F401 - registers the commands
+from invariants.cli.app import app
+
+__all__ = ["app"]

@@ -1,0 +1,44 @@
+"""The `kvspec` Typer application and its command groups; command modules attach to these.
+
+Keeps: command functions stay tiny — each parses its arguments and calls one library function
+(imported inside the command, so `kvspec --help` stays fast).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(help="kvspec: spec-driven verification of KV-cache accounting.",
+                  no_args_is_help=True, add_completion=False)
+invariants_app = typer.Typer(help="The invariant catalog.", no_args_is_help=True)
+app.add_typer(invariants_app, name="invariants")
+bench_app = typer.Typer(help="Benchmarks (results: docs/benchmarks.md).", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+OutPath = Annotated[Optional[Path],  # noqa: UP007 - typer reads Optional at runtime
+                    typer.Option(help="Write the JSON here (default: stdout).")]
+
+
+def int_list(text: str) -> list[int]:
+    """``"8,32,128"`` → ``[8, 32, 128]``; a clear error for anything else."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected comma-separated integers") from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{text!r}: expected positive integers")
+    return values
+
+
+def emit_json(result: object, out: Path | None) -> None:
+    """Print ``result`` as JSON, or write it to ``out``."""
+    import json
+
+    text = json.dumps(result, indent=2)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")

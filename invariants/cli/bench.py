@@ -1,0 +1,82 @@
+"""`kvspec bench sim|kernels|anchor` (results: docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from invariants.cli.app import OutPath, bench_app, emit_json, int_list
+
+
+@bench_app.command("sim")
+def bench_sim_command(
+    batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "8,32,128",
+    pool: Annotated[str, typer.Option(help="KV pool sizes in tokens, comma-separated.")] = "4096,65536,1048576",
+    modes: Annotated[str, typer.Option(help="Checker modes: off, sums, full.")] = "off,sums,full",
+    runs: Annotated[int, typer.Option(min=1, help="Runs per cell (the median is reported).")] = 3,
+    steps: Annotated[int, typer.Option(min=1, help="Timed steps per run.")] = 300,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed steps before them.")] = 50,
+    seed: Annotated[int, typer.Option(help="The workload's seed.")] = 0,
+    page_size: Annotated[int, typer.Option(min=1, help="Tokens per KV page.")] = 1,
+    out: OutPath = None,
+) -> None:
+    """Scheduler steps/s of the sim-model engine with the checker off, sums only, and full."""
+    from invariants.bench import MODES, bench_sim, summary_table
+
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = sorted(set(mode_list) - set(MODES))
+    if unknown or not mode_list:
+        raise typer.BadParameter(f"modes {unknown or modes!r}: choose from {', '.join(MODES)}")
+    err = Console(stderr=True)
+    result = bench_sim(int_list(batch), int_list(pool), mode_list, seed=seed, steps=steps,
+                       warmup=warmup, runs=runs, page_size=page_size, progress=err.print)
+    emit_json(result, out)
+    err.print(summary_table(result))
+
+
+@bench_app.command("kernels")
+def bench_kernels_command(
+    device: Annotated[str, typer.Option(help="A CUDA device (the kernels' benchmark needs a GPU).")] = "cuda",
+    batch: Annotated[int, typer.Option(min=1, help="Requests per batch.")] = 64,
+    prefix_len: Annotated[int, typer.Option(min=0, help="Cached tokens per request.")] = 3072,
+    extend_len: Annotated[int, typer.Option(min=1, help="New tokens per request (decode context = prefix + extend).")] = 1024,
+    peak_gbps: Annotated[Optional[float], typer.Option(help="The device's HBM peak, GB/s.")] = None,  # noqa: UP007
+    peak_tflops: Annotated[Optional[float], typer.Option(help="The device's bf16 peak, TFLOP/s.")] = None,  # noqa: UP007
+    out: OutPath = None,
+) -> None:
+    """Each Triton kernel vs its torch twin vs SDPA: GB/s (decode, store), TFLOP/s (extend)."""
+    from kernels.bench import DEFAULT_SHAPE, bench_kernels
+
+    shape = DEFAULT_SHAPE._replace(batch=batch, prefix_len=prefix_len, extend_len=extend_len)
+    try:
+        result = bench_kernels(device, shape, peak_gbps=peak_gbps, peak_tflops=peak_tflops)
+    except RuntimeError as exc:
+        typer.echo(f"kvspec bench kernels: {exc}", err=True)
+        raise typer.Exit(2) from None
+    emit_json(result, out)
+
+
+@bench_app.command("anchor")
+def bench_anchor_command(
+    page_sizes: Annotated[str, typer.Option(help="Page sizes, comma-separated.")] = "1,16",
+    batches: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "8,32,128",
+    runs: Annotated[int, typer.Option(min=1, help="Timed runs per cell (median).")] = 5,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 1,
+    seed: Annotated[int, typer.Option(help="The trace's seed.")] = 0,
+    sglang: Annotated[bool, typer.Option(help="Also run real SGLang's anchor script, side by side.")] = False,
+    sglang_python: Annotated[Path, typer.Option(help="Python of `make sglang-env`.")] = Path(".sglang-venv/bin/python"),
+    anchor_script: Annotated[Path, typer.Option(help="SGLang's anchor script.")] = Path("../shared/bench/anchor_sglang_bench.py"),
+    out: OutPath = None,
+) -> None:
+    """The anchor workload through kvspec's memory path (and real SGLang's, with --sglang)."""
+    from invariants.anchor import bench_kvspec, bench_sglang, compare
+
+    sizes, batch_list = int_list(page_sizes), int_list(batches)
+    result: dict[str, object] = {"kvspec": bench_kvspec(sizes, batch_list, runs, warmup, seed)}
+    if sglang:
+        theirs = bench_sglang(sglang_python, anchor_script, sizes, batch_list, runs, warmup, seed)
+        result |= {"sglang": theirs, "comparison": compare(result["kvspec"], theirs)}  # type: ignore[arg-type]
+    emit_json(result, out)
