@@ -1,72 +1,149 @@
-"""The configuration matrix (ci/matrix.yaml): one base spec × axes, combined pairwise
-(allpairspy) or as a full product.
+"""The configuration matrix: every scenario spec × the axes its ``matrix:`` names (values from
+ci/matrix.yaml), combined all-pairs (allpairspy, the PR tier) or as the full product
+(``--full``), with the declared constraints filtered out — and listed, never silently skipped.
 
-Keeps: every cell is a valid spec named after its axis values, so a failing cell replays
-with `kvspec run BASE --set axis=value ...`.
+Keeps: every cell is a valid spec named after its axis values, and its ``replay`` is the
+exact command that reruns it (``kvspec run SPEC --set axis=value ...``); constraints are
+evaluated on the cell's axis values together with the spec's own values on the axes it does
+not vary, so all-pairs coverage is complete over the valid pairs.
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from allpairspy import AllPairs
-from pydantic import BaseModel, ConfigDict
 
-from invariants.loader import read_yaml
+from invariants.matrix_axes import (
+    ROOT,
+    Constraint,
+    axis_label,
+    axis_values,
+    load_matrix,
+    violations,
+)
 from invariants.spec import Spec, load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+SPEC_DIR = ROOT / "specs"
+SHORT = {"page_size": "ps", "retract": "retract", "mixed_chunk": "mixed", "overlap": "overlap"}
 
 
-class MatrixSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One run of the matrix: a name, the spec with the cell's axes applied, its replay."""
 
-    version: Literal[1] = 1
-    base: str
-    combine: Literal["pairwise", "product"] = "pairwise"
-    axes: dict[str, list[Any]]
-
-
-def engine_overrides(cell: dict[str, Any], base: Spec) -> dict[str, Any]:
-    """Axis values as engine fields; `swa: true` gives a same-sized SWA pool and a window;
-    `eagle: true` EAGLE of the version the cell's scheduler takes (v2 with overlap, v1 without)."""
-    fields = {k: v for k, v in cell.items() if k not in ("swa", "eagle")}
-    if cell.get("swa"):
-        fields |= {"swa_tokens": base.engine.max_total_tokens, "sliding_window": 64}
-    if cell.get("eagle"):
-        overlap = fields.get("enable_overlap", base.engine.enable_overlap)
-        fields["speculative"] = {"version": 2 if overlap else 1}
-    return fields
+    name: str
+    spec: Spec
+    replay: str
+    axes: tuple[tuple[str, Any], ...] = ()
 
 
-def matrix_cells(path: str | Path = ROOT / "ci" / "matrix.yaml",
-                 combine: str | None = None) -> list[tuple[str, Spec]]:
-    """(cell name, spec) for every combination the matrix asks for."""
-    matrix = MatrixSpec.model_validate(dict(read_yaml(Path(path).read_text())))
-    names, values = list(matrix.axes), list(matrix.axes.values())
-    if (combine or matrix.combine) == "product":
-        rows = list(itertools.product(*values))
-    else:
-        rows = [tuple(row) for row in AllPairs(values)]
-    base_path = ROOT / matrix.base
-    base = load_spec(base_path)
+@dataclass(frozen=True, slots=True)
+class Excluded:
+    """A combination a declared constraint rules out (the product's rows, by name)."""
+
+    spec: str
+    row: tuple[tuple[str, Any], ...]
+    constraint: Constraint
+
+    def __str__(self) -> str:
+        cell = " ".join(f"{k}={axis_label(v)}" for k, v in self.row)
+        return f"{self.spec}: {cell} — {self.constraint.label()}: {self.constraint.reason}"
+
+
+def spec_axes(spec: Spec) -> dict[str, list[Any]]:
+    """The axes ``spec`` varies, each with its values (``all``: every value of the axis)."""
+    known = load_matrix().axes
+    return {axis: list(known[axis]) if values == "all" else list(values) for axis, values in spec.matrix.items()}
+
+
+def _base_values(spec: Spec) -> dict[str, Any]:
+    return axis_values(spec.engine.model_dump())
+
+
+def _rows(spec: Spec, full: bool) -> list[dict[str, Any]]:
+    axes, base = spec_axes(spec), _base_values(spec)
+    names = list(axes)
+    if not names:
+        return [{}]
+
+    def valid(values: list[Any]) -> bool:
+        return not violations({**base, **dict(zip(names, values))})
+
+    product = [row for row in itertools.product(*axes.values()) if valid(list(row))]
+    if full or len(names) == 1:
+        return [dict(zip(names, row)) for row in product]
+    rows = [tuple(row) for row in AllPairs(list(axes.values()), filter_func=valid)]
+    return [dict(zip(names, row)) for row in rows + _top_up(rows, product)]
+
+
+def _pairs(row: tuple[Any, ...]) -> set[tuple[int, Any, int, Any]]:
+    return {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(len(row)), 2)}
+
+
+def _top_up(rows: list[tuple[Any, ...]], product: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Valid rows covering the valid pairs that allpairspy's filtered search left out (with a
+    ``filter_func`` it can give up on a pair); greedy: the row covering most, first."""
+    missing = set().union(*map(_pairs, product)) - set().union(set(), *map(_pairs, rows))
+    extra = []
+    while missing:
+        best = max(product, key=lambda row: len(_pairs(row) & missing))
+        extra.append(best)
+        missing -= _pairs(best)
+    return extra
+
+
+def spec_cells(spec: Spec, full: bool = False) -> list[Cell]:
+    """The cells of one spec: all-pairs over its axes (``full``: the product), valid only."""
+    path = _relative(spec.path)
     cells = []
-    for row in rows:
-        cell = dict(zip(names, row))
-        name = " ".join(_short(k, v) for k, v in cell.items())
-        cells.append((name, load_spec(base_path, engine_overrides(cell, base))))
+    for row in _rows(spec, full):
+        sets = " ".join(f"--set {k}={axis_label(v)}" for k, v in row.items())
+        label = " ".join(_short(k, v) for k, v in row.items())
+        cells.append(Cell(f"{spec.name} {label}".strip(), load_spec(spec.path, row) if row else spec,
+                          f"kvspec run {path} {sets}".strip(), tuple(row.items())))
     return cells
 
 
-AXIS_NAMES = {"page_size": "ps", "enable_overlap": "overlap", "enable_mixed_chunk": "mixed",
-              "test_retract": "retract"}
+def excluded_cells(spec: Spec) -> list[Excluded]:
+    """The product rows of ``spec``'s axes that a constraint rules out, with the reason."""
+    axes, base = spec_axes(spec), _base_values(spec)
+    names = list(axes)
+    result = []
+    for row in itertools.product(*axes.values()):
+        broken = violations({**base, **dict(zip(names, row))})
+        if broken:
+            result.append(Excluded(spec.name, tuple(zip(names, row)), broken[0]))
+    return result
+
+
+def default_spec_paths() -> list[Path]:
+    """Every scenario spec under specs/ (the bug zoo in specs/bugs/ is not one)."""
+    return sorted(SPEC_DIR.glob("*.yaml"))
+
+
+def report_cells(full: bool = False) -> list[Cell]:
+    """Every spec × its axes: what `kvspec report` runs (``full``: products)."""
+    return [cell for path in default_spec_paths() for cell in spec_cells(load_spec(path), full)]
+
+
+def matrix_cells(path: str | Path | None = None, combine: str | None = None) -> list[tuple[str, Spec]]:
+    """(cell name, spec) of the matrix base spec's cells — the old single-base matrix, kept
+    for its callers; ``combine="product"`` gives the full product."""
+    base = load_spec(SPEC_DIR / "matrix-base.yaml")
+    return [(cell.name, cell.spec) for cell in spec_cells(base, full=combine == "product")]
+
+
+def _relative(path: str) -> str:
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(path)
 
 
 def _short(axis: str, value: Any) -> str:
-    """A compact cell label part: ``ps16``, ``chunk``, ``overlap+``, ``swa-``."""
-    name = AXIS_NAMES.get(axis, axis)
+    """A compact cell label part: ``ps16``, ``mla``, ``eagle_v2``, ``overlap+``, ``chunk``."""
     if isinstance(value, bool):
-        return f"{name}{'+' if value else '-'}"
-    return str(value) if axis == "cache" else f"{name}{value}"
+        return f"{SHORT.get(axis, axis)}{'+' if value else '-'}"
+    return f"ps{value}" if axis == "page_size" else str(value)

@@ -1,20 +1,28 @@
-"""Runs a scenario spec through the engine with the checker attached; returns the outcome.
+"""Runs a scenario spec: its workload as an op trace (invariants/scenario.py) through
+``run_trace`` with the spec's invariant set, then its ``expect`` goals and response oracles.
 
 Keeps: the run is a pure function of the spec (one seed drives the trace and the engine),
-so a failing cell replays exactly with `kvspec run SPEC`.
+so a failing cell replays exactly with `kvspec run SPEC`; nothing found is hidden — a
+violation, an unmet goal, a failed oracle, a wait that ran out of steps and an engine error
+each make ``ok`` false.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.engine import Engine
+from engine.hooks import Observer
 from engine.request import SamplingParams
 from engine.sched.stats import SchedulerStats
-from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
+from invariants.checker import Level, Violation
 from invariants.loader import Catalog
+from invariants.ops import Trace
+from invariants.scenario import build_trace
+from invariants.scenario_oracles import check_oracles
 from invariants.spec import Spec
+from invariants.trace_run import TraceOutcome, run_trace
 from invariants.workload import TraceRequest, TraceShape, make_trace
 
 BYTE_VOCAB = 256  # sim model and byte tokenizer: prompts are byte tokens
@@ -22,41 +30,49 @@ BYTE_VOCAB = 256  # sim model and byte tokenizer: prompts are byte tokens
 
 @dataclass(frozen=True, slots=True)
 class SpecOutcome:
-    """What one spec run did and found."""
+    """What one spec run did and found (``trace_outcome``: violations tied to their ops,
+    the responses, each op's result)."""
 
     spec: Spec
     stats: SchedulerStats
     violations: tuple[Violation, ...]
-    unmet: tuple[str, ...]  # expect goals that did not happen
+    unmet: tuple[str, ...]  # expect goals that did not happen, failed oracles, incomplete waits
     checks: int
     seconds: float
     error: str | None = None  # the engine raised: a finding too, never hidden
+    trace: Trace | None = None
+    trace_outcome: TraceOutcome | None = None
+    oracle_failures: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return not self.violations and not self.unmet and self.error is None
 
 
-def run_spec(spec: Spec, catalog: Catalog, level: int = Level.RECORD) -> SpecOutcome:
-    """Run ``spec`` to idle with the checker after every event."""
-    checker = Checker(catalog, level=level)
-    engine = Engine(spec.engine.engine_config(spec.seed), observers=[CheckerHook(checker)])
-    pending = list(reversed(_trace(spec)))
-    start = time.perf_counter()
-    error = None
-    try:
-        _drive(engine, pending, spec.workload.arrivals_per_step or len(pending))
-    except InvariantViolation:
-        raise  # level 2: the caller wants the first violation
-    except Exception as exc:  # an engine crash is reported with the violations before it
-        error = f"{type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - start
-    stats = engine.stats
-    unmet = tuple(f"{name} >= {least} (got {getattr(stats, name)})"
-                  for name, least in spec.expect.items() if getattr(stats, name) < least)
-    checks = sum(s.evaluations for s in checker.stats().values())
-    return SpecOutcome(spec, stats, tuple(checker.violations), unmet, checks, seconds, error)
+def spec_catalog(spec: Spec, catalog: Catalog) -> Catalog:
+    """The invariants the spec selects (``invariants:`` ids or globs; default all)."""
+    if spec.invariants == ["*"]:
+        return catalog
+    return Catalog(tuple(r for r in catalog if spec.selects(r.id)), catalog.paths)
 
+
+def run_spec(spec: Spec, catalog: Catalog, level: int = Level.RECORD, *,
+             observers: Sequence[Observer] = ()) -> SpecOutcome:
+    """Run ``spec`` to idle with the checker after every event (level 2: stop at the first
+    violation), then check its goals and oracles."""
+    trace = build_trace(spec)
+    out = run_trace(trace, spec_catalog(spec, catalog), level, observers=observers)
+    stats = out.stats
+    goals = [f"{name} >= {least} (got {getattr(stats, name)})"
+             for name, least in spec.expect.items() if getattr(stats, name) < least]
+    waits = [f"op #{r.index} {trace.ops[r.index].op}: {r.detail}" for r in out.results if r.status == "incomplete"]
+    config = spec.engine.engine_config(spec.seed)
+    oracles = [] if out.error else check_oracles(spec.oracles, out, config.max_req_len, spec.engine.eos_prob)
+    return SpecOutcome(spec, stats, tuple(v.violation for v in out.violations), tuple(goals + waits + oracles),
+                       out.checks, out.seconds, out.error, trace, out, tuple(oracles))
+
+
+# ---- kept for callers written against the old runner (invariants/report_run.py) ----
 
 def _drive(engine: Engine, pending: list[TraceRequest], per_step: int) -> None:
     """Submit ``per_step`` requests per iteration, then run to the idle event."""
@@ -66,12 +82,14 @@ def _drive(engine: Engine, pending: list[TraceRequest], per_step: int) -> None:
             engine.submit(request.input_ids, SamplingParams(max_new_tokens=request.max_new_tokens,
                                                             ignore_eos=True), rid=request.rid)
         engine.step()
-    engine.run_until_idle()  # ends on the iteration that emits the idle event
+    engine.run_until_idle()
 
 
 def _trace(spec: Spec) -> list[TraceRequest]:
     w = spec.workload
+    lo, hi = w.suffix.uniform or (8, 128)
+    gen_lo, gen_hi = w.gen.uniform or (4, 32)
     shape = TraceShape(vocab=BYTE_VOCAB, num_system_prompts=w.system_prompts,
-                       system_prompt_len=w.system_prompt_len, suffix_min=w.suffix[0],
-                       suffix_max=w.suffix[1], gen_min=w.gen[0], gen_max=w.gen[1])
-    return make_trace(spec.seed, w.requests, shape)
+                       system_prompt_len=w.system_prompt_len, suffix_min=lo, suffix_max=hi,
+                       gen_min=gen_lo, gen_max=gen_hi)
+    return list(reversed(make_trace(spec.seed, w.requests, shape)))

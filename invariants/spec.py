@@ -6,6 +6,8 @@ config rejects are reported as `path:line: reason` before anything runs.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +18,9 @@ from engine.config import EngineConfig, MemoryConfig
 from engine.errors import ConfigError
 from engine.model.tiny_config import TinyConfig
 from engine.speculative.config import SpecConfig
-from invariants.loader import locate, read_yaml
+from invariants.loader import LineDict, load_catalog, locate, read_yaml
+from invariants.matrix_axes import AXIS_NAMES, apply_axes, load_matrix
+from invariants.scenario_schema import ORACLES, OracleName, WorkloadSpec
 
 
 class _Strict(BaseModel):
@@ -36,6 +40,7 @@ class EngineSpec(_Strict):
     chunked_prefill_size: int | None = 8192
     enable_overlap: bool = True
     enable_mixed_chunk: bool = False
+    enable_streaming_session: bool = False  # --enable-streaming-session
     test_retract: bool = False
     max_running_requests: int | None = None
     eos_prob: float = 0.0
@@ -52,6 +57,7 @@ class EngineSpec(_Strict):
                             chunked_prefill_size=self.chunked_prefill_size,
                             enable_overlap=self.enable_overlap,
                             enable_mixed_chunk=self.enable_mixed_chunk, test_retract=self.test_retract,
+                            enable_streaming_session=self.enable_streaming_session,
                             max_running_requests=self.max_running_requests, model=self.model,
                             tiny=_tiny_config(self.tiny), speculative=_spec_config(self.speculative))
 
@@ -70,19 +76,12 @@ def _tiny_config(fields: dict[str, Any]) -> TinyConfig:
         raise ConfigError(f"tiny: {exc}") from None
 
 
-class WorkloadSpec(_Strict):
-    """A seeded trace: shared system prompts + random suffixes, byte-token vocabulary."""
-
-    requests: int = 64
-    system_prompts: int = 4
-    system_prompt_len: int = 32
-    suffix: tuple[int, int] = (8, 128)
-    gen: tuple[int, int] = (4, 32)
-    arrivals_per_step: int | None = None  # None: every request at step 0
+MatrixAxes = dict[str, list[Any] | Literal["all"]]
 
 
 class Spec(_Strict):
-    """One scenario: an engine, a workload, the seed, and what must have happened."""
+    """One scenario: an engine, a workload, the seed, the invariants it is checked against,
+    the matrix axes it runs over, the response oracles, and what must have happened."""
 
     version: Literal[1] = 1
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
@@ -90,8 +89,14 @@ class Spec(_Strict):
     seed: int = 0
     engine: EngineSpec = EngineSpec()
     workload: WorkloadSpec = WorkloadSpec()
+    invariants: list[str] = ["*"]  # catalog ids or fnmatch globs (session.*)
+    matrix: MatrixAxes = {}  # axis -> values (or "all") this spec runs over (ci/matrix.yaml)
+    oracles: list[OracleName] = list(ORACLES)  # response oracles (invariants/scenario_oracles.py)
     expect: dict[str, int] = {}  # scheduler counter -> minimum ("sometimes" goals)
     path: str = Field(default="", exclude=True)
+
+    def selects(self, invariant_id: str) -> bool:
+        return any(fnmatch.fnmatchcase(invariant_id, pattern) for pattern in self.invariants)
 
 
 class SpecError(ValueError):
@@ -99,7 +104,8 @@ class SpecError(ValueError):
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs (values parsed as YAML scalars: 4, true, radix) → engine overrides."""
+    """``KEY=VALUE`` pairs (values parsed as YAML scalars: 4, true, on, radix) → overrides of
+    engine fields or matrix axes (``attention=mla``, ``speculative=eagle_v2``)."""
     result: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -110,7 +116,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
-    """Load one spec file, optionally overriding engine fields (the matrix does)."""
+    """Load one spec file, optionally overriding engine fields or matrix axes (the matrix
+    does); every problem is reported as ``path:line: field: reason``."""
     path = Path(path)
     try:
         raw = read_yaml(path.read_text())
@@ -118,7 +125,7 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
         raise SpecError(f"{path}: YAML error: {exc}") from None
     data = dict(raw or {})
     if overrides:
-        data["engine"] = {**dict(data.get("engine") or {}), **overrides}
+        data["engine"] = _overridden(path, dict(data.get("engine") or {}), overrides)
     try:
         spec = Spec.model_validate({**data, "path": str(path)})
     except ValidationError as exc:
@@ -129,4 +136,49 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
         spec.engine.engine_config(spec.seed)
     except ConfigError as exc:
         raise SpecError(f"{path}:{locate(raw, ('engine',))}: engine: {exc}") from None
+    problems = _semantic_errors(spec, raw if isinstance(raw, LineDict) else LineDict(1))
+    if problems:
+        raise SpecError("\n".join(f"{path}:{line}: {what}" for line, what in problems))
     return spec
+
+
+def _overridden(path: Path, engine: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Engine fields with ``overrides`` applied: axis names through the matrix's meaning,
+    anything else as an engine field."""
+    axes = {k: v for k, v in overrides.items() if k in AXIS_NAMES}
+    known = load_matrix().axes
+    for axis, value in axes.items():
+        if value not in known[axis]:
+            raise SpecError(f"{path}: --set {axis}={value}: not a value of the axis (values: {known[axis]})")
+    fields = {**EngineSpec().model_dump(), **engine, **{k: v for k, v in overrides.items() if k not in axes}}
+    return apply_axes(fields, axes)
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_ids() -> tuple[str, ...]:
+    return load_catalog().ids
+
+
+def _semantic_errors(spec: Spec, raw: LineDict) -> list[tuple[int, str]]:
+    """What the schema cannot see: unknown invariant ids, unknown matrix axes and values,
+    sessions the engine cannot open, faults without what they need."""
+    problems = []
+    ids = _catalog_ids()
+    for i, pattern in enumerate(spec.invariants):
+        if not fnmatch.filter(ids, pattern):
+            problems.append((locate(raw, ("invariants", i)), f"invariants.{i}: {pattern!r} matches no invariant"))
+    known = load_matrix().axes
+    for axis, values in spec.matrix.items():
+        line = locate(raw, ("matrix", axis))
+        if axis not in known:
+            problems.append((line, f"matrix.{axis}: unknown axis (axes: {', '.join(known)})"))
+        elif values != "all" and (bad := [v for v in values if v not in known[axis]]):
+            problems.append((line, f"matrix.{axis}: {bad} not among the axis values {known[axis]}"))
+    sessions, faults = spec.workload.sessions, spec.workload.faults
+    if sessions.streaming and not spec.engine.enable_streaming_session:
+        problems.append((locate(raw, ("workload", "sessions", "streaming")),
+                         "workload.sessions.streaming: needs engine.enable_streaming_session: true"))
+    if faults.timeout and sessions.timeout is None:
+        problems.append((locate(raw, ("workload", "faults", "timeout")),
+                         "workload.faults.timeout: needs workload.sessions.timeout"))
+    return problems
