@@ -21,8 +21,8 @@ from engine.mem import paging
 from engine.memory import KVMemory
 from engine.snapshot import memory_view
 from invariants.checker import Checker, Level
-from invariants.explore import MemoryExercise
 from invariants.loader import load_catalog
+from invariants.memory_exercise import MemoryExercise
 from invariants.workload import TraceShape, make_trace
 
 SHAPE = TraceShape()  # the anchor's: 8 × 256-token prompts, suffix U[32, 512], G U[16, 64]

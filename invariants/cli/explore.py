@@ -1,7 +1,15 @@
-"""`kvspec explore …`: seeded exploration runs."""
+"""`kvspec explore …`: seed-driven simulation of the whole engine (`kvspec explore --seeds N
+--steps S`), and `kvspec explore memory`, the seeded memory-layer exercise of a report cell.
+
+Exit status of the engine explorer: 0 clean, 1 a failing seed (each distinct failure shrunk
+and written as a JSON trace, with the `kvspec replay` command printed), 3 no failure but a
+`sometimes` goal was never met (the seeds did not test what they should — a test-design
+finding, as in FoundationDB; `--no-coverage` waives it for small runs).
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,8 +18,36 @@ from rich.console import Console
 from invariants.cli.app import app
 from invariants.loader import load_catalog
 
-explore_app = typer.Typer(help="Seeded exploration runs (replay a report cell).", no_args_is_help=True)
+UNMET_COVERAGE = 3
+DEFAULT_SEEDS, DEFAULT_STEPS = 200, 300  # invariants/explore/explorer.py (not imported: fast --help)
+
+explore_app = typer.Typer(help="Seed-driven simulation (engine), or one memory-layer cell (memory).")
 app.add_typer(explore_app, name="explore")
+
+
+@explore_app.callback(invoke_without_command=True)
+def explore_engine(
+    ctx: typer.Context,
+    seeds: Annotated[int, typer.Option(min=1, help="How many seeds to run.")] = DEFAULT_SEEDS,
+    steps: Annotated[int, typer.Option(min=1, help="Scheduled iterations of each seed's safety phase.")] = DEFAULT_STEPS,
+    seed_start: Annotated[int, typer.Option(min=0, help="The first seed.")] = 0,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes (results stay in seed order).")] = 1,
+    out: Annotated[Path, typer.Option(help="Where shrunk failing traces are written.")] = Path("explore-failures"),
+    fail_fast: Annotated[bool, typer.Option(help="Stop at the first failing seed.")] = False,
+    coverage: Annotated[bool, typer.Option(help="Exit 3 if a sometimes goal was never met.")] = True,
+) -> None:
+    """Run SEEDS seeds (each: a swarm configuration, a generated trace, checked at every
+    event); shrink each distinct failure, write it to OUT, print its replay command."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from invariants.explore import explore
+    from invariants.explore.report import print_report
+
+    report = explore(seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out)
+    print_report(report, steps, workers, echo=typer.echo)
+    if report.failed:
+        raise typer.Exit(1)
+    raise typer.Exit(UNMET_COVERAGE if coverage and report.unmet else 0)
 
 
 @explore_app.command("memory")
@@ -34,3 +70,23 @@ def explore_memory(
     for violation in result.violations[:5]:
         typer.echo(str(violation))
     raise typer.Exit(1 if result.violations else 0)
+
+
+@app.command("replay")
+def replay_command(
+    trace: Annotated[Path, typer.Argument(help="A JSON op trace (explore-failures/seed-N.json).")],
+) -> None:
+    """Replay TRACE to its first violation: the violation, its witnesses, and the state-view
+    diff from the last step before it; exit 1 when a failure reproduces, 0 otherwise."""
+    from invariants.explore import replay
+    from invariants.ops import Trace, TraceError
+
+    try:
+        loaded = Trace.load(trace)
+    except TraceError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    result = replay(loaded)
+    for line in result.describe():
+        typer.echo(line)
+    raise typer.Exit(1 if result.failure is not None else 0)

@@ -1,0 +1,41 @@
+"""The engine explorer (`kvspec explore`, `kvspec replay`): seed-driven simulation of the
+whole engine (research/verification.md §6.3).
+
+Keeps: one seed → one swarm configuration → one trace → one outcome; a failure is shrunk
+(delta debugging, same failure key) and written as a JSON trace that `kvspec replay`
+reproduces. Modules: swarm.py (per-seed configuration and op mix), generate.py (the trace:
+safety → drain → idle), coverage.py (`sometimes` goals), ddmin.py (`shrink`), explorer.py
+(the seed loop, workers, findings), replay.py (first violation and the state-view diff).
+"""
+
+from invariants.explore.ddmin import shrink
+from invariants.explore.explorer import (
+    DEFAULT_SEEDS,
+    DEFAULT_STEPS,
+    ExploreReport,
+    Finding,
+    SeedResult,
+    explore,
+    fails_like,
+    failure_key,
+    run_seed,
+)
+from invariants.explore.generate import generate_trace
+from invariants.explore.replay import Replay, replay, view_diff
+
+__all__ = [
+    "DEFAULT_SEEDS",
+    "DEFAULT_STEPS",
+    "ExploreReport",
+    "Finding",
+    "Replay",
+    "SeedResult",
+    "explore",
+    "fails_like",
+    "failure_key",
+    "generate_trace",
+    "replay",
+    "run_seed",
+    "shrink",
+    "view_diff",
+]

@@ -1,0 +1,143 @@
+"""The trace of one seed: its swarm configuration, then three phases of ops.
+
+Keeps: the trace is a pure function of (seed, steps) — the same seed gives the same JSON —
+and every op is an intent (abort the k-th request of a phase, a turn of a session that may
+have closed), so any subsequence is still a valid trace for the shrinker.
+
+    safety   ops drawn by the seed's weights until ``steps`` scheduled iterations: submits
+             (shared heads, over-long prompts), session opens / turns / closes, aborts in
+             every phase, forced retracts, cache flushes, clock advances
+    drain    no new work: every session still open closed (a session may hold its KV
+             forever, by design), then idle within a step budget (not idle, or a stall,
+             is a liveness finding)
+    idle     a cache flush, then the runner's final drain checks the idle event
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from invariants.explore.swarm import Swarm, sample_swarm
+from invariants.ops import (
+    Abort,
+    AdvanceClock,
+    CloseSession,
+    FlushCache,
+    ForceRetract,
+    Idle,
+    Op,
+    OpenSession,
+    SessionRef,
+    Step,
+    Submit,
+    Trace,
+    WaitFor,
+)
+
+PHASES = ("waiting", "running", "chunked", "any")
+WAIT_STEPS = 48  # a client awaiting its streaming turn (counts fully against the step budget)
+DRAIN_FLOOR = 2_000  # the drain budget: this many steps plus a few per token still owed
+OVERLONG_PROB = 0.03
+MAX_OPEN_SESSIONS = 3  # idle session slots pin KV: more would starve admission in small pools
+
+
+def generate_trace(seed: int, steps: int) -> Trace:
+    """The trace of ``seed`` with ``steps`` scheduled iterations in its safety phase."""
+    swarm = sample_swarm(seed)
+    gen = _Generator(swarm, np.random.default_rng([seed, 4]))
+    ops = gen.safety(steps)
+    return Trace(name=f"explore-seed-{seed}", seed=seed, engine=swarm.engine,
+                 ops=[*ops, *gen.drain(ops), FlushCache()])
+
+
+@dataclass(slots=True, eq=False)
+class _Generator:
+    """What the generator believes about the run (the engine may disagree: ops are intents)."""
+
+    swarm: Swarm
+    rng: np.random.Generator
+    rids: list[str] = field(default_factory=list)
+    sessions: dict[str, bool] = field(default_factory=dict)  # open sid -> streaming
+    last_turn: dict[str, str] = field(default_factory=dict)  # sid -> its last request
+    num_sessions: int = 0
+
+    def safety(self, steps: int) -> list[Op]:
+        kinds = [k for k, w in self.swarm.weights.items() if w > 0]
+        p = np.array([self.swarm.weights[k] for k in kinds])
+        ops: list[Op] = []
+        scheduled = 0
+        while scheduled < steps:
+            kind = kinds[int(self.rng.choice(len(kinds), p=p / p.sum()))]
+            new = self._make(kind)
+            ops.extend(new)
+            scheduled += sum(op.n if isinstance(op, Step) else WAIT_STEPS if isinstance(op, WaitFor)
+                             else 1 if isinstance(op, ForceRetract) else 0 for op in new)
+        return ops
+
+    def drain(self, safety: list[Op]) -> list[Op]:
+        owed = sum(len(op.input_ids) + op.max_new_tokens for op in safety if isinstance(op, Submit))
+        budget = DRAIN_FLOOR + 4 * owed
+        return [*(CloseSession(sid=sid) for sid in self.sessions), Idle(max_steps=budget)]
+
+    def _make(self, kind: str) -> list[Op]:
+        rng = self.rng
+        if kind == "submit":
+            return [self._submit(None)]
+        if kind == "step":
+            return [Step(n=int(rng.choice([1, 1, 2, 4, 8, 16])))]
+        if kind == "abort":
+            return [self._abort()]
+        if kind == "force_retract":
+            return [ForceRetract()]
+        if kind == "flush_cache":
+            return [FlushCache()]
+        if kind == "advance_clock":
+            return [AdvanceClock(seconds=float(rng.choice([0.5, 5.0, 30.0])))]
+        if not self.sessions or kind == "open_session" and len(self.sessions) < MAX_OPEN_SESSIONS:
+            return [self._open()]
+        sid = list(self.sessions)[int(rng.integers(len(self.sessions)))]
+        if kind == "close_session":
+            del self.sessions[sid]
+            return [CloseSession(sid=sid)]
+        turn = self._submit(sid)
+        return [turn, WaitFor(rids=[turn.rid], max_steps=WAIT_STEPS)] if kind == "wait_turn" else [turn]
+
+    def _open(self) -> OpenSession:
+        sid = f"s{self.num_sessions}"
+        self.num_sessions += 1
+        streaming = bool(self.rng.random() < self.swarm.streaming_prob)
+        self.sessions[sid] = streaming
+        timeout = [None, None, None, 2.0, 20.0][int(self.rng.integers(5))]
+        return OpenSession(sid=sid, streaming=streaming, timeout=timeout)
+
+    def _submit(self, sid: str | None) -> Submit:
+        rng, shape = self.rng, self.swarm.prompts
+        rid = f"r{len(self.rids)}"
+        self.rids.append(rid)
+        if sid is not None:  # a turn: short new input on top of the session's history
+            ids = rng.integers(0, 256, int(rng.integers(1, max(2, shape.suffix_max // 4)))).tolist()
+        elif rng.random() < OVERLONG_PROB:
+            ids = rng.integers(0, 256, shape.input_limit + int(rng.integers(0, 8))).tolist()
+        else:
+            head = shape.heads[int(rng.integers(len(shape.heads)))] if rng.random() < 0.6 else ()
+            ids = [*head[: int(rng.integers(0, len(head) + 1))],
+                   *rng.integers(0, 256, int(rng.integers(1, shape.suffix_max))).tolist()]
+        session = None if sid is None else self._session_ref(sid)
+        if sid is not None:
+            self.last_turn[sid] = rid
+        return Submit(rid=rid, input_ids=ids, max_new_tokens=int(rng.integers(1, shape.new_max + 1)),
+                      session=session, return_logprob=bool(rng.random() < 0.1))
+
+    def _session_ref(self, sid: str) -> SessionRef:
+        """Streaming turns append; plain-session turns name their parent, now and then with
+        SGLang's offset / replace / drop_previous_output (some of which it rejects)."""
+        parent = self.last_turn.get(sid) if not self.sessions[sid] and self.rng.random() < 0.8 else None
+        extra = [{}, {}, {}, {"offset": -1}, {"replace": True}, {"drop_previous_output": True}]
+        return SessionRef(id=sid, rid=parent, **extra[int(self.rng.integers(len(extra)))])
+
+    def _abort(self) -> Abort:
+        if self.rids and self.rng.random() < 0.3:
+            return Abort(rid=self.rids[int(self.rng.integers(len(self.rids)))])
+        return Abort(phase=PHASES[int(self.rng.integers(len(PHASES)))], pick=int(self.rng.integers(64)))
