@@ -1,21 +1,16 @@
-"""Historical-style scheduler bugs, planted for one test with monkeypatch: the strict
+"""Historical-style scheduler bugs, planted for one test from the bug zoo's registry
+(invariants/mutants: one definition of each bug): the strict
 checker over the shipped catalog stops the engine at the first event that shows each one,
 and names the invariant a reader would look for."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
-from engine.mem import paging
-from engine.request import Req, SamplingParams
-from engine.sched import retract
-from engine.sched.scheduler import Scheduler
+from engine.request import SamplingParams
 from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
 from invariants.loader import load_catalog
+from invariants.mutants import mutant
 
 CATALOG = load_catalog()
 
@@ -42,43 +37,30 @@ def _first_violation(*, retract_every: int | None = None, strict_allocator: bool
     return None
 
 
-def test_retract_that_caches_its_kv_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retract_that_caches_its_kv_is_caught() -> None:
     """A retract that releases with ``is_insert=True`` keeps every sum balanced (the tree just
     grows) but breaks the release contract: req.release_insert_iff_finished."""
-    real = retract.release_kv
-
-    def inserting(mem: Any, req: Req, is_insert: bool, released: list[Any], speculative: bool = False) -> None:
-        real(mem, req, True, released, speculative)
-
-    monkeypatch.setattr(retract, "release_kv", inserting)
-    found = _first_violation(retract_every=2)
+    with mutant("retract-inserts-kv").patch():
+        found = _first_violation(retract_every=2)
     assert found is not None and (found.invariant, found.event) == ("req.release_insert_iff_finished", "step")
     assert "finished=False" in found.message
 
 
-def test_release_from_the_committed_page_start_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_release_from_the_committed_page_start_is_caught() -> None:
     """Regression shape of #22862: the tail free starts at ``floor(committed)`` instead of
     ``ceil(committed)`` and frees the page that holds committed KV a second time. With the
     allocator's own double-free guard off, the counters and the census catch it at once."""
-    monkeypatch.setattr(paging, "tail_free_range", lambda committed, allocated, ps: (committed // ps * ps, allocated))
-    found = _first_violation(strict_allocator=False)
+    with mutant("22862-tail-free-from-floor").patch():
+        found = _first_violation(strict_allocator=False)
     assert found is not None and found.invariant in {"pool.busy_sum", "census.free_list_unique"} and found.event == "step"
 
 
-def test_aborted_request_that_is_not_released_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aborted_request_that_is_not_released_is_caught() -> None:
     """The abort leak of #22273: a running request finished by an abort is retired without
     releasing its KV. req.finished_released fires at the very process event, before the
     leaked pages fall out of every batch and unbalance the sums."""
-    real = Scheduler._release
-
-    def leaky(self: Scheduler, req: Req) -> None:
-        if req.finished_reason is not None and req.finished_reason.kind == "abort":
-            self._retire(req)
-            return
-        real(self, req)
-
-    monkeypatch.setattr(Scheduler, "_release", leaky)
-    found = _first_violation(abort_after=6)
+    with mutant("22273-abort-not-released").patch():
+        found = _first_violation(abort_after=6)
     assert found is not None and (found.invariant, found.event) == ("req.finished_released", "process")
     assert "finished but still holds row" in found.message
 

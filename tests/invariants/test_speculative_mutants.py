@@ -1,4 +1,5 @@
-"""EAGLE's historical bugs, planted for one test with monkeypatch: the strict checker over
+"""EAGLE's historical bugs, planted for one test from the bug zoo's registry
+(invariants/mutants: one definition of each bug): the strict checker over
 the shipped catalog stops the engine at the first event that shows each one and names the
 invariant (research/sglang.md §5). The same workloads on the correct engine are clean."""
 
@@ -9,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from engine.config import MemoryConfig
 from engine.engine import Engine
-from engine.mem import paging
 from engine.memory import KVMemory
 from engine.request import Req, SamplingParams
 from engine.snapshot import memory_view
 from engine.speculative import accounting
-from engine.speculative.eagle import EagleWorker
 from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
 from invariants.loader import CATALOG_DIR, Catalog, load_catalog
+from invariants.mutants import mutant
+from invariants.mutants.planted import OVERSHOOT_MEMORY, overshoot_req
+from invariants.mutants.speculative import trim_leaving_swa_cursor
 from tests.engine.speculative.spec_support import prompts, small_config
 
 CATALOG = load_catalog()
@@ -51,67 +52,38 @@ def test_catalog_has_the_speculative_invariants() -> None:
     assert all(rule.title and rule.origin and set(rule.fixtures) == {"pass", "fail"} for rule in SPEC)
 
 
-def test_v2_prepare_preclaims_the_bonus_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_v2_prepare_preclaims_the_bonus_slot() -> None:
     """#22651: prepare reserved the window but did not count the bonus slot as committed;
     the resolve added the whole accept_len. Committed lags the device by one token, so the
     over-allocation reaches 2 * alloc_len: spec.overalloc_bounded (or, the bound aside,
     spec.committed_tracks_device) fires on the first decode step."""
-    monkeypatch.setattr(accounting, "preclaim_bonus", lambda req: None)
-    monkeypatch.setattr(accounting, "resolve_accepted",
-                        lambda req, n: setattr(req, "kv_committed_len", req.kv_committed_len + n))
-    found = _first_violation(2)
+    with mutant("22651-bonus-lag").patch():
+        found = _first_violation(2)
+        lagging = _first_violation(2, catalog=_without("spec.overalloc_bounded"))
     assert found is not None and found.invariant == "spec.overalloc_bounded"
-    lagging = _first_violation(2, catalog=_without("spec.overalloc_bounded"))
     assert lagging is not None and (lagging.invariant, lagging.event) == ("spec.committed_tracks_device", "step")
 
 
-def test_v2_finished_request_is_trimmed_to_its_returned_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_v2_finished_request_is_trimmed_to_its_returned_tokens() -> None:
     """#22897: a v2 request finished with everything its last round accepted — committed
     and allocated past origin + finished_len. Released untrimmed, it holds over-allocated KV
     (req.committed_eq_allocated_at_release) for tokens nobody returns
     (req.finished_commits_only_returned_tokens)."""
-    monkeypatch.setattr(accounting, "trim_overshoot", lambda mem, req: None)
-    found = _first_violation(2)
+    with mutant("22897-overshoot-untrimmed").patch():
+        found = _first_violation(2)
+        kept = _first_violation(2, catalog=_without("req.committed_eq_allocated_at_release"))
     assert found is not None and found.event == "step"
     assert found.invariant in {"req.committed_eq_allocated_at_release", "req.finished_commits_only_returned_tokens"}
-    kept = _first_violation(2, catalog=_without("req.committed_eq_allocated_at_release"))
     assert kept is not None and kept.invariant == "req.finished_commits_only_returned_tokens"
 
 
-def _overshoot_req(mem: KVMemory) -> Req:
-    """A finishing v2 request (page size 4, window 8): prompt 36, 6 output tokens of which
-    2 are returned (target 38), committed 42, reserved to 48, SWA KV freed up to 40 (the
-    #22900 report: cursor 42 > target 38)."""
-    req = Req("r", [(5 * i) % 256 for i in range(36)], sampling_params=SamplingParams(max_new_tokens=2))
-    req.init_next_round_input(mem)
-    mem.alloc_for_extend([req])
-    accounting.extend_allocation(mem, [req], [48])
-    req.output_ids = [1, 2, 3, 4, 5, 6]
-    req.kv_committed_len = 42
-    accounting.check_finished_each(req, 0)
-    mem.allocator.free_swa(mem.req_to_token_pool.read(req.req_pool_idx, 0, 40))  # type: ignore[arg-type]
-    req.swa_evicted_seqlen = 40
-    return req
-
-
-def _sglang_0_5_11_trim(mem: KVMemory, req: Req) -> None:
-    """#22897's trim before #22900: free [ceil(target), allocated), cap committed and
-    allocated at target — and leave the SWA cursor where it was."""
-    target = len(req.origin_input_ids) + (req.finished_len or 0)
-    start, end = paging.tail_free_range(target, req.kv_allocated_len, mem.page_size)
-    mem.allocator.free(mem.req_to_token_pool.read(req.req_pool_idx, start, end))  # type: ignore[arg-type]
-    req.kv_allocated_len = req.kv_committed_len = target
-    del req.output_ids[req.finished_len or 0 :]
-
-
-@pytest.mark.parametrize("trim", [accounting.trim_overshoot, _sglang_0_5_11_trim], ids=["fixed", "pre_22900"])
+@pytest.mark.parametrize("trim", [accounting.trim_overshoot, trim_leaving_swa_cursor], ids=["fixed", "pre_22900"])
 def test_v2_trim_caps_the_swa_cursor(trim: Callable[[KVMemory, Req], None]) -> None:
     """#22900: the trim left swa_evicted_seqlen (40) above the target (38): the SWA KV the
     cursor claims freed lies past the committed KV (req.swa_evicted_le_committed). The fix
     caps the cursor — floored to a page so it stays aligned (committed 36)."""
-    mem = KVMemory.from_config(MemoryConfig(page_size=4, max_total_tokens=256, max_num_reqs=2, context_len=64,
-                                            swa_tokens=256, sliding_window=8))
-    req = _overshoot_req(mem)
+    mem = KVMemory.from_config(OVERSHOOT_MEMORY)
+    req = overshoot_req(mem)  # the bug zoo's planted #22900 request (one definition)
     trim(mem, req)
     # checked between the trim and the release (so not req.finished_released's business)
     found = Checker(_without("req.finished_released"), Level.RECORD).check("step", memory_view(mem, "step", 1, [req]))
@@ -123,60 +95,46 @@ def test_v2_trim_caps_the_swa_cursor(trim: Callable[[KVMemory, Req], None]) -> N
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_eagle_release_frees_the_reservation_from_ceil_committed(monkeypatch: pytest.MonkeyPatch,
-                                                                 version: int) -> None:
+def test_eagle_release_frees_the_reservation_from_ceil_committed(version: int) -> None:
     """#22862, the speculative source: a request released while it holds a reservation
     (retracted under v2; v1 trims after each verify through the same page-aligned free)
     must free [ceil(committed), allocated). Skipping it leaks the draft slots
     (pool.busy_sum / census.no_orphans); starting at floor(committed) frees the page that
     holds committed KV twice (non-strict allocator: pool.busy_sum / census.free_list_unique)."""
-    monkeypatch.setattr(paging, "tail_free_range", lambda c, a, ps: (a, a))
-    leak = _first_violation(version, retract=True)
+    with mutant("22862-spec-tail-leak").patch():
+        leak = _first_violation(version, retract=True)
     assert leak is not None and leak.invariant in {"pool.busy_sum", "census.no_orphans"}
-    monkeypatch.setattr(paging, "tail_free_range", lambda c, a, ps: (c // ps * ps, max(a, c // ps * ps)))
-    double = _first_violation(version, retract=True, strict=False)
+    with mutant("22862-tail-free-from-floor").patch():
+        double = _first_violation(version, retract=True, strict=False)
     assert double is not None and double.invariant in {"pool.busy_sum", "census.free_list_unique", "kv.integrity"}
 
 
-def test_v2_reservation_covers_the_next_verify_window(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_v2_reservation_covers_the_next_verify_window() -> None:
     """Reserving one window (committed + alloc_len) instead of two leaves the in-flight
     round's accepted tokens outside the allocation: the next verify would write past it
     (spec.verify_window_allocated, at the schedule event, before any KV is written)."""
-    monkeypatch.setattr(accounting, "reserve_targets",
-                        lambda reqs, v, n, a: [max(r.kv_allocated_len, r.kv_committed_len + a) for r in reqs])
-    found = _first_violation(2)
+    with mutant("eagle-v2-one-window").patch():
+        found = _first_violation(2)
     assert found is not None and (found.invariant, found.event) == ("spec.verify_window_allocated", "schedule")
 
 
-def test_v1_commit_frees_the_rejected_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_v1_commit_frees_the_rejected_tail() -> None:
     """v1's verify trims allocated to committed; one that forgets to free the rejected tail
     leaks its pages (pool.busy_sum, at the end of the step)."""
-    monkeypatch.setattr(accounting, "trim_allocation",
-                        lambda mem, req, n: setattr(req, "kv_allocated_len", n))
-    found = _first_violation(1)
+    with mutant("eagle-v1-trim-leak").patch():
+        found = _first_violation(1)
     assert found is not None and (found.invariant, found.event) == ("pool.busy_sum", "step")
 
 
-def test_v1_rejected_draft_kv_is_never_read_as_committed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_v1_rejected_draft_kv_is_never_read_as_committed() -> None:
     """A v1 commit that counts the first rejected draft's position as committed: the CPU
     runs ahead of the verified length (spec.committed_tracks_device at that step); without
     the speculative rules the sim model reads the rejected draft's KV where the bonus token
     belongs at the next forward (kv.integrity)."""
-    def ahead(self: EagleWorker, req: Req, tokens: list[int]) -> None:
-        start = len(req.output_ids)
-        for token in tokens:
-            req.output_ids.append(token)
-            req.check_finished()
-            if req.finished():
-                break
-        rejected = not req.finished() and len(tokens) < self.spec.num_draft_tokens
-        req.kv_committed_len += len(req.output_ids) - start + rejected
-        accounting.trim_allocation(self.mem, req, req.kv_committed_len)
-
-    monkeypatch.setattr(EagleWorker, "_commit_v1", ahead)
-    found = _first_violation(1)
+    with mutant("eagle-v1-commit-ahead").patch():
+        found = _first_violation(1)
+        read = _first_violation(1, catalog=NO_SPEC_RULES)
     assert found is not None and (found.invariant, found.event) == ("spec.committed_tracks_device", "step")
-    read = _first_violation(1, catalog=NO_SPEC_RULES)
     assert read is not None and (read.invariant, read.event) == ("kv.integrity", "forward")
 
 

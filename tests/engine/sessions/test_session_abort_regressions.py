@@ -13,7 +13,7 @@ import pytest
 from engine.cache.streaming_session import SessionSlot, StreamingSession
 from engine.engine import Engine
 from engine.request import Req
-from engine.sched.sessions import Session, SessionController, SessionReqNode
+from invariants.mutants import mutant
 from session_mutants import RETRY, TEXTS, abort_second_turn, first_violations, three_turns
 from session_support import CATALOG, encode, sp, turn
 
@@ -56,41 +56,22 @@ def test_finish_trims_an_overshooting_turn_to_its_finished_length(monkeypatch: p
 
 # ---- #22790: abort = wipe KV, keep tokens ----
 
-def test_aborted_turn_never_becomes_history(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aborted_turn_never_becomes_history() -> None:
     """#22790: only finish_req moves a streaming session's history. Mutant (the pre-fix
     create_req: the new request replaces the history at once): after a mid-decode abort of
     turn 2, turn 3 is built on the aborted turn — response.history_is_last_success."""
     assert first_violations(abort_second_turn, page_size=4) == {}
-    real = Session.create_req
-
-    def eager(self: Session, rid: str, *args: Any) -> Any:
-        req, record = real(self, rid, *args)
-        if self.streaming and not record.rejected:
-            self.req_nodes = {rid: SessionReqNode(req)}
-        return req, record
-
-    monkeypatch.setattr(Session, "create_req", eager)
-    found = first_violations(abort_second_turn, page_size=4)
+    with mutant("22790-aborted-turn-is-history").patch():
+        found = first_violations(abort_second_turn, page_size=4)
     assert found["response.history_is_last_success"].event == "response"
 
 
-def test_mid_abort_wipes_the_slot_instead_of_saving_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mid_abort_wipes_the_slot_instead_of_saving_it() -> None:
     """#22790: an aborted turn's KV is freed with the slot (release_session), never saved.
     Mutant (pre-fix: the aborted turn's KV saved into the slot, the history left at turn 1):
     the slot holds KV past the last successful turn — session.slot_within_last_turn."""
-    real = StreamingSession.cache_finished_req
-
-    def saving(self: StreamingSession, req: Req, is_insert: bool = True) -> None:
-        session = self._streaming(req)
-        if session is None or req.finished_reason is None or req.finished_reason.kind != "abort":
-            real(self, req, is_insert)
-            return
-        history = session.req_nodes
-        self._save(session, self.slots.get(session.session_id), req)
-        session.req_nodes = history  # the slot moved, the tokens did not
-
-    monkeypatch.setattr(StreamingSession, "cache_finished_req", saving)
-    found = first_violations(abort_second_turn, page_size=4)
+    with mutant("22790-abort-saves-slot").patch():
+        found = first_violations(abort_second_turn, page_size=4)
     assert found["session.slot_within_last_turn"].event == "step"
 
 
@@ -105,20 +86,14 @@ def close_under_a_running_turn(engine: Engine) -> None:
     assert engine.pop_result(rid).finish_reason.kind == "length" and sid not in engine.sessions.sessions
 
 
-def test_close_is_deferred_while_a_turn_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_close_is_deferred_while_a_turn_runs() -> None:
     """#22790: closing a session whose turn is running defers the release until the turn
     ends. Mutant (pre-fix _close: release at once): the running turn's row and KV are freed
     under it — req_pool.no_row_free_and_used and pool.busy_sum at the next step."""
     assert first_violations(close_under_a_running_turn, page_size=4) == {}
 
-    def eager_close(self: SessionController, session_id: str) -> bool:
-        if self.tree_cache is not None:
-            self.tree_cache.release_session(session_id)
-        del self.sessions[session_id]
-        return True
-
-    monkeypatch.setattr(SessionController, "_close", eager_close)
-    found = first_violations(close_under_a_running_turn, page_size=4)
+    with mutant("22790-close-under-running-turn").patch():
+        found = first_violations(close_under_a_running_turn, page_size=4)
     assert found["req_pool.no_row_free_and_used"].event == "step" and "pool.busy_sum" in found
 
 
@@ -139,23 +114,13 @@ def abort_while_waiting(engine: Engine) -> None:
     engine.close_session(sid)
 
 
-def test_abort_in_the_waiting_queue_ends_the_inflight_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_abort_in_the_waiting_queue_ends_the_inflight_turn() -> None:
     """U6 (SGLang's waiting-queue abort never cleared ``_inflight``): here it does, the slot
     it restored is untouched, and the next turn is accepted. Mutant (not cleared):
     session.single_live_request at the abort's session event."""
     assert first_violations(abort_while_waiting, **RETRY) == {}
-    real = SessionController.on_retired
-
-    def sticky(self: SessionController, req: Req) -> Any:
-        session = self.owner.get(req)
-        inflight = None if session is None else session.inflight_rid
-        record = real(self, req)
-        if session is not None and inflight == req.rid and req.finished_reason.message == "Abort in waiting queue":
-            session.inflight_rid = inflight
-        return record
-
-    monkeypatch.setattr(SessionController, "on_retired", sticky)
-    found = first_violations(abort_while_waiting, **RETRY)
+    with mutant("u6-waiting-abort-keeps-inflight").patch():
+        found = first_violations(abort_while_waiting, **RETRY)
     assert found["session.single_live_request"].event == "session"
 
 
@@ -171,21 +136,12 @@ def concurrent_turns(engine: Engine) -> None:
         engine.close_session(sid)
 
 
-def test_retract_keeps_the_session_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retract_keeps_the_session_checkpoint() -> None:
     """U6 (SGLang 0.5.11's retract saved the slot and called finish_req for a live request):
     here a retracted turn wipes its borrowed slot and stays in flight; history is unchanged.
     Mutant (the 0.5.11 retract): session.single_live_request — in flight cleared while the
     retracted turn still lives."""
     assert first_violations(concurrent_turns, page_size=4, retract=True) == {}
-    real = StreamingSession.cache_finished_req
-
-    def save_on_retract(self: StreamingSession, req: Req, is_insert: bool = True) -> None:
-        session = self._streaming(req)
-        if session is not None and not req.finished():
-            self._save(session, self.slots.get(session.session_id), req)
-            return
-        real(self, req, is_insert)
-
-    monkeypatch.setattr(StreamingSession, "cache_finished_req", save_on_retract)
-    found = first_violations(concurrent_turns, page_size=4, retract=True)
+    with mutant("40252-retract-saves-slot").patch():
+        found = first_violations(concurrent_turns, page_size=4, retract=True)
     assert "session.single_live_request" in found

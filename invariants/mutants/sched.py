@@ -1,0 +1,57 @@
+"""Scheduler and memory-path bugs: the retract and abort leaks of the scheduler's regression
+tests (#22273) and the paged over-free of #22862, each as the pre-fix body of one engine
+function. (The single-chunked-request rule is a zoo entry of its own: #20476's pool assert,
+a checker false positive, in invariants/mutants/__init__.py.)
+
+Keeps: each buggy body is the fixed function with exactly the pre-fix behaviour put back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.mem import paging
+from engine.request import Req
+from engine.sched import retract
+from engine.sched.scheduler import Scheduler
+from invariants.mutants.base import Mutant, ids, swap
+
+REAL_RELEASE_KV = retract.release_kv
+REAL_SCHED_RELEASE = Scheduler._release
+
+
+def retract_inserting(mem: Any, req: Req, is_insert: bool, released: list[Any], speculative: bool = False) -> None:
+    """A retract that releases with ``is_insert=True``: the unfinished request's KV goes
+    into the tree as if it had finished (the sums stay balanced, the tree just grows)."""
+    REAL_RELEASE_KV(mem, req, True, released, speculative)  # fix: is_insert as given (False)
+
+
+def abort_not_released(self: Scheduler, req: Req) -> None:
+    """#22273: a running request finished by an abort is retired without releasing its
+    row and KV."""
+    if req.finished_reason is not None and req.finished_reason.kind == "abort":
+        self._retire(req)  # fix: release_kv first, like every other finish
+        return
+    REAL_SCHED_RELEASE(self, req)
+
+
+def tail_free_from_floor(committed_len: int, allocated_len: int, ps: int) -> tuple[int, int]:
+    """#22862's paged hazard: the over-allocated tail freed from ``floor(committed)``, which
+    frees the page that still holds committed KV."""
+    return committed_len // ps * ps, allocated_len  # fix: ceil_align(committed_len, ps)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("retract-inserts-kv", "sglang.md §2.4 release order",
+           "a retract releases with is_insert=True: unfinished KV is cached as if finished",
+           lambda: swap(retract, "release_kv", retract_inserting),
+           "retract-inserts-kv.yaml", ids("req.release_insert_iff_finished")),
+    Mutant("22273-abort-not-released", "sglang#22273",
+           "a running request finished by an abort is retired without a release",
+           lambda: swap(Scheduler, "_release", abort_not_released),
+           "22273-abort-not-released.json", ids("req.finished_released")),
+    Mutant("22862-tail-free-from-floor", "sglang#22862",
+           "the over-allocated tail is freed from floor(committed): the committed page twice",
+           lambda: swap(paging, "tail_free_range", tail_free_from_floor),
+           "22862-tail-free-from-floor.yaml", ids("pool.busy_sum", "census.free_list_unique")),
+)
