@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv report test test-full lint clean sglang-env
+.PHONY: venv report test test-full lint clean sglang-env test-sglang
 
 venv: $(STAMP)
 
@@ -18,14 +18,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# every spec × its matrix cells and the memory-layer cells, one worker per CPU; prints the table,
+# writes report/{report.json,junit.xml,report.md,report.html}; exit 1 on any failure
 report: $(STAMP)
-	$(VENV)/bin/kvspec report
+	$(VENV)/bin/kvspec report --out report
 
 lint: $(STAMP)
 	$(VENV)/bin/kvspec invariants lint
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --hypothesis-profile=ci
+	$(PY) -m pytest -n 2 --hypothesis-profile=ci -m "not slow"
 
 test-full: $(STAMP)
 	$(PY) -m pytest -n 2 --hypothesis-profile=full -m "slow or not slow"
@@ -34,5 +36,11 @@ test-full: $(STAMP)
 sglang-env:
 	bash ci/sglang_env.sh
 
+# the sglang target (invariants/sglang/): builds .sglang-venv if absent, then the adapter tests
+# (real SGLang under the catalog, fault injection, one differential spec)
+test-sglang: $(STAMP)
+	test -x .sglang-venv/bin/python || bash ci/sglang_env.sh
+	$(PY) -m pytest -p no:cacheprovider -m sglang tests/sglang
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis report

@@ -1,5 +1,5 @@
-"""Memory-layer cells of the report: the seeded anchor-style exercise (invariants/explore.py)
-over page sizes, caches and SWA, checked after every step.
+"""Memory-layer cells of the report: the seeded anchor-style exercise
+(invariants/memory_exercise.py) over page sizes, caches and SWA, checked after every step.
 
 Keeps: a cell is a pure function of its fields, so `kvspec explore memory …` replays it.
 """
@@ -7,6 +7,7 @@ Keeps: a cell is a pure function of its fields, so `kvspec explore memory …` r
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.table import Table
@@ -15,9 +16,10 @@ from engine.config import MemoryConfig
 from engine.memory import KVMemory
 from engine.request import Req
 from engine.snapshot import memory_view
+from engine.view import StateView
 from invariants.checker import Checker, InvariantViolation, Level, Violation
-from invariants.explore import ExerciseStats, MemoryExercise
 from invariants.loader import Catalog
+from invariants.memory_exercise import ExerciseStats, MemoryExercise
 from invariants.workload import TraceShape, make_trace
 
 MEMORY_SHAPE = TraceShape().scaled(8)  # 32-token system prompts, suffix 4..64, 2..8 generated
@@ -72,13 +74,18 @@ def default_memory_cells() -> list[MemoryCell]:
     return cells + [MemoryCell(ps, "radix", swa=True, seed=seed) for ps in (1, 4) for seed in (0, 1)]
 
 
-def run_memory_cell(cell: MemoryCell, catalog: Catalog, level: int = Level.RECORD) -> MemoryCellResult:
-    """Run one cell with the checker after every step and at idle."""
+def run_memory_cell(cell: MemoryCell, catalog: Catalog, level: int = Level.RECORD,
+                    on_view: Callable[[StateView], None] | None = None) -> MemoryCellResult:
+    """Run one cell with the checker after every step and at idle; ``on_view`` sees each view
+    after the checker (the report's timeline)."""
     mem = KVMemory.from_config(cell.memory_config())
     checker = Checker(catalog, level=level)
 
     def observe(event: str, step: int, live: list[Req]) -> None:
-        checker.check(event, memory_view(mem, event, step, live))
+        view = memory_view(mem, event, step, live)
+        checker.check(event, view)
+        if on_view is not None:
+            on_view(view)
 
     trace = make_trace(cell.seed, cell.num_requests, MEMORY_SHAPE)
     start = time.perf_counter()

@@ -1,107 +1,126 @@
-"""`kvspec report`: lint the catalog, run the default specs and the matrix checked at
-level 1, and the seeded memory-layer exercise; print one table each.
+"""`kvspec report`: lint the catalog, run every report cell (scenario specs, the configuration
+matrix, the memory-layer exercise) checked at level 1 with a progress bar, print the summary
+table, and write report.json, junit.xml, report.md and report.html.
 
-Keeps: the report never hides a failure — every violation and every unmet `expect` goal is
+Keeps: the report never hides a failure — every violation, unmet `expect` goal and crash is
 counted in its row, the first few are printed with the command that replays the row, and the
-exit code is 1 if any row has one (DESIGN.md decision 3).
+exit code is 1 if any row has one (DESIGN.md decision 3). Every invariant of the catalog is
+evaluated at every event it subscribes to (census and KV integrity included); level 1 records
+each violation and runs on, so a cell reports all of them, not just the first.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from invariants.checker import Level
-from invariants.loader import Catalog, lint, load_catalog
-from invariants.matrix import ROOT, matrix_cells
-from invariants.memory_cells import (
-    MemoryCell,
-    MemoryCellResult,
-    default_memory_cells,
-    memory_table,
-    run_memory_cell,
+from invariants.loader import lint, load_catalog
+from invariants.memory_cells import MemoryCell
+from invariants.report_backends import import_ray, run_cells
+from invariants.report_files import ReportHeader, write_report
+from invariants.report_run import (
+    CellResult,
+    ReportCell,
+    default_specs,
+    memory_report_cells,
+    spec_cells,
 )
-from invariants.runner import SpecOutcome, run_spec
-from invariants.spec import load_spec
 
-SPEC_DIR = ROOT / "specs"
-COUNTERS = ("forward_ct", "finished_reqs", "cached_tokens", "evicted_tokens", "chunked_prefills",
-            "retracted_reqs", "mixed_batches")
+__all__ = ["default_specs", "default_workers", "run_report"]
 
 
-def default_specs() -> list[tuple[str, Path]]:
-    """Every spec under specs/ except the matrix base (the matrix runs that)."""
-    return [(p.stem, p) for p in sorted(SPEC_DIR.glob("*.yaml")) if p.stem != "matrix-base"]
+def default_workers() -> int:
+    """One worker per CPU this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def run_report(level: int = Level.RECORD, console: Console | None = None,
-               with_matrix: bool = True, memory_cells: list[MemoryCell] | None = None) -> int:
-    """Print the report; return the exit code (1 on any lint error, violation or unmet goal)."""
-    console = console or Console(width=max(140, Console().width))
+def report_console() -> Console:
+    """The terminal as it is; a wide console for logs, so table rows stay one line each."""
+    console = Console()
+    return console if console.is_terminal else Console(width=220)
+
+
+def run_report(level: int = Level.RECORD, console: Console | None = None, with_matrix: bool = True,
+               memory_cells: list[MemoryCell] | None = None, *, out: Path | None = None,
+               full: bool = False, workers: int = 1, ray_address: str | None = None,
+               cells: list[ReportCell] | None = None) -> int:
+    """Run the report; write its files into ``out`` (none when None); return the exit code
+    (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set."""
+    if ray_address:
+        import_ray()  # fail before any work when the extra is missing
+    console = console or report_console()
     errors = lint()
     for error in errors:
         console.print(f"lint: {error}", markup=False)
-    catalog = load_catalog()
-    spec_rows = [(name, f"kvspec run {path.relative_to(ROOT)}", run_spec(load_spec(path), catalog, level))
-                 for name, path in default_specs()]
-    if with_matrix:
-        spec_rows += [(name, f"kvspec run specs/matrix-base.yaml {_sets(spec)}", run_spec(spec, catalog, level))
-                      for name, spec in matrix_cells()]
-    console.print(_spec_table(catalog, spec_rows))
-    cells = default_memory_cells() if memory_cells is None else memory_cells
-    mem_results = [run_memory_cell(cell, catalog, level) for cell in cells]
-    console.print(memory_table(catalog, mem_results))
-    failed = _print_failures(console, spec_rows) + _print_memory_failures(console, mem_results)
+    if cells is None:
+        cells = spec_cells(full, with_matrix) + memory_report_cells(memory_cells)
+    results = _run_with_progress(console, cells, level, workers, ray_address)
+    header = ReportHeader.for_run(len(load_catalog()), level, full, workers, ray_address)
+    console.print(summary_table(header, results))
+    failed = print_failures(console, results)
+    if out is not None:
+        for path in write_report(out, header, results):
+            console.print(f"wrote {path}", markup=False)
     return 1 if errors or failed else 0
 
 
-def _sets(spec) -> str:
-    e = spec.engine
-    return (f"--set page_size={e.page_size} --set cache={e.cache} --set enable_overlap={e.enable_overlap} "
-            f"--set enable_mixed_chunk={e.enable_mixed_chunk} --set test_retract={e.test_retract}"
-            + (f" --set swa_tokens={e.swa_tokens} --set sliding_window={e.sliding_window}" if e.swa_tokens else "")
-            + (" --set 'speculative={%s}'" % ", ".join(f"{k}: {v}" for k, v in e.speculative.items())
-               if e.speculative else ""))
+def _run_with_progress(console: Console, cells: list[ReportCell], level: int, workers: int,
+                       ray_address: str | None) -> list[CellResult]:
+    where = f"ray {ray_address}" if ray_address else f"{workers} worker{'s' if workers > 1 else ''}"
+    columns = (TextColumn("[bold]cells[/bold]"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(where, total=len(cells))
+
+        def advance(result: CellResult) -> None:
+            mark = "[green]ok[/green]" if result.ok else "[red]FAIL[/red]"
+            progress.update(task, advance=1, description=f"{where} · {mark} {result.name}")
+
+        return run_cells(cells, level, workers, ray_address, advance)
 
 
-def _print_failures(console: Console, rows: list[tuple[str, str, SpecOutcome]]) -> int:
-    failed = [(name, replay, out) for name, replay, out in rows if not out.ok]
-    for name, replay, out in failed:
-        console.print(f"[red]{name}[/red]: replay with `{replay}`")
-        for violation in out.violations[:3]:
-            console.print(f"  {violation}", markup=False)
-        for goal in out.unmet:
-            console.print(f"  expected {goal}", markup=False)
-        if out.error:
-            console.print(f"  engine error: {out.error}", markup=False)
-    return len(failed)
+def summary_table(header: ReportHeader, results: list[CellResult]) -> Table:
+    """Spec × cell: steps, checks evaluated, violations, the first violation, goals, counters."""
+    table = Table(title=f"kvspec report — {header.title}", caption=header.evaluation)
+    for column in ("spec / cell", "steps", "finished", "cached", "evicted", "retracts", "checks",
+                   "violations", "first violation", "goals", "time"):
+        text = column in ("spec / cell", "first violation")
+        table.add_column(column, justify="left" if text else "right", no_wrap=not text, overflow="fold")
+    kind = None
+    for r in results:
+        if kind is not None and r.kind != kind:
+            table.add_section()
+        kind = r.kind
+        verdict = f"[red]{r.num_violations}[/red]" if r.num_violations else "[green]0[/green]"
+        table.add_row(r.name, str(r.steps), *(str(r.counters.get(c, "")) for c in
+                                              ("finished", "cached", "evicted", "retracts")),
+                      str(r.checks), verdict, r.first_violation, _goals(r), f"{r.seconds:.2f}s")
+    return table
 
 
-def _print_memory_failures(console: Console, results: list[MemoryCellResult]) -> int:
-    failed = [r for r in results if r.violations or r.error]
+def _goals(r: CellResult) -> str:
+    if r.error:
+        return "[red]crashed[/red]"
+    if r.unmet:
+        return f"[red]{len(r.unmet)} unmet[/red]"
+    return "[green]met[/green]" if r.kind == "spec" else ""
+
+
+def print_failures(console: Console, results: list[CellResult]) -> int:
+    """The first violations, unmet goals and crash of each failing cell, with its replay."""
+    failed = [r for r in results if not r.ok]
     for r in failed:
-        console.print(f"[red]{r.cell.name} seed {r.cell.seed}[/red]: replay with `{r.cell.replay}`")
+        console.print(f"[red]{r.name}[/red]: replay with `{r.replay}`", highlight=False)
         for violation in r.violations[:3]:
-            console.print(f"  {violation}", markup=False)
+            console.print(f"  [{violation['invariant']}] step {violation['step']} ({violation['event']}): "
+                          f"{violation['message']}", markup=False)
+        for goal in r.unmet:
+            console.print(f"  expected {goal}", markup=False)
         if r.error:
             console.print(f"  engine error: {r.error}", markup=False)
     return len(failed)
-
-
-def _spec_table(catalog: Catalog, rows: list[tuple[str, str, SpecOutcome]]) -> Table:
-    table = Table(title=f"kvspec report — {len(catalog)} invariants checked at every scheduler event")
-    for column in ("spec / matrix cell", "steps", "finished", "cached", "evicted", "chunks",
-                   "retracts", "mixed", "checks", "violations", "goals", "time"):
-        table.add_column(column, justify="left" if column.startswith("spec") else "right",
-                         no_wrap=column.startswith("spec"))
-    for name, _, out in rows:
-        s = out.stats
-        verdict = f"[red]{len(out.violations)}[/red]" if out.violations else "[green]0[/green]"
-        goals = f"[red]{len(out.unmet)} unmet[/red]" if out.unmet else "[green]met[/green]"
-        if out.error:
-            goals = "[red]crashed[/red]"
-        table.add_row(name, *(str(getattr(s, c)) for c in COUNTERS), str(out.checks), verdict, goals,
-                      f"{out.seconds:.2f}s")
-    return table

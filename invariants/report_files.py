@@ -1,0 +1,154 @@
+"""The report's files: report.json (everything, timelines included), junit.xml (one testcase
+per cell, for CI test views), report.md (the table and the failures) and report.html.
+
+Keeps: every file names the same cells in the same order with the same verdicts; a failing
+cell carries its violations and the command that replays it in every format.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from invariants.checker import Level
+from invariants.report_run import CellResult
+
+LISTED_IN_TEXT = 10  # violations written per failing cell in junit.xml and report.md
+
+
+@dataclass(frozen=True, slots=True)
+class ReportHeader:
+    """What was checked, how, and where it ran."""
+
+    title: str
+    evaluation: str
+    level: int
+    num_invariants: int
+    matrix: str  # pairwise | product
+    backend: str
+    version: str
+    python: str
+
+    @classmethod
+    def for_run(cls, num_invariants: int, level: int, full: bool, workers: int,
+                ray_address: str | None) -> ReportHeader:
+        how = ("record: each violation is recorded and the run goes on" if level == Level.RECORD
+               else "strict: each cell stops at its first violation" if level == Level.STRICT else "off")
+        evaluation = (f"level {int(level)} ({how}); each invariant at every event it subscribes "
+                      "to — counter sums, exact ownership census, KV integrity")
+        backend = f"ray {ray_address}" if ray_address else f"local, {workers} worker(s)"
+        try:
+            version = metadata.version("kvspec")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+        return cls(f"{num_invariants} invariants checked at every scheduler event", evaluation,
+                   int(level), num_invariants, "product" if full else "pairwise", backend, version,
+                   platform.python_version())
+
+
+def summary(results: list[CellResult]) -> dict[str, Any]:
+    """Totals over the cells; ``ok`` is the report's verdict (exit status 0)."""
+    return {"cells": len(results), "failed": sum(not r.ok for r in results),
+            "violations": sum(r.num_violations for r in results),
+            "unmet_goals": sum(len(r.unmet) for r in results),
+            "crashed": sum(r.error is not None for r in results),
+            "checks": sum(r.checks for r in results), "ok": all(r.ok for r in results)}
+
+
+def failing_first(results: list[CellResult]) -> list[CellResult]:
+    """Failing cells first, each group in report order."""
+    return [r for r in results if not r.ok] + [r for r in results if r.ok]
+
+
+def write_report(out: Path, header: ReportHeader, results: list[CellResult]) -> list[Path]:
+    """Write the four files into ``out`` (created); return their paths."""
+    from invariants.report_html import render_html
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"report.json": json.dumps(report_document(header, results), indent=1) + "\n",
+             "junit.xml": junit_xml(header, results),
+             "report.md": report_markdown(header, results),
+             "report.html": render_html(header, results, summary(results))}
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    return [out / name for name in files]
+
+
+def report_document(header: ReportHeader, results: list[CellResult]) -> dict[str, Any]:
+    return {"header": asdict(header), "summary": summary(results),
+            "cells": [r.to_dict() for r in results]}
+
+
+def failure_text(r: CellResult) -> str:
+    """The violations, unmet goals and crash of a cell, then its replay command."""
+    lines = [f"[{v['invariant']}] step {v['step']} ({v['event']}): {v['message']}"
+             for v in r.violations[:LISTED_IN_TEXT]]
+    if r.num_violations > LISTED_IN_TEXT:
+        lines.append(f"... {r.num_violations - LISTED_IN_TEXT} more violations (report.json lists "
+                     f"{len(r.violations)})")
+    lines += [f"expected {goal}" for goal in r.unmet]
+    if r.error:
+        lines.append(f"engine error: {r.error}")
+    return "\n".join([*lines, f"replay: {r.replay}"])
+
+
+def junit_xml(header: ReportHeader, results: list[CellResult]) -> str:
+    """JUnit XML as pytest writes it: testsuites > testsuite > testcase (+ failure | error)."""
+    root = ET.Element("testsuites", name="kvspec report")
+    errors = [_is_error(r) for r in results]
+    suite = ET.SubElement(root, "testsuite", name="kvspec", tests=str(len(results)),
+                          failures=str(sum(not r.ok and not e for r, e in zip(results, errors))),
+                          errors=str(sum(errors)), skipped="0",
+                          time=f"{sum(r.seconds for r in results):.3f}")
+    properties = ET.SubElement(suite, "properties")
+    for name in ("evaluation", "level", "matrix", "backend", "version"):
+        ET.SubElement(properties, "property", name=name, value=str(getattr(header, name)))
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=f"kvspec.{r.kind}", name=r.name,
+                             time=f"{r.seconds:.3f}")
+        if _is_error(r):
+            ET.SubElement(case, "error", message=str(r.error), type="EngineError").text = failure_text(r)
+        elif not r.ok:
+            message = r.first_violation or (r.unmet[0] if r.unmet else "failed")
+            kind = "InvariantViolation" if r.num_violations else "UnmetGoal"
+            ET.SubElement(case, "failure", message=message, type=kind).text = failure_text(r)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _is_error(r: CellResult) -> bool:
+    """A crash with no violation before it is an error (as an exception in a test is); a
+    crash after violations is reported as their failure (its text names the crash)."""
+    return r.error is not None and not r.num_violations
+
+
+def _md(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def report_markdown(header: ReportHeader, results: list[CellResult]) -> str:
+    """The summary table (failing cells first) and each failure with its replay command."""
+    totals = summary(results)
+    verdict = "PASS" if totals["ok"] else f"FAIL — {totals['failed']} of {totals['cells']} cells"
+    lines = [f"# kvspec report: {verdict}", "", f"{header.title}; {header.evaluation}.", "",
+             (f"Matrix {header.matrix}; ran on {header.backend}; kvspec {header.version}, "
+              f"Python {header.python}. {totals['checks']} checks evaluated, {totals['violations']} "
+              f"violations, {totals['unmet_goals']} unmet goals, {totals['crashed']} crashes."), "",
+             "| | cell | steps | checks | violations | first violation | goals | time |",
+             "|---|---|--:|--:|--:|---|---|--:|"]
+    for r in failing_first(results):
+        goals = "crashed" if r.error else f"{len(r.unmet)} unmet" if r.unmet else (
+            "met" if r.kind == "spec" else "—")
+        lines.append(f"| {'✅' if r.ok else '❌'} | {_md(r.name)} | {r.steps} | {r.checks} | "
+                     f"{r.num_violations} | {_md(r.first_violation)} | {goals} | {r.seconds:.2f}s |")
+    failed = [r for r in results if not r.ok]
+    if failed:
+        lines += ["", "## Failures"]
+    for r in failed:
+        lines += ["", f"### {r.name}", "", "```", failure_text(r), "```"]
+    return "\n".join(lines) + "\n"

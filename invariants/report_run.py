@@ -1,0 +1,133 @@
+"""The report's cells and how one runs: every scenario spec, the configuration matrix and the
+seeded memory-layer exercise, each checked at level 1 with a pool timeline attached.
+
+Keeps: a cell's result is plain data (picklable, JSON-able) and a pure function of the cell,
+so it can run in this process, in a worker process or on a Ray node and come back the same;
+the replay command of every cell runs exactly that cell again.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from invariants.checker import Level
+from invariants.loader import Catalog, load_catalog
+from invariants.matrix import ROOT, default_spec_paths
+from invariants.matrix import report_cells as matrix_report_cells
+from invariants.memory_cells import MemoryCell, default_memory_cells, run_memory_cell
+from invariants.runner import SpecOutcome, run_spec
+from invariants.spec import Spec, load_spec
+from invariants.timeline import Timeline
+
+MAX_LISTED = 50  # violations kept per cell in the files (all are counted)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportCell:
+    """One row of the report: a spec to run through the engine, or a memory-layer cell."""
+
+    name: str
+    replay: str
+    spec: Spec | None = None
+    memory: MemoryCell | None = None
+
+    @property
+    def kind(self) -> str:
+        return "spec" if self.spec is not None else "memory"
+
+
+@dataclass(frozen=True, slots=True)
+class CellResult:
+    """What one cell did and found, as plain data."""
+
+    name: str
+    kind: str  # spec | memory
+    replay: str
+    steps: int
+    checks: int
+    num_violations: int
+    violations: tuple[dict[str, Any], ...]  # the first MAX_LISTED, as Violation fields
+    unmet: tuple[str, ...]
+    error: str | None
+    seconds: float
+    counters: dict[str, int] = field(default_factory=dict)
+    timeline: Timeline = field(default_factory=Timeline)
+
+    @property
+    def ok(self) -> bool:
+        return not self.num_violations and not self.unmet and self.error is None
+
+    @property
+    def first_violation(self) -> str:
+        if not self.violations:
+            return ""
+        first = self.violations[0]
+        return f"{first['invariant']} @ step {first['step']}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "timeline"}
+        return {**data, "ok": self.ok, "first_violation": self.first_violation,
+                "violations": list(self.violations), "unmet": list(self.unmet),
+                "timeline": self.timeline.to_dict()}
+
+
+def default_specs() -> list[tuple[str, Path]]:
+    """Every scenario spec under specs/, by name."""
+    return [(p.stem, p) for p in default_spec_paths()]
+
+
+def spec_cells(full: bool = False, with_matrix: bool = True) -> list[ReportCell]:
+    """Every spec × its matrix axes (all-pairs; ``full``: the product); without the matrix,
+    each spec once as written."""
+    if not with_matrix:
+        return [ReportCell(name, f"kvspec run {path.relative_to(ROOT)}", spec=load_spec(path))
+                for name, path in default_specs()]
+    return [ReportCell(cell.name, cell.replay, spec=cell.spec) for cell in matrix_report_cells(full)]
+
+
+def memory_report_cells(cells: list[MemoryCell] | None = None) -> list[ReportCell]:
+    chosen = default_memory_cells() if cells is None else cells
+    return [ReportCell(f"memory {c.name} seed {c.seed}", c.replay, memory=c) for c in chosen]
+
+
+def report_cells(full: bool = False) -> list[ReportCell]:
+    """Every cell of `kvspec report`, in report order."""
+    return spec_cells(full) + memory_report_cells()
+
+
+@functools.cache
+def _catalog() -> Catalog:
+    """The catalog, loaded once per process (workers load their own)."""
+    return load_catalog()
+
+
+def run_cell(cell: ReportCell, level: int = Level.RECORD) -> CellResult:
+    """Run one cell checked at ``level`` with a timeline; top level, so workers can run it."""
+    timeline = Timeline()
+    if cell.spec is not None:
+        return _spec_result(cell, run_spec(cell.spec, _catalog(), level, observers=(timeline,)), timeline)
+    assert cell.memory is not None
+    result = run_memory_cell(cell.memory, _catalog(), level, on_view=timeline.record)
+    timeline.mark(result.violations)
+    counters = {"finished": result.stats.finished, "cached": result.stats.prefix_hit_tokens,
+                "evicted": result.evicted_tokens, "retracts": result.stats.retracted}
+    return CellResult(cell.name, "memory", cell.replay, result.stats.steps, result.checks,
+                      len(result.violations), _listed(result.violations), (), result.error,
+                      result.seconds, counters, timeline)
+
+
+def _spec_result(cell: ReportCell, out: SpecOutcome, timeline: Timeline) -> CellResult:
+    timeline.mark(out.violations)
+    s = out.stats
+    counters = {"finished": s.finished_reqs, "cached": s.cached_tokens, "evicted": s.evicted_tokens,
+                "retracts": s.retracted_reqs, "chunks": s.chunked_prefills, "mixed": s.mixed_batches,
+                "forwards": s.forward_ct}
+    return CellResult(cell.name, "spec", cell.replay, s.iterations, out.checks, len(out.violations),
+                      _listed(out.violations), out.unmet, out.error, out.seconds, counters, timeline)
+
+
+def _listed(violations: Any) -> tuple[dict[str, Any], ...]:
+    return tuple(asdict(v) for v in violations[:MAX_LISTED])
