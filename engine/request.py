@@ -98,6 +98,7 @@ class Req:
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
     eos_token_ids: frozenset[int] = frozenset()
     return_logprob: bool = False
+    output_token_logprobs: list[float] = field(default_factory=list)  # only with return_logprob
     # KV ownership
     prefix_indices: np.ndarray = field(default_factory=lambda: EMPTY_INDICES)
     req_pool_idx: int | None = None
@@ -132,6 +133,12 @@ class Req:
 
     def finished(self) -> bool:
         return self.finished_reason is not None
+
+    def append_output(self, token: int, logprob: float) -> None:
+        """One sampled token (and, when the request asked for them, its logprob)."""
+        self.output_ids.append(token)
+        if self.return_logprob:
+            self.output_token_logprobs.append(logprob)
 
     # ---- lifecycle ----
 

@@ -1,0 +1,134 @@
+"""`kvspec serve`: the engine behind SGLang's HTTP API, with the invariant checker attached.
+
+Keeps: the checker runs at level 1 (record) inside the engine whatever ``--strict-mem-check``
+says, so a violation never breaks a step half-way; at level 2 the monitor then stops
+admitting work and ``/health`` answers 503 with the first violation (DESIGN.md decision 3);
+at level 1 violations are only reported (``/invariants``, ``/metrics``); at 0 no checker
+is attached. Session timeouts run on wall time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from invariants.checker import Checker, CheckerHook, Level, summarize
+from invariants.cli.app import app
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from engine.server import Metric, ServerArgs
+
+MAX_REPORTED = 200  # violations listed in full by /invariants (all are counted)
+
+
+class CheckerMonitor:
+    """The server's monitor over a Checker (engine/server/monitor.py ``Monitor``)."""
+
+    def __init__(self, checker: Checker, level: int) -> None:
+        self.checker = checker
+        self.level = level
+
+    def report(self) -> dict[str, Any]:
+        violations = self.checker.violations
+        stats = self.checker.stats()
+        return {
+            "level": self.level, "num_violations": len(violations) + self.checker.dropped,
+            "by_invariant": dict(summarize(violations)),
+            "violations": [asdict(v) for v in violations[:MAX_REPORTED]],
+            "evaluations": sum(s.evaluations for s in stats.values()), "num_invariants": len(stats),
+        }
+
+    def health(self) -> tuple[bool, str]:
+        if self.stop_admitting():
+            return False, f"invariant violated: {self.checker.violations[0]}"
+        return True, ""
+
+    def stop_admitting(self) -> bool:
+        return self.level >= Level.STRICT and bool(self.checker.violations)
+
+    def metrics(self) -> list[Metric]:
+        from engine.server import Metric
+
+        counts = summarize(self.checker.violations)
+        evaluations = sum(s.evaluations for s in self.checker.stats().values())
+        total = len(self.checker.violations) + self.checker.dropped
+        return [
+            Metric("kvspec_violations", "Invariant violations recorded", "counter", (({}, float(total)),)),
+            Metric("kvspec_invariant_violations", "Invariant violations recorded, per invariant", "counter",
+                   tuple(({"invariant": rid}, float(n)) for rid, n in sorted(counts.items()))),
+            Metric("kvspec_checker_evaluations", "Invariant evaluations", "counter", (({}, float(evaluations)),)),
+            Metric("kvspec_strict_level", "--strict-mem-check level", "gauge", (({}, float(self.level)),)),
+        ]
+
+
+@cache
+def shipped_catalog() -> tuple[Any, ...]:
+    """The shipped catalog, loaded once per process (its rules are immutable)."""
+    from invariants.loader import load_catalog
+
+    return tuple(load_catalog())
+
+
+def serve_app(args: ServerArgs) -> FastAPI:
+    """The app `kvspec serve` runs: an engine on wall time, the shipped catalog checked at
+    every event (levels 1 and 2), the monitor behind /health, /invariants and /metrics."""
+    from engine.engine import Engine
+    from engine.hooks import WallClock
+    from engine.server import NullMonitor, build_app
+
+    engine = Engine(args.engine_config(), clock=WallClock())
+    if engine.strict_level == 0:
+        return build_app(engine, NullMonitor(), args)
+    checker = Checker(shipped_catalog(), Level.RECORD)
+    engine.attach(CheckerHook(checker))
+    return build_app(engine, CheckerMonitor(checker, engine.strict_level), args)
+
+
+Opt = typer.Option
+
+
+@app.command()
+def serve(
+    host: Annotated[str, Opt(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, Opt(help="TCP port.")] = 30000,
+    model: Annotated[str, Opt(help="sim | tiny")] = "sim",
+    seed: Annotated[int, Opt(help="The one seed of the engine.")] = 0,
+    page_size: Annotated[int, Opt(help="Tokens per KV page.")] = 1,
+    chunked_prefill_size: Annotated[int, Opt(help="Chunk size; -1 turns chunked prefill off.")] = 8192,
+    enable_mixed_chunk: Annotated[bool, Opt(help="Decodes ride in prefill batches.")] = False,
+    disable_overlap_schedule: Annotated[bool, Opt(help="Turn the overlap scheduler off.")] = False,
+    enable_streaming_session: Annotated[bool, Opt(help="Allow streaming sessions.")] = False,
+    speculative_algorithm: Annotated[Optional[str], Opt(help="EAGLE (v1) | EAGLE_V2.")] = None,  # noqa: UP007
+    speculative_num_steps: Annotated[int, Opt(help="EAGLE draft steps.")] = 3,
+    speculative_eagle_topk: Annotated[int, Opt(help="EAGLE top-k (1: a chain).")] = 1,
+    speculative_num_draft_tokens: Annotated[int, Opt(help="Tokens one verify checks.")] = 4,
+    attention: Annotated[str, Opt(help="mha | swa | mla")] = "mha",
+    sliding_window: Annotated[int, Opt(help="Window of the SWA layers (--attention swa).")] = 64,
+    max_running_requests: Annotated[Optional[int], Opt(help="Running-request limit.")] = None,  # noqa: UP007
+    context_length: Annotated[int, Opt(help="Longest prompt + completion.")] = 2048,
+    max_total_tokens: Annotated[int, Opt(help="KV pool size in tokens.")] = 16384,
+    test_retract: Annotated[bool, Opt(help="Force a retract every 3 forwards (SGLANG_TEST_RETRACT).")] = False,
+    strict_mem_check: Annotated[int, Opt(help="0 off, 1 record, 2 stop admitting on a violation.")] = 1,
+    api_key: Annotated[Optional[str], Opt(help="Require 'Authorization: Bearer KEY'.")] = None,  # noqa: UP007
+) -> None:
+    """Serve SGLang's native HTTP API (/generate, sessions, abort, flush) with the checker
+    behind /invariants, /metrics and /health."""
+    flags = dict(locals())  # first: the flags only
+    import uvicorn
+
+    from engine.errors import ConfigError
+    from engine.server import ServerArgs
+
+    flags["chunked_prefill_size"] = None if chunked_prefill_size == -1 else chunked_prefill_size
+    try:
+        args = ServerArgs(**flags)
+        application = serve_app(args)
+    except ConfigError as exc:
+        typer.echo(f"kvspec serve: {exc}", err=True)
+        raise typer.Exit(2) from None
+    uvicorn.run(application, host=host, port=port, log_level="warning")
