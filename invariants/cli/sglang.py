@@ -1,0 +1,109 @@
+"""`kvspec sglang run|diff|check`: the sglang target (real SGLang 0.5.23 in its own venv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from invariants.cli.app import app
+
+sglang_app = typer.Typer(help="Real SGLang's memory classes on CPU, under the same invariants.",
+                         no_args_is_help=True)
+app.add_typer(sglang_app, name="sglang")
+
+PythonOpt = Annotated[Optional[str], typer.Option(  # noqa: UP007 - typer reads Optional
+    "--sglang-python", help="The sglang venv's python (default $KVSPEC_SGLANG_PYTHON, then .sglang-venv).")]
+
+
+def _print_outcome(name: str, outcome) -> None:
+    typer.echo(f"{name} on sglang {outcome.sglang_version}: {outcome.stats}")
+    typer.echo(f"{outcome.checks} checks, {len(outcome.violations)} violations, {outcome.seconds:.1f}s")
+    for violation in outcome.violations[:5]:
+        typer.echo(str(violation))
+    for goal in outcome.unmet:
+        typer.echo(f"expected {goal}")
+    for note in outcome.notes:
+        typer.echo(f"note: {note}")
+    if outcome.error:
+        typer.echo(f"error: {outcome.error}")
+
+
+@sglang_app.command("run")
+def run_command(
+    spec: Annotated[Optional[Path], typer.Argument(help="A scenario spec (specs/*.yaml).")] = None,  # noqa: UP007
+    scenario: Annotated[Optional[str], typer.Option(help="A built-in op scenario: sessions | prefix.")] = None,  # noqa: UP007
+    seed: Annotated[int, typer.Option(help="Seed of a built-in scenario.")] = 0,
+    sglang_python: PythonOpt = None,
+) -> None:
+    """Run a spec (or a built-in scenario) on real SGLang with the checker; exit 1 on a violation."""
+    from invariants.loader import load_catalog
+    from invariants.sglang.run import run_spec_on_sglang, run_trace_on_sglang
+    from invariants.sglang.scenarios import SCENARIOS
+    from invariants.sglang.target import SGLangUnavailable
+    from invariants.spec import SpecError, load_spec
+
+    try:
+        if scenario is not None:
+            if scenario not in SCENARIOS:
+                raise typer.BadParameter(f"{scenario!r}: choose one of {', '.join(SCENARIOS)}")
+            name, outcome = scenario, run_trace_on_sglang(SCENARIOS[scenario](seed), load_catalog(),
+                                                          python=sglang_python)
+        elif spec is not None:
+            loaded = load_spec(spec)
+            name, outcome = loaded.name, run_spec_on_sglang(loaded, load_catalog(), python=sglang_python)
+        else:
+            raise typer.BadParameter("give a SPEC or --scenario")
+    except (SpecError, SGLangUnavailable) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    _print_outcome(name, outcome)
+    raise typer.Exit(0 if outcome.ok else 1)
+
+
+@sglang_app.command("diff")
+def diff_command(
+    spec: Annotated[Path, typer.Argument(help="A scenario spec (plain traffic, sessions, aborts).")],
+    show: Annotated[int, typer.Option(help="Differences to print.")] = 10,
+    sglang_python: PythonOpt = None,
+) -> None:
+    """The spec's trace on kvspec and on real SGLang in lockstep (kvspec's batches, overlap,
+    mixed chunk and chunked prefill off), buckets compared per step; exit 1 on an undeclared
+    difference (declared ones: invariants/sglang/gaps.py)."""
+    from invariants.sglang.differential import differential
+    from invariants.sglang.gaps import GAPS
+    from invariants.sglang.target import SGLangUnavailable
+    from invariants.spec import SpecError, load_spec
+
+    try:
+        result = differential(load_spec(spec), python=sglang_python)
+    except (SpecError, SGLangUnavailable, ValueError) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{result.name}: {result.steps} steps, {len(result.differences)} bucket differences, "
+               f"{len(result.unexpected)} undeclared")
+    for difference in (result.unexpected or result.differences)[:show]:
+        typer.echo(f"  {difference}")
+    for gap in GAPS:
+        typer.echo(f"declared gap {gap.id}: {gap.reason}")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@sglang_app.command("check")
+def check_command(sglang_python: PythonOpt = None) -> None:
+    """Fault injection on the real allocator (a skipped free, a double free): the census must
+    name the slot ids; exit 1 if either fault goes unnoticed."""
+    from invariants.loader import load_catalog
+    from invariants.sglang.run import run_trace_on_sglang
+    from invariants.sglang.scenarios import sessions_scenario
+
+    caught = 0
+    for kind in ("skip_free", "double_free"):
+        outcome = run_trace_on_sglang(sessions_scenario(), load_catalog(), python=sglang_python,
+                                      fault={"kind": kind, "step": 1})
+        census = [v for v in outcome.violations if v.invariant.startswith("census.")]
+        typer.echo(f"{kind}: injected {outcome.faults[:1]}")
+        typer.echo(f"  first census finding: {census[0] if census else 'NONE'}")
+        caught += bool(census)
+    raise typer.Exit(0 if caught == 2 else 1)

@@ -1,0 +1,142 @@
+"""Scenario specs and op traces on the sglang target, checked by the same Checker and catalog.
+
+Keeps: a run is a pure function of its trace (the spec's ``build_trace``, the one kvspec's
+runner executes), so the sglang column of a report replays exactly; an op the driver refuses,
+or a spec feature the adapter does not model, is reported as the outcome's error — never
+hidden as a pass; the schedule difference a run accepts (no chunked prefill) is a note.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from invariants.checker import Checker, Level, Violation
+from invariants.loader import Catalog
+from invariants.ops import Submit, Trace, op_label
+from invariants.runner import spec_catalog
+from invariants.scenario import build_trace
+from invariants.sglang.target import DriverError, SGLangDriver
+from invariants.sglang.trace_driver import TraceDriver, driver_config, unsupported
+from invariants.sglang.views import to_state_view
+from invariants.spec import Spec
+
+MAX_STEPS = 200_000
+# spec counter names (kvspec's SchedulerStats) -> the driver's counts
+GOALS = {"finished_reqs": "finished", "cached_tokens": "prefix_hit_tokens",
+         "evicted_tokens": "evicted_tokens", "aborted_reqs": "aborted"}
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangStats:
+    """What the glue observed on real SGLang (each counter > 0 proves that path ran)."""
+
+    steps: int = 0
+    admitted: int = 0
+    finished: int = 0
+    aborted: int = 0
+    rejected: int = 0
+    prefix_hit_tokens: int = 0
+    extend_tokens: int = 0
+    decode_tokens: int = 0
+    evicted_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangOutcome:
+    """SpecOutcome-compatible: one spec (or op list) on real SGLang."""
+
+    spec: Spec | None
+    stats: SGLangStats
+    violations: tuple[Violation, ...]
+    unmet: tuple[str, ...]
+    checks: int
+    seconds: float
+    error: str | None = None
+    sglang_version: str = ""
+    faults: tuple[dict[str, Any], ...] = ()  # what an injected fault did (driver report)
+    views: tuple[Any, ...] = field(default=(), repr=False)  # kept only when asked
+    notes: tuple[str, ...] = ()  # what the run did differently from kvspec's (said, not hidden)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and not self.unmet and self.error is None
+
+
+def chunking_note(trace: Trace) -> list[str]:
+    """The one schedule difference a run mode accepts (and says): prompts longer than the
+    chunk prefill whole on the glue, which does not split a prefill."""
+    chunk = trace.engine.chunked_prefill_size
+    longest = max((len(op.input_ids) for op in trace.ops if isinstance(op, Submit)), default=0)
+    if chunk and longest > chunk:
+        return [f"chunked prefill not reproduced: prompts up to {longest} tokens prefill whole "
+                f"(chunked_prefill_size={chunk})"]
+    return []
+
+
+def run_spec_on_sglang(spec: Spec, catalog: Catalog, level: int = Level.RECORD,
+                       python: str | None = None, *, driver: SGLangDriver | None = None,
+                       keep_views: bool = False) -> SGLangOutcome:
+    """Run ``spec``'s trace (the runner's own ``build_trace``) on real SGLang under the
+    checker with the spec's invariant set (SpecOutcome-compatible result)."""
+    trace = build_trace(spec)
+    missing = unsupported(trace)
+    if missing:
+        return SGLangOutcome(spec, SGLangStats(), (), (), 0, 0.0,
+                             f"not supported by the sglang target: {'; '.join(missing)}")
+    return run_trace_on_sglang(trace, spec_catalog(spec, catalog), level, python, spec=spec, driver=driver,
+                               keep_views=keep_views)
+
+
+def run_trace_on_sglang(trace: Trace, catalog: Catalog, level: int = Level.RECORD, python: str | None = None,
+                        *, spec: Spec | None = None, keep_views: bool = False,
+                        fault: dict[str, Any] | None = None,
+                        driver: SGLangDriver | None = None) -> SGLangOutcome:
+    """A trace's ops on real SGLang under the checker, then the drain to idle;
+    ``SGLangUnavailable`` if there is none. ``driver``: reuse a running one (tests)."""
+    missing = unsupported(trace)
+    if missing:
+        raise ValueError(f"{trace.name}: not supported by the sglang target: {'; '.join(missing)}")
+    checker = Checker(catalog, level=level)
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        live = driver if driver is not None else stack.enter_context(SGLangDriver(python))
+        stats, views, error = _drive(live, trace, checker, keep_views, fault)
+        version, faults = live.version, tuple(live.faults)
+    seconds = time.perf_counter() - start
+    goals = spec.expect if spec is not None else {}
+    unmet = tuple(f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
+                  for name, least in goals.items() if name in GOALS and getattr(stats, GOALS[name]) < least)
+    checks = sum(s.evaluations for s in checker.stats().values())
+    return SGLangOutcome(spec, stats, tuple(checker.violations), unmet, checks, seconds, error, version,
+                         faults, tuple(views), tuple(chunking_note(trace)))
+
+
+def _drive(driver: SGLangDriver, trace: Trace, checker: Checker, keep_views: bool,
+           fault: dict[str, Any] | None) -> tuple[SGLangStats, list[Any], str | None]:
+    """Config, every op, the drain; every view through ``checker``."""
+    kept: list[Any] = []
+    run = TraceDriver(driver, trace.seed)
+
+    def check(raw_views: list[dict[str, Any]]) -> None:
+        for raw in raw_views:
+            view = to_state_view(raw)
+            checker.check(view.event, view)
+            if keep_views:
+                kept.append(view)
+
+    error = None
+    try:
+        driver.send(driver_config(trace.engine, trace.seed, fault))
+        for index, op in enumerate(trace.ops):
+            try:
+                check(run.apply(op))
+            except DriverError as exc:
+                raise DriverError(f"op #{index} ({op_label(op)}): {exc}") from None
+        check(run.drain(MAX_STEPS))
+    except DriverError as exc:
+        error = str(exc)
+    counts = driver.send({"op": "stats"})[0]["counts"]
+    return SGLangStats(**counts), kept, error

@@ -1,0 +1,95 @@
+"""Launches the sglang driver subprocess and speaks JSON lines with it (ops in, views out).
+
+Keeps: isolation — the driver runs under the sglang venv's own python (its own torch and
+transformers pins) and kvspec never imports sglang. The interpreter is, in order: the
+explicit argument (``--sglang-python``), ``$KVSPEC_SGLANG_PYTHON``, ``.sglang-venv/bin/python``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).resolve().parent / "driver" / "main.py"
+ENV_VAR = "KVSPEC_SGLANG_PYTHON"
+SGLANG_VERSION = "0.5.23"  # the version the driver's glue follows
+
+
+class SGLangUnavailable(RuntimeError):
+    """No usable sglang interpreter; the message says how to get one."""
+
+
+class DriverError(RuntimeError):
+    """The driver refused or failed an op; names the op."""
+
+
+def sglang_python(explicit: str | Path | None = None) -> Path:
+    """The interpreter of the sglang venv (see the module docstring for the order)."""
+    chosen = explicit or os.environ.get(ENV_VAR) or ROOT / ".sglang-venv" / "bin" / "python"
+    return Path(chosen)
+
+
+def unavailable_reason(python: Path) -> str | None:
+    """Why the sglang target cannot run with ``python`` (None: it can)."""
+    if not python.exists():
+        return (f"no sglang interpreter at {python}: run `make sglang-env`, or point "
+                f"--sglang-python / ${ENV_VAR} at a python with sglang {SGLANG_VERSION}")
+    return None
+
+
+class SGLangDriver:
+    """One driver subprocess; ``send(op)`` returns the views that op produced."""
+
+    def __init__(self, python: str | Path | None = None) -> None:
+        self.python = sglang_python(python)
+        reason = unavailable_reason(self.python)
+        if reason:
+            raise SGLangUnavailable(reason)
+        self.faults: list[dict[str, Any]] = []
+        self.result: Any = None  # the last op's own answer (abort: the rid, unfinished: rids)
+        self.proc = subprocess.Popen([str(self.python), str(DRIVER)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     bufsize=1)
+        banner = self._read("startup")
+        if not banner.get("ready"):
+            raise SGLangUnavailable(f"sglang driver did not start: {banner}")
+        self.version: str = banner["sglang"]
+        self.stubs: list[str] = banner["stubs"]
+
+    def _read(self, what: str) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            code = self.proc.wait(timeout=30)
+            raise SGLangUnavailable(f"sglang driver exited ({code}) during {what}; run "
+                                    f"`{self.python} {DRIVER}` by hand to see why")
+        return json.loads(line)
+
+    def send(self, op: dict[str, Any]) -> list[dict[str, Any]]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(op) + "\n")
+        answer = self._read(f"op {op.get('op')}")
+        if "error" in answer:
+            raise DriverError(f"op {json.dumps(op)[:160]}: {answer['error']}")
+        self.faults = answer.get("faults", [])
+        self.result = answer.get("result")
+        return answer["views"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def __enter__(self) -> SGLangDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,46 @@
+"""The driver's JSON views → kvspec StateView objects, with the census computed here.
+
+Keeps: DESIGN.md decision 2 on the sglang target — the pool counters are SGLang's own (the
+driver reads them), while the census is computed on this side by ``take_census`` from the
+raw slot ids each owner references, so a counter that balances over a double-owned or
+leaked page is still caught, by page id and owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.mem.census import take_census
+from engine.view import PoolView, StateView, view_to_dict
+from invariants.schema import build_view, unknown_view_keys
+
+
+def _census(raw: dict[str, Any]) -> dict[str, Any]:
+    owned = [(label, np.asarray(pages, dtype=np.int64)) for label, pages in raw["owned"]]
+    referenced = [(label, np.asarray(pages, dtype=np.int64)) for label, pages in raw["referenced"]]
+    free = np.asarray(raw["free_pages"], dtype=np.int64)
+    return view_to_dict(take_census(raw["num_pages"], free, owned, referenced))
+
+
+def to_state_view(raw: dict[str, Any]) -> StateView:
+    """One driver view as a StateView; unknown keys are an error naming the key."""
+    data = dict(raw)
+    data["pools"] = [{**{k: v for k, v in pool.items() if k != "census_input"},
+                      "census": _census(pool["census_input"])} for pool in raw["pools"]]
+    problems = [f"{'.'.join(map(str, loc))}: {reason}" for loc, reason in unknown_view_keys(data)]
+    if problems:
+        raise ValueError("sglang driver view does not fit engine/view.py: " + "; ".join(problems))
+    return build_view(data, data.get("event", "step"))
+
+
+def pool_buckets(pool: PoolView) -> dict[str, int]:
+    """The five ownership buckets of one pool (what differential mode compares)."""
+    return {"free": pool.free, "evictable": pool.evictable, "protected": pool.protected,
+            "session_held": pool.session_held, "request_owned": pool.request_owned}
+
+
+def buckets(view: StateView) -> dict[str, int]:
+    """The five ownership buckets of the full pool."""
+    return pool_buckets(view.pools[0])

@@ -1,0 +1,88 @@
+"""Real SGLang 0.5.23 under kvspec's catalog: the same invariants hold, faults are caught, and
+the differential against kvspec's engine finds only declared gaps."""
+
+from __future__ import annotations
+
+import pytest
+
+from invariants.sglang.differential import differential
+from invariants.sglang.run import run_spec_on_sglang, run_trace_on_sglang
+from invariants.sglang.scenarios import prefix_scenario, sessions_scenario
+from invariants.sglang.views import buckets
+from invariants.spec import load_spec
+
+pytestmark = pytest.mark.sglang
+DIFF_SPEC = "specs/sglang-diff-sessions.yaml"
+
+
+def test_prefix_reuse_counts_match_the_feasibility_study(catalog, driver):
+    """research/sglang_cpu.md §6 (pool 64, page 1): r1's finish leaves 41 free / 23
+    evictable; r2 hits 16 tokens; every view passes the whole catalog."""
+    outcome = run_trace_on_sglang(prefix_scenario(), catalog, driver=driver, keep_views=True)
+    assert outcome.ok, outcome.violations[:3] or outcome.error
+    after_r1 = [buckets(v) for v in outcome.views if v.event == "step"][3]
+    assert after_r1 == {"free": 41, "evictable": 23, "protected": 0, "session_held": 0, "request_owned": 0}
+    assert outcome.stats.prefix_hit_tokens == 16 and outcome.sglang_version == "0.5.23"
+
+
+def test_eviction_pressure_spec_holds_every_invariant(catalog, driver):
+    """radix-eviction.yaml's trace (the runner's build_trace) on real SGLang: all requests
+    finish, tokens are evicted and reused, and no invariant is violated at any step."""
+    outcome = run_spec_on_sglang(load_spec("specs/radix-eviction.yaml"), catalog, driver=driver)
+    assert outcome.ok, outcome.violations[:3] or outcome.error or outcome.unmet
+    assert outcome.stats.finished == 96 and outcome.stats.evicted_tokens > 0 and outcome.checks > 1000
+
+
+def test_swa_hybrid_spec_holds_every_invariant_on_both_pools(catalog, driver):
+    """swa-hybrid.yaml on SGLang's SWATokenToKVPoolAllocator + UnifiedRadixCache(FULL, SWA):
+    the real maybe_evict_swa slides windows (cursors advance, tree SWA values tombstone), and
+    both pools' sums, censuses and the SWA tree rules hold at every step."""
+    outcome = run_spec_on_sglang(load_spec("specs/swa-hybrid.yaml"), catalog, driver=driver, keep_views=True)
+    assert not outcome.violations and outcome.error is None and not outcome.unmet, outcome.violations[:3]
+    views = outcome.views
+    assert all([p.name for p in v.pools] == ["full", "swa"] for v in views)
+    assert max(r.swa_evicted_seqlen for v in views for r in v.reqs) > 0
+    assert any(n.swa_tombstone for v in views for n in v.tree.nodes) and views[-1].tree.kind == "swa_radix"
+    assert outcome.notes and "chunked prefill" in outcome.notes[0]
+
+
+def test_streaming_sessions_with_aborts_hold_every_invariant(catalog, driver):
+    """Two streaming sessions over three turns, an aborted running turn, an aborted queued
+    request, close and eviction pressure: slots hold KV between turns, close releases it."""
+    outcome = run_trace_on_sglang(sessions_scenario(), catalog, driver=driver, keep_views=True)
+    assert outcome.ok, outcome.violations[:3] or outcome.error
+    assert outcome.stats.aborted == 2 and outcome.stats.evicted_tokens > 0
+    assert any(v.slots and not any(s.borrowed for s in v.slots) for v in outcome.views)
+    assert not outcome.views[-1].slots and outcome.views[-1].event == "idle"
+
+
+@pytest.mark.parametrize("kind, invariant", [("skip_free", "census.no_orphans"),
+                                             ("double_free", "census.free_list_unique")])
+def test_fault_on_the_real_allocator_is_named_by_slot_id(catalog, driver, kind, invariant):
+    """A skipped free (leak) or a double free patched into SGLang's allocator breaks its sum
+    and the census names the very slots the fault touched."""
+    outcome = run_trace_on_sglang(sessions_scenario(), catalog, driver=driver, fault={"kind": kind, "step": 1})
+    found = [v for v in outcome.violations if v.invariant == invariant]
+    assert found and any(v.invariant == "pool.busy_sum" for v in outcome.violations)
+    named = [int(x) for x in found[0].message.split("[")[1].rstrip("]").split(",")]
+    assert named and set(named) <= set(outcome.faults[0]["slots"])
+
+
+def test_differential_over_sessions_and_aborts_has_only_declared_gaps(driver):
+    """sglang-diff-sessions.yaml in lockstep on kvspec and SGLang: same batches, every step's
+    buckets equal or differing by a declared gap (eviction amount; a borrowed session row)."""
+    result = differential(load_spec(DIFF_SPEC), driver=driver)
+    assert result.steps == len(result.kvspec) == len(result.sglang) > 20
+    assert result.ok, [str(d) for d in result.unexpected[:5]]
+    gaps = {d.gap for d in result.differences}
+    assert gaps == {"eviction.amount", "session.borrowed_row_is_request_owned"}
+    assert any(row["session_held"] for row in result.sglang)
+
+
+def test_differential_reports_an_undeclared_difference_with_its_step_and_op(driver):
+    """A leak patched into SGLang's allocator (one skipped free) moves its buckets off
+    kvspec's by a sum no gap explains: reported as UNEXPECTED, with step and op."""
+    result = differential(load_spec(DIFF_SPEC), driver=driver, fault={"kind": "skip_free", "step": 5})
+    first = result.unexpected[0]
+    assert not result.ok and first.step >= 5 and first.bucket in ("free", "evictable")
+    assert first.op and "UNEXPECTED" in str(first)

@@ -1,0 +1,78 @@
+"""The kvspec side of the sglang target, without sglang: interpreter choice, views, gaps,
+what the glue refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from invariants.ops import FlushCache, ForceRetract, Step, Submit, Trace
+from invariants.sglang.gaps import declared
+from invariants.sglang.run import run_spec_on_sglang
+from invariants.sglang.target import ENV_VAR, SGLangDriver, SGLangUnavailable, sglang_python
+from invariants.sglang.trace_driver import output_rng, submit_op, unsupported
+from invariants.sglang.views import to_state_view
+from invariants.spec import EngineSpec, load_spec
+
+
+def test_interpreter_order_is_flag_then_env_then_default(monkeypatch):
+    """--sglang-python wins over $KVSPEC_SGLANG_PYTHON, which wins over .sglang-venv."""
+    monkeypatch.setenv(ENV_VAR, "/env/python")
+    assert sglang_python("/flag/python") == Path("/flag/python")
+    assert sglang_python() == Path("/env/python")
+    monkeypatch.delenv(ENV_VAR)
+    assert sglang_python().parts[-3:] == (".sglang-venv", "bin", "python")
+
+
+def test_missing_interpreter_is_a_clear_error(tmp_path):
+    """A missing sglang python names the path and `make sglang-env`."""
+    with pytest.raises(SGLangUnavailable, match="make sglang-env"):
+        SGLangDriver(tmp_path / "nope" / "python")
+
+
+def test_census_is_computed_from_the_raw_owners():
+    """A page owned by the tree and by a request row is a duplicate; a page nobody owns and
+    not free is an orphan — computed on the kvspec side from the driver's raw ids."""
+    raw = {"event": "step", "pools": [{"name": "full", "capacity": 4, "free": 1, "census_input": {
+        "num_pages": 4, "free_pages": [4], "owned": [["tree:n1", [1, 2]], ["req:r1@row1", [2]]],
+        "referenced": []}}]}
+    census = to_state_view(raw).pools[0].census
+    assert [d.page for d in census.duplicates] == [2] and census.orphans == (3,)
+
+
+def test_unknown_view_key_is_rejected():
+    """A driver view with a key engine/view.py does not know is an error naming it."""
+    with pytest.raises(ValueError, match="bogus"):
+        to_state_view({"event": "idle", "pools": [], "bogus": 1})
+
+
+def test_ops_and_features_the_glue_cannot_run_are_named():
+    """force_retract, flush_cache and engine features the glue does not reproduce make a
+    trace unsupported, each with its reason; SWA hybrid and plain ops are supported."""
+    ops = [Submit(rid="r", input_ids=[1, 2], max_new_tokens=2), Step(), ForceRetract(), FlushCache()]
+    reasons = unsupported(Trace(engine=EngineSpec(cache="chunk", test_retract=True), ops=ops))
+    assert [r.split(":")[0] for r in reasons] == ["cache", "test_retract", "flush_cache", "force_retract"]
+    assert unsupported(Trace(engine=EngineSpec(swa_tokens=64, sliding_window=8), ops=ops[:2])) == []
+
+
+def test_a_spec_with_an_unsupported_op_is_reported_not_run():
+    """session-timeouts.yaml flushes the cache: the outcome is an error naming flush_cache,
+    before any sglang process starts (so this runs without the sglang venv)."""
+    outcome = run_spec_on_sglang(load_spec("specs/session-timeouts.yaml"), catalog=None,  # type: ignore[arg-type]
+                                 python="/nonexistent/python")
+    assert not outcome.ok and "flush_cache" in (outcome.error or "")
+
+
+def test_output_ids_are_a_seeded_draw_of_the_requested_length():
+    """The model-less glue's output ids: max_new_tokens draws from the trace's seed."""
+    op = Submit(rid="r", input_ids=[1], max_new_tokens=5)
+    first, again = submit_op(op, output_rng(7)), submit_op(op, output_rng(7))
+    assert len(first["output_ids"]) == 5 and first == again
+
+
+def test_a_gap_declares_only_a_sum_preserving_difference():
+    """eviction.amount declares free/evictable moves only when free + evictable agree."""
+    ours = {"free": 10, "evictable": 20, "session_held": 0, "request_owned": 0}
+    assert declared(ours, {**ours, "free": 0, "evictable": 30}, "free", {"page_size": 1}) is not None
+    assert declared(ours, {**ours, "free": 0}, "free", {"page_size": 1}) is None
