@@ -165,7 +165,7 @@ class Scheduler:
         s.prefill_batches += batch.mode is ForwardMode.EXTEND
         s.decode_batches += batch.mode is ForwardMode.DECODE
         s.mixed_batches += batch.mode is ForwardMode.MIXED
-        s.chunked_prefills += batch.chunked_req is not None
+        s.chunked_prefills += batch.is_extend and batch.chunked_req is not None  # a decode batch keeps a stale one
         decode = len(batch.decoding_reqs or ()) if batch.is_extend else batch.batch_size()
         s.decode_tokens += decode
         s.extend_tokens += len(fb.input_ids) - decode if batch.is_extend else 0  # not EAGLE's verify
@@ -192,6 +192,10 @@ class Scheduler:
                     self.running_batch = last
                 else:
                     self.running_batch.merge_batch(last)
+        if self.running_batch.is_empty():
+            # nothing runs, so a 'full' verdict is stale: a session close, abort or flush may
+            # have freed the memory since (SGLang resets it likewise — "otherwise it hangs")
+            self.running_batch.batch_is_full = False
         new_batch = self.get_new_batch_prefill()
         if new_batch is not None:
             return new_batch
@@ -308,13 +312,13 @@ class Scheduler:
         """Append each request's first (or next, for mixed decodes) token; a non-final chunk
         only counts down; finished requests are released, the rest checkpointed."""
         decoding = set(batch.decoding_reqs or ())
-        for req, token in zip(batch.reqs, out.next_token_ids.tolist()):
+        for req, token, logprob in zip(batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist()):
             if req.is_retracted or req.finished():  # overlap: retracted/finished meanwhile
                 continue
             if req.is_chunked > 0:
                 req.is_chunked -= 1
                 continue
-            req.output_ids.append(token)
+            req.append_output(token, logprob)
             req.check_finished()
             if req.finished():
                 self._release(req)
@@ -322,10 +326,10 @@ class Scheduler:
                 self.mem.checkpoint(req)
 
     def _process_decode(self, batch: ScheduleBatch, out: ForwardOutput) -> None:
-        for req, token in zip(batch.reqs, out.next_token_ids.tolist()):
+        for req, token, logprob in zip(batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist()):
             if req.is_retracted or req.finished():  # overlap: finished by the previous batch
                 continue
-            req.output_ids.append(token)
+            req.append_output(token, logprob)
             req.check_finished()
             if req.finished():
                 self._release(req)

@@ -9,33 +9,29 @@ the old formula fires on the correct engine, the shipped rule does not."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from engine.cache.base import MatchResult
 from engine.cache.streaming_session import SessionSlot, StreamingSession
 from engine.engine import Engine
 from engine.request import Req
 from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_text
+from invariants.mutants import mutant
 from session_mutants import RETRY, TEXTS, first_violations, three_turns
-from session_support import CATALOG, encode, session_config, sp, turn
+from session_support import CATALOG, checked_engine, encode, session_config, sp, turn
 
 
 # ---- #20070: cache_protected_len page alignment ----
 
-def test_later_turns_keep_the_turn1_page_aligned_protected_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_later_turns_keep_the_turn1_page_aligned_protected_prefix() -> None:
     """#20070: a restored turn's cache_protected_len is the slot's page-aligned turn-1 prefix,
     not len(prefix_indices). Mutant (the old match result, no cache_protected_len):
     req.cache_protected_page_aligned fires on turn 2 (page 4, SWA radix)."""
     assert first_violations(three_turns, page_size=4, cache="swa") == {}
-    real = StreamingSession.match_request
-
-    def unaligned(self: StreamingSession, req: Req, key: list[int]) -> MatchResult | None:
-        found = real(self, req, key)
-        return None if found is None else found._replace(cache_protected_len=None)
-
-    monkeypatch.setattr(StreamingSession, "match_request", unaligned)
-    found = first_violations(three_turns, page_size=4, cache="swa")
+    with mutant("20070-unaligned-protected").patch():
+        found = first_violations(three_turns, page_size=4, cache="swa")
     assert "req.cache_protected_page_aligned" in found and found["pool.busy_sum"].event == "step"
 
 
@@ -93,12 +89,8 @@ def test_restored_turn_rejected_by_the_adder_retries_without_a_tree_lock(monkeyp
     assert first_violations(rejected_then_retried, **RETRY) == {}
     assert len(restores) == 2 and len(set(restores)) == 1
 
-    def destructive(self: SessionSlot, req: Req) -> None:
-        real_restore(self, req)
-        self.req_pool_idx = None
-
-    monkeypatch.setattr(SessionSlot, "restore_to_req", destructive)
-    found = first_violations(rejected_then_retried, **RETRY)
+    with mutant("20476-destructive-restore").patch():
+        found = first_violations(rejected_then_retried, **RETRY)
     assert "sched.busy_set_covers_live" in found
 
 
@@ -141,23 +133,43 @@ def one_token_turn(engine: Engine) -> None:
     engine.close_session(sid)
 
 
-def test_restore_frees_the_stale_tail_of_an_over_allocated_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_restore_frees_the_stale_tail_of_an_over_allocated_slot() -> None:
     """#22862, over-allocation source: the restore frees ``[ceil(prefix_len), allocated)``
     before the extend overwrites the row. Mutant (no _free_tail): the overwritten slots leak —
     pool.busy_sum fires at the end of the resuming prefill iteration."""
     assert first_violations(over_allocated_slot, page_size=4, overlap=False) == {}
-    monkeypatch.setattr(StreamingSession, "_free_tail", lambda self, slot, req, prefix_len: None)
-    found = first_violations(over_allocated_slot, page_size=4, overlap=False)
+    with mutant("22862-stale-tail-leak").patch():
+        found = first_violations(over_allocated_slot, page_size=4, overlap=False)
     assert found["pool.busy_sum"].event == "step"
 
 
-def test_prefix_len_keeps_a_single_logit_reserve(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prefix_len_keeps_a_single_logit_reserve() -> None:
     """#22862, formula source: ``prefix_len = min(committed, len(key))`` (the key already
     drops the logit token). Mutant (the old ``len(key) - 1`` and no tail free): a one-token
     turn under overlap overwrites the last committed slot, which leaks — pool.busy_sum."""
     assert first_violations(one_token_turn, page_size=1, overlap=True) == {}
-    real = StreamingSession.match_request
-    monkeypatch.setattr(StreamingSession, "match_request", lambda self, req, key: real(self, req, key[:-1]))
-    monkeypatch.setattr(StreamingSession, "_free_tail", lambda self, slot, req, prefix_len: None)
-    found = first_violations(one_token_turn, page_size=1, overlap=True)
+    with mutant("22862-double-logit-reserve").patch():
+        found = first_violations(one_token_turn, page_size=1, overlap=True)
     assert found["pool.busy_sum"].event == "step"
+
+
+def test_freeing_session_memory_with_nothing_running_unblocks_admission() -> None:
+    """Rule (liveness): a 'batch is full' verdict is stale once nothing runs. When a streaming
+    slot pins the memory, admission answers NO_TOKEN and marks the running batch full; a
+    close (or abort, or flush) that frees that memory with no request running must let the
+    waiting request in — else the scheduler stalls with every page free (found by
+    `kvspec explore`; SGLang carries the same reset as a "HACK … otherwise it hangs")."""
+    config = replace(session_config(page_size=16, overlap=False, total=256, context_len=200),
+                     chunked_prefill_size=None)
+    engine, checker = checked_engine(config)
+    sid = engine.open_session(256, "s", streaming=True)
+    first = engine.submit(list(range(1, 82)), sp(1), session_params={"id": sid})
+    engine.run_until_idle()
+    engine.pop_result(first)
+    plain = engine.submit(list(range(1, 141)), sp(4))  # does not fit beside the slot
+    engine.step()
+    engine.step()
+    engine.close_session(sid)
+    engine.run_until_idle(max_steps=50)
+    assert engine.pop_result(plain).meta_info()["finish_reason"]["type"] == "length"
+    assert not checker.violations
