@@ -25,8 +25,19 @@ from engine.request import FinishReason, Req, SamplingParams
 from engine.sched.scheduler import Scheduler
 from engine.sched.stats import SchedulerStats, StepOutcome
 from engine.session_api import SessionAPI, SessionParamsLike
-from engine.snapshot import ReqPlaces, memory_view
-from engine.view import OPTIONAL_PARTS, IntegrityView, SchedView, StateView
+from engine.snapshot import ReqPlaces, ViewMemo, memory_view
+from engine.view import (
+    OPTIONAL_PARTS,
+    IntegrityView,
+    SchedView,
+    StateView,
+    positional_builder,
+    wanted_sections,
+)
+
+SESSION_SECTIONS = frozenset({"slots", "sessions"})
+PER_REQUEST_SECTIONS = frozenset({"pools", "req_pool", "reqs"}) | SESSION_SECTIONS  # need live_reqs
+_new_sched_view = positional_builder(SchedView)
 
 
 @runtime_checkable
@@ -56,6 +67,7 @@ class GenerateResult:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    output_token_logprobs: tuple[float, ...] = ()  # one per output token, with return_logprob
 
     def meta_info(self) -> dict[str, Any]:
         """SGLang's ``meta_info`` fields."""
@@ -82,6 +94,7 @@ class Engine(SessionAPI):
         self.requests: dict[str, Req] = {}  # every request not yet popped by its caller
         self.results: dict[str, GenerateResult] = {}
         self._rids = itertools.count()
+        self._view_memo = ViewMemo()  # kept between views: ReqViews, the incremental census
 
     # ---- observers ----
 
@@ -190,7 +203,7 @@ class Engine(SessionAPI):
             n = req.finished_len if req.finished_len is not None else len(req.output_ids)
             self.results[req.rid] = GenerateResult(
                 req.rid, tuple(req.output_ids[:n]), req.finished_reason, len(req.origin_input_ids), n,
-                req.cached_tokens)
+                req.cached_tokens, tuple(req.output_token_logprobs[:n]))
             self._retired(req, len(req.origin_input_ids), n)
 
     def _stall_message(self) -> str:
@@ -215,27 +228,32 @@ class Engine(SessionAPI):
         """The plain-data snapshot of memory and scheduler that invariants read: the live
         requests (waiting with a row, chunked, running, launched) with where each is held,
         this iteration's releases, and the failed KV reads of its forward. ``parts`` names
-        the costly parts to build (``OPTIONAL_PARTS``: the census, the tree's nodes)."""
-        sched, batch = self.scheduler, self.scheduler.cur_batch
-        places = ReqPlaces(set(sched.waiting_queue), set(sched.running_batch.reqs),
-                           set(batch.reqs) if batch is not None else frozenset())
-        owning = self._owning(sched.live_reqs())
-        view = memory_view(self.mem, event, sched.stats.iterations, owning, places, parts)
-        view = self._session_parts(event, view, owning)  # and, at ``response``, the response
-        view = replace(view, sched=self._sched_view(), integrity=self.integrity)
+        the costly parts to build (``OPTIONAL_PARTS``: the census, the tree's nodes) and,
+        with ``view.SELECTIVE``, the only sections to build (``view.wanted_sections``)."""
+        sched, batch, sections = self.scheduler, self.scheduler.cur_batch, wanted_sections(parts)
+        if sections & PER_REQUEST_SECTIONS:
+            places = ReqPlaces(set(sched.waiting_queue), set(sched.running_batch.reqs),
+                               set(batch.reqs) if batch is not None else frozenset())
+            owning = self._owning(sched.live_reqs())
+        else:  # no section that lists requests or rows: skip finding them
+            places, owning = ReqPlaces(), []
+        view = memory_view(self.mem, event, sched.stats.iterations, owning, places, parts, self._view_memo,
+                           sched=self._sched_view(), integrity=self.integrity)
+        if sections & SESSION_SECTIONS:
+            view = self._session_parts(event, view, owning)  # and, at ``response``, the response
+        elif event == "response":
+            view = replace(view, response=self._response)
         return view if sched.eagle is None else sched.eagle.annotate(view)  # EAGLE's fields
 
     def _sched_view(self) -> SchedView:
         sched, batch = self.scheduler, self.scheduler.cur_batch
         chunked = () if sched.chunked_req is None else (sched.chunked_req.rid,)
-        return SchedView(
-            overlap=sched.overlap, forward_ct=sched.forward_ct, num_waiting=len(sched.waiting_queue),
-            num_running=sched.running_batch.batch_size(), batch_mode="idle" if batch is None else batch.mode.value,
-            batch_size=0 if batch is None else batch.batch_size(), chunked_rids=chunked,
-            new_token_ratio=sched.new_token_ratio,
-            batch_chunked_rids=() if batch is None else batch.truncated_rids,
-            max_running_requests=self.config.running_limit, released=tuple(sched.released),
-            reuse=() if batch is None else batch.reused,
+        return _new_sched_view(  # SchedView's fields in order (EAGLE's at their defaults)
+            sched.overlap, sched.forward_ct, len(sched.waiting_queue), sched.running_batch.batch_size(),
+            "idle" if batch is None else batch.mode.value, 0 if batch is None else batch.batch_size(),
+            chunked, sched.new_token_ratio, () if batch is None else batch.truncated_rids,
+            self.config.running_limit, tuple(sched.released), () if batch is None else batch.reused,
+            "off", 0, 0,
         )
 
 

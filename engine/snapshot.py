@@ -8,7 +8,7 @@ maintains them, and the census is computed separately from the index references
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -16,13 +16,28 @@ import numpy as np
 from engine.cache.base import PrefixCache
 from engine.cache.streaming_session import HeldSlot, held_slots
 from engine.mem import paging
-from engine.mem.allocator import SWAAllocator
+from engine.mem.allocator import PagedAllocator, SWAAllocator
 from engine.mem.census import PageRefs, take_census
+from engine.mem.census_incremental import IncrementalCensus
 from engine.memory import KVMemory
 from engine.request import Req
-from engine.view import OPTIONAL_PARTS, Census, PoolView, ReqPoolView, ReqView, StateView, TreeView
+from engine.view import (
+    OPTIONAL_PARTS,
+    Census,
+    PoolView,
+    ReqPoolView,
+    ReqView,
+    StateView,
+    TreeView,
+    positional_builder,
+    wanted_sections,
+)
 
 NOT_TAKEN = Census(taken=False)
+_new_req_view = positional_builder(ReqView)
+_new_state_view = positional_builder(StateView)
+# StateView's fields after (event, step, page_size), in order, with their (frozen) defaults
+_SECTION_DEFAULTS = tuple((f.name, getattr(StateView(), f.name)) for f in fields(StateView))[3:]
 
 
 class ReqPlaces(NamedTuple):
@@ -34,24 +49,38 @@ class ReqPlaces(NamedTuple):
 
 
 def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = (),
-                places: ReqPlaces = ReqPlaces(), parts: frozenset[str] = OPTIONAL_PARTS) -> StateView:
+                places: ReqPlaces = ReqPlaces(), parts: frozenset[str] = OPTIONAL_PARTS,
+                memo: ViewMemo | None = None, **fields: object) -> StateView:
     """The snapshot of ``mem`` with ``reqs`` as the live requests, placed by ``places``;
-    the census and the tree's nodes only when ``parts`` names them."""
+    the census and the tree's nodes only when ``parts`` names them, and only the sections
+    ``parts`` asks for (``view.wanted_sections``). ``memo`` (an engine's, kept between its
+    views) reuses unchanged ReqViews and keeps the full pool's census incrementally;
+    ``fields`` are further StateView fields (the scheduler's parts)."""
+    sections = wanted_sections(parts)
     reqs = list(reqs)
-    live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
-    census = "census" in parts
-    slots = held_slots(mem.tree_cache, (r.req_pool_idx for r in live))  # idle streaming slots
-    pools = [_full_pool_view(mem, live, census, slots)]
+    built = fields
+    if "pools" in sections or "req_pool" in sections:
+        live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
+        slots = held_slots(mem.tree_cache, (r.req_pool_idx for r in live))  # idle streaming slots
+        if "pools" in sections:
+            built["pools"] = _pool_views(mem, live, "census" in parts, slots, memo)
+        if "req_pool" in sections:
+            pool = mem.req_to_token_pool
+            in_use = sorted([r.req_pool_idx for r in live] + [s.req_pool_idx for s in slots])
+            built["req_pool"] = ReqPoolView(pool.size, tuple(pool.free_rows), tuple(in_use))
+    if "tree" in sections:
+        built["tree"] = _tree_view(mem, nodes="nodes" in parts)
+    if "reqs" in sections:
+        built["reqs"] = (memo.req_views if memo is not None else ReqViewCache()).views(reqs, places)
+    return _new_state_view(event, step, mem.page_size, *(built.get(name, default) for name, default in _SECTION_DEFAULTS))
+
+
+def _pool_views(mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot],
+                memo: ViewMemo | None) -> tuple[PoolView, ...]:
+    pools = [_full_pool_view(mem, live, census, slots, memo)]
     if isinstance(mem.allocator, SWAAllocator):
         pools.append(_swa_pool_view(mem, mem.allocator, live, census, slots))
-    pool = mem.req_to_token_pool
-    in_use = sorted([r.req_pool_idx for r in live] + [s.req_pool_idx for s in slots])
-    return StateView(
-        event=event, step=step, page_size=mem.page_size, pools=tuple(pools),
-        tree=_tree_view(mem, nodes="nodes" in parts),
-        req_pool=ReqPoolView(pool.size, tuple(pool.free_rows), tuple(in_use)),
-        reqs=tuple(_req_view(r, places) for r in reqs),
-    )
+    return tuple(pools)
 
 
 def _tree_view(mem: KVMemory, nodes: bool) -> TreeView:
@@ -65,22 +94,29 @@ def _tree_view(mem: KVMemory, nodes: bool) -> TreeView:
                     swa_protected_size=cache.swa_protected_size(), nodes_taken=False)
 
 
-def _full_pool_view(mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot]) -> PoolView:
+def _full_pool_view(mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot],
+                    memo: ViewMemo | None = None) -> PoolView:
     alloc = mem.allocator.full if isinstance(mem.allocator, SWAAllocator) else mem.allocator
     ps, cache = mem.page_size, mem.tree_cache
-    view = PoolView(
+    return PoolView(
         name="full", page_size=ps, capacity=alloc.size, free=alloc.available_size(),
         evictable=cache.evictable_size(), protected=cache.protected_size(),
         request_owned=sum(paging.held_len(r.kv_allocated_len, r.cache_protected_len, ps) for r in live),
         session_held=sum(paging.held_len(s.kv_allocated_len, s.cache_protected_len, ps) for s in slots),
-        census=NOT_TAKEN,
+        census=_full_census(mem, alloc, [*live, *slots], memo) if census else NOT_TAKEN,
     )
-    if not census:
-        return view
+
+
+def _full_census(mem: KVMemory, alloc: PagedAllocator, rows: list[Req | HeldSlot], memo: ViewMemo | None) -> Census:
+    """The full pool's census: kept incrementally by the engine's memo, else from scratch."""
+    kept = memo.census_of(mem) if memo is not None else None
+    if kept is not None:
+        return incremental_census(kept, mem.req_to_token_pool.req_to_token, rows)
+    ps = mem.page_size
     to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
-    owned, referenced = _row_refs(mem, [*live, *slots], to_pages, swa=False)
-    owned += [(o.label, o.slots if ps == 1 else o.slots // ps) for o in cache.slot_owners()]
-    return replace(view, census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced))
+    owned, referenced = _row_refs(mem, rows, to_pages, swa=False)
+    owned += [(o.label, o.slots if ps == 1 else o.slots // ps) for o in mem.tree_cache.slot_owners()]
+    return take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced)
 
 
 def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: bool,
@@ -125,7 +161,7 @@ def _row_refs(
     referenced: list[PageRefs] = []
     table = mem.req_to_token_pool.req_to_token
     for r in live:
-        label = r.label if isinstance(r, HeldSlot) else f"req:{r.rid}@row{r.req_pool_idx}"
+        label = _row_label(r)
         row = table[r.req_pool_idx, : r.kv_allocated_len].astype(np.int64)
         start = max(r.cache_protected_len, r.swa_evicted_seqlen) if swa else r.cache_protected_len
         owned.append((label, to_pages(row[start:])))
@@ -133,11 +169,63 @@ def _row_refs(
     return owned, referenced
 
 
-def _req_view(r: Req, places: ReqPlaces) -> ReqView:
-    return ReqView(
+class ViewMemo:
+    """What an engine keeps between its views: the last ReqViews, and the incremental census
+    of its full pool (none for a hybrid SWA pool: those are counted from scratch)."""
+
+    __slots__ = ("_census", "req_views")
+
+    def __init__(self) -> None:
+        self.req_views = ReqViewCache()
+        self._census: IncrementalCensus | None = None
+
+    def census_of(self, mem: KVMemory) -> IncrementalCensus | None:
+        alloc, kept = mem.allocator, self._census
+        if isinstance(alloc, SWAAllocator):
+            return None
+        if kept is None or kept.alloc is not alloc or kept.cache is not mem.tree_cache:
+            kept = self._census = IncrementalCensus(alloc, mem.tree_cache)
+        return kept
+
+
+def incremental_census(census: IncrementalCensus, table: np.ndarray, live: list[Req | HeldSlot]) -> Census:
+    """The census of the full pool with these live rows (what the bench times)."""
+    rows = [(r.req_pool_idx, r.cache_protected_len, r.kv_allocated_len) for r in live]
+    return census.take(table, rows, lambda: [_row_label(r) for r in live])
+
+
+def _row_label(r: Req | HeldSlot) -> str:
+    return r.label if isinstance(r, HeldSlot) else f"req:{r.rid}@row{r.req_pool_idx}"
+
+
+class ReqViewCache:
+    """The last ReqView built for each request, handed out again while every field it was
+    built from reads the same (a ReqView is a value: an equal one is as good as a new one)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[Req, tuple[object, ...], ReqView]] = {}
+
+    def views(self, reqs: list[Req], places: ReqPlaces) -> tuple[ReqView, ...]:
+        last, kept, out = self._last, {}, []
+        waiting, running, batch = places
+        for r in reqs:
+            fields = _req_fields(r, waiting, running, batch)
+            entry = last.get(id(r))
+            # the Req is kept in the entry, so its id cannot be reused while cached
+            view = entry[2] if entry is not None and entry[0] is r and entry[1] == fields else _new_req_view(*fields)
+            kept[id(r)] = (r, fields, view)
+            out.append(view)
+        self._last = kept
+        return tuple(out)
+
+
+def _req_fields(r: Req, waiting: Collection[Req], running: Collection[Req], batch: Collection[Req]) -> tuple[object, ...]:
+    """ReqView's fields, in order (the EAGLE ones at their defaults: ``annotate`` sets them)."""
+    return (
         r.rid, -1 if r.req_pool_idx is None else r.req_pool_idx, len(r.fill_ids), r.kv_committed_len,
         r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, r.is_chunked,
         r.kv_committed_freed, r.kv_overallocated_freed, len(r.origin_input_ids), len(r.output_ids),
-        r.finished(), r.to_finish is not None, r.is_retracted, r in places.waiting, r in places.running,
-        r in places.batch,
+        r.finished(), r.to_finish is not None, r.is_retracted, r in waiting, r in running, r in batch, -1, 0,
     )  # fmt: skip

@@ -8,6 +8,7 @@ Every field has a default so that hand-written fixtures may name only what they 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -265,11 +266,35 @@ class StateView:
 # every pool and the tree's node list (the checker derives which from its rules' attributes).
 OPTIONAL_PARTS: frozenset[str] = frozenset({"census", "nodes"})
 
+# The sections of a view that cost a pass over requests, rows or the tree. A ``parts`` set
+# holding SELECTIVE asks for only the sections it also names (the others stay empty, as no
+# rule at that event reads them); without SELECTIVE every section is built.
+SECTIONS: frozenset[str] = frozenset({"pools", "tree", "req_pool", "reqs", "slots", "sessions"})
+SELECTIVE = "selective"
+
+
+def wanted_sections(parts: frozenset[str]) -> frozenset[str]:
+    """The sections a ``parts`` set asks for (all of them without SELECTIVE)."""
+    return SECTIONS & parts if SELECTIVE in parts else SECTIONS
+
 
 VIEW_TYPES: tuple[type, ...] = (
     PageOwners, Census, PoolView, NodeView, TreeView, ReqView, ReleasedView, ReuseView,
     IntegrityView, ReqPoolView, SchedView, SessionSlotView, SessionView, ResponseView, StateView,
 )
+
+
+def positional_builder(cls: type) -> Callable[..., Any]:
+    """A constructor of the frozen, slotted view dataclass ``cls`` taking every field in
+    order, that sets the slots directly: the same object as ``cls(*values)`` (no view has a
+    ``__post_init__``), built without the dataclass ``__init__``'s per-field
+    ``object.__setattr__`` — for the views built by the hundred per step."""
+    names = [f.name for f in fields(cls)]
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    scope.update({f"set_{name}": getattr(cls, name).__set__ for name in names})
+    body = "".join(f"    set_{name}(view, {name})\n" for name in names)
+    exec(f"def build({', '.join(names)}):\n    view = new(cls)\n{body}    return view\n", scope)  # noqa: S102
+    return scope["build"]  # type: ignore[no-any-return]
 
 
 def view_field_names() -> frozenset[str]:

@@ -13,8 +13,9 @@ from enum import IntEnum
 from time import perf_counter_ns
 from typing import Any, Protocol
 
-from engine.view import OPTIONAL_PARTS, StateView
+from engine.view import OPTIONAL_PARTS, SECTIONS, SELECTIVE, StateView
 from invariants.dsl import make_env
+from invariants.fastpath import EventFastPath, build_fast_path
 from invariants.rule import Fixture, Rule
 from invariants.schema import EVENTS
 
@@ -83,7 +84,7 @@ class Checker:
     """Per-event invariant evaluation with `prev`, `for_steps` grace, records and stats."""
 
     def __init__(self, catalog: Iterable[Rule], level: int = Level.RECORD,
-                 max_records: int = 10_000) -> None:
+                 max_records: int = 10_000, fast_path: bool = True) -> None:
         self.rules: tuple[Rule, ...] = tuple(catalog)
         self.level = Level(level)
         self.max_records = max_records  # bound memory on long runs with a persistent failure
@@ -94,17 +95,30 @@ class Checker:
             event: tuple(r for r in self.rules if event in r.events) for event in EVENTS
         }
         self._tracks_prev = any(r.uses_prev for r in self.rules)
-        # prev may be read at any later event, so transition rules want every part always
+        # prev may be read at any later event, so transition rules want every part always,
+        # and every section (a rule reading prev.reqs needs reqs in the view before)
         always = frozenset().union(*(r.attrs for r in self.rules if r.uses_prev))
+        sections = SECTIONS if self._tracks_prev else frozenset()
         self._parts: dict[str, frozenset[str]] = {
-            event: OPTIONAL_PARTS & always.union(*(r.attrs for r in rules))
+            event: (OPTIONAL_PARTS & always.union(*(r.attrs for r in rules))) | {SELECTIVE}
+            | (SECTIONS & sections.union(*(r.names for r in rules)))
             for event, rules in self._by_event.items()
         }
+        # fast_path: one fused test per event, node rules over changed nodes (fastpath.py);
+        # the rules reading prev are always evaluated on their own
+        self._fast: dict[str, EventFastPath] = {}
+        for event, rules in self._by_event.items():
+            fast = build_fast_path([r for r in rules if not r.uses_prev], event) if fast_path and rules else None
+            if fast is not None:
+                self._fast[event] = fast
+        self._with_prev: dict[str, tuple[Rule, ...]] = {
+            event: tuple(r for r in rules if r.uses_prev) for event, rules in self._by_event.items()}
         self._streak: dict[str, int] = {r.id: 0 for r in self.rules}
         self._tally: dict[str, _Tally] = {r.id: _Tally() for r in self.rules}
 
     def view_parts(self, event: str) -> frozenset[str]:
-        """The optional view parts (census, tree nodes) some rule at `event` reads."""
+        """The optional view parts (census, tree nodes) and the sections (``SELECTIVE``:
+        requests, pools, tree …) some rule at `event` reads."""
         return self._parts.get(event, OPTIONAL_PARTS)
 
     def wants(self, event: str) -> bool:
@@ -120,17 +134,27 @@ class Checker:
         prev, self.prev = self.prev, view
         env = make_env(view, prev)
         found: list[Violation] = []
-        for rule in self._by_event[event]:
+        fast = self._fast.get(event)
+        rules = self._by_event[event]
+        if fast is not None:
+            start = perf_counter_ns()
+            if fast.all_pass(env):
+                fast.passes += 1
+                fast.ns += perf_counter_ns() - start
+                for rule_id in fast.graced:
+                    self._streak[rule_id] = 0
+                rules = self._with_prev[event]
+        for rule in rules:
             if rule.uses_prev and prev is None:
                 continue  # transition rules start at the second view
-            violation = self._evaluate(rule, event, view, env)
+            violation = self._evaluate(rule, event, view, env, fast)
             if violation is not None:
                 found.append(violation)
                 self._record(violation)
         return tuple(found)
 
     def _evaluate(self, rule: Rule, event: str, view: StateView,
-                  env: dict[str, Any]) -> Violation | None:
+                  env: dict[str, Any], fast: EventFastPath | None = None) -> Violation | None:
         tally = self._tally[rule.id]
         error: Exception | None = None
         start = perf_counter_ns()
@@ -140,6 +164,9 @@ class Checker:
             failing, error = [], exc
         tally.evaluations += 1
         tally.total_ns += perf_counter_ns() - start
+        memo = fast.memos.get(rule.id) if fast is not None else None
+        if memo is not None:
+            memo.record(env, error is None and not failing)
         if error is not None:
             tally.errors += 1
             return _error(rule, event, view, error)
@@ -168,8 +195,15 @@ class Checker:
         self._streak = dict.fromkeys(self._streak, 0)
 
     def stats(self) -> dict[str, RuleStats]:
-        """Per-invariant evaluations, total time (ns), violations and errors."""
-        return {rid: RuleStats(t.evaluations, t.total_ns, t.violations, t.errors)
+        """Per-invariant evaluations, total time (ns), violations and errors; an event that
+        the fast path passed counts one evaluation of each of its rules, sharing its time."""
+        fast: dict[str, list[int]] = {rid: [0, 0] for rid in self._tally}
+        for path in self._fast.values():
+            share = path.ns // max(1, len(path.rule_ids))
+            for rid in path.rule_ids:
+                fast[rid][0] += path.passes
+                fast[rid][1] += share
+        return {rid: RuleStats(t.evaluations + fast[rid][0], t.total_ns + fast[rid][1], t.violations, t.errors)
                 for rid, t in self._tally.items()}
 
 

@@ -16,7 +16,14 @@ from typing import Any, TypeVar
 
 from engine.view import StateView
 from invariants.dsl import (
-    FUNCTIONS, STATE_NAMES, DslError, Expr, Template, compile_expr, compile_template, compile_tree,
+    FUNCTIONS,
+    STATE_NAMES,
+    DslError,
+    Expr,
+    Template,
+    compile_expr,
+    compile_template,
+    compile_tree,
 )
 from invariants.schema import InvariantSpec
 
@@ -44,6 +51,23 @@ class RuleError(ValueError):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class RuleShape:
+    """A rule's validated trees: it passes iff ``all(holds for var in iterable)`` (for_each)
+    or ``holds`` is true; ``holds`` is ``not WHERE or EXPR`` (or EXPR)."""
+
+    holds: ast.expr
+    iterable: ast.expr | None = None
+    var: str | None = None
+
+    def passes(self) -> ast.expr:
+        """The expression that is true iff the rule passes."""
+        if self.iterable is None or self.var is None:
+            return self.holds
+        gen = ast.comprehension(ast.Name(self.var, ast.Store()), self.iterable, [], 0)
+        return ast.Call(ast.Name("all", ast.Load()), [ast.GeneratorExp(self.holds, [gen])], [])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Rule:
     """One loaded invariant, ready to evaluate against `dsl.make_env` globals."""
 
@@ -57,6 +81,8 @@ class Rule:
     origin: tuple[str, ...] = ()
     uses_prev: bool = False
     attrs: frozenset[str] = frozenset()  # view attribute names read (which parts to build)
+    names: frozenset[str] = frozenset()  # top-level view fields read (which sections to build)
+    shape: RuleShape | None = None  # the validated trees, for the checker's fast paths
     fixtures: Mapping[str, Fixture] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<memory>"  # path:line of the entry
 
@@ -104,6 +130,7 @@ def compile_rule(spec: InvariantSpec, fixtures: Mapping[str, Fixture] | None = N
         id=spec.id, title=spec.title, events=frozenset(spec.when),
         test=_combine(spec.id, test, iterable, where, var), message=message, var=var,
         for_steps=spec.for_steps, origin=tuple(spec.origin), uses_prev="prev" in reads, attrs=attrs,
+        names=reads & frozenset(STATE_NAMES), shape=_shape(test, iterable, where, var),
         fixtures=MappingProxyType(dict(fixtures or {})), source=source,
     )
 
@@ -136,6 +163,11 @@ def _reads(expr: Expr | None) -> frozenset[str]:
 
 def _attrs(expr: Expr | None) -> frozenset[str]:
     return expr.attrs if expr is not None else frozenset()
+
+
+def _shape(test: Expr, iterable: Expr | None, where: Expr | None, var: str | None) -> RuleShape:
+    holds = test.tree if where is None else ast.BoolOp(ast.Or(), [ast.UnaryOp(ast.Not(), where.tree), test.tree])
+    return RuleShape(holds, iterable.tree if iterable is not None else None, var)
 
 
 def _combine(label: str, test: Expr, iterable: Expr | None, where: Expr | None,

@@ -279,3 +279,7 @@ class RadixCache:
     def slot_owners(self) -> Iterator[SlotOwner]:
         return iter(self._registry.slot_owners())
 
+    def node_registry(self) -> NodeRegistry[TreeNode]:
+        """The live nodes and their census owners (what an incremental census follows)."""
+        return self._registry
+

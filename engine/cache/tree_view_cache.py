@@ -5,8 +5,17 @@ Keeps: ``nodes`` holds exactly the nodes reachable from the root, in id (= creat
 what ``tree_util.all_nodes`` returns, without a walk or a sort. A cached ``NodeView`` or
 ``SlotOwner`` is rebuilt only for a node marked since the last call: the caches call ``touch``
 when a node's own viewed fields change (key/value, parent, leaf state, tombstone), ``relock``
-when its locks change (its children's ``parent_*lock_ref`` change with them), ``add`` and
-``remove`` when it joins or leaves the tree. An unchanged tree returns the previous tuple.
+when its locks change (its children's ``parent_*lock_ref`` change with them, unless the
+locks are back at the values of its last view), ``add`` and
+``remove`` when it joins or leaves the tree. An unchanged tree returns the previous tuple;
+a changed one is a ``NodeViews`` tuple that also names the tuple handed out before it
+(``prior``), the views built since (``fresh``) and the views of ``prior`` it no longer holds
+(``gone``): it is ``prior`` - ``gone`` + ``fresh``, every kept view the very object ``prior``
+held (what lets a checker re-test only the fresh views and update sums).
+``owner_log`` lists, in order, the ids of nodes whose census owner was rebuilt or dropped, so
+that an incremental census (engine/mem/census_incremental.py) follows the tree's ownership
+without walking it; the log is replaced by a fresh list when it grows long (readers then
+recount from ``slot_owners``).
 """
 
 from __future__ import annotations
@@ -17,6 +26,23 @@ from typing import Generic
 from engine.cache.base import SlotOwner
 from engine.cache.tree_util import N, node_view
 from engine.view import NodeView
+
+
+class NodeViews(tuple[NodeView, ...]):
+    """A tuple of node views, plus ``prior`` (the registry's previous tuple), ``fresh`` (the
+    views of this tuple not in ``prior``: rebuilt or added nodes) and ``gone`` (the views of
+    ``prior`` not in this tuple: rebuilt or removed nodes)."""
+
+    prior: tuple[NodeView, ...] | None
+    fresh: tuple[NodeView, ...]
+    gone: tuple[NodeView, ...]
+
+
+def _node_views(views: Iterable[NodeView], prior: tuple[NodeView, ...] | None,
+                fresh: tuple[NodeView, ...], gone: tuple[NodeView, ...]) -> NodeViews:
+    out = NodeViews(views)
+    out.prior, out.fresh, out.gone = prior, fresh, gone
+    return out
 
 
 class NodeRegistry(Generic[N]):
@@ -32,6 +58,10 @@ class NodeRegistry(Generic[N]):
         self._relocked: set[N] = set()  # nodes whose children's views read a changed lock
         self._owner_dirty: set[N] = set()
         self._tuple: tuple[NodeView, ...] | None = None
+        self._handed: tuple[NodeView, ...] | None = None  # the last tuple views() returned
+        self._fresh: list[NodeView] = []  # views built since then
+        self._gone: list[NodeView] = []  # views of that tuple replaced or dropped since
+        self.owner_log: list[int] = []
 
     def add(self, node: N) -> None:
         if self.root is None:
@@ -50,8 +80,12 @@ class NodeRegistry(Generic[N]):
         self.touch(node.parent)
 
     def remove(self, node: N) -> None:
-        del self.nodes[node.id], self._views[node.id]
-        self._owners.pop(node.id, None)
+        old = self._views.pop(node.id)
+        if old is not None:
+            self._gone.append(old)
+        del self.nodes[node.id]
+        if self._owners.pop(node.id, None) is not None:
+            self._log([node.id])
         self._dirty.discard(node)
         self._relocked.discard(node)
         self._owner_dirty.discard(node)
@@ -74,20 +108,41 @@ class NodeRegistry(Generic[N]):
         """``node_view`` of every live node, in id order."""
         if self._relocked:
             for node in self._relocked:
-                self._dirty.update(node.children.values())
+                if self._lock_moved(node):  # a lock that came back to its value changes no child
+                    self._dirty.update(node.children.values())
             self._relocked.clear()
         if self._dirty:
             views, root, attr = self._views, self.root, self.lock_attr
             for node in self._dirty:
-                views[node.id] = node_view(node, node is root, attr)
+                old = views.get(node.id)
+                if old is not None:
+                    self._gone.append(old)
+                views[node.id] = view = node_view(node, node is root, attr)
+                self._fresh.append(view)
             self._dirty.clear()
             self._tuple = None
         if self._tuple is None:
-            self._tuple = tuple(self._views.values())  # type: ignore[arg-type]
+            self._tuple = _node_views(self._views.values(), self._handed,  # type: ignore[arg-type]
+                                      tuple(self._fresh), tuple(self._gone))
+            self._fresh.clear()
+            self._gone.clear()
+        self._handed = self._tuple
         return self._tuple
+
+    def _lock_moved(self, node: N) -> bool:
+        """Whether ``node``'s locks differ from its last view's (which its children's views
+        read as ``parent_*lock_ref``)."""
+        old = self._views.get(node.id)
+        return (old is None or old.lock_ref != getattr(node, self.lock_attr)
+                or old.swa_lock_ref != getattr(node, "swa_lock_ref", 0))
 
     def slot_owners(self) -> list[SlotOwner]:
         """One owner per non-root node, in id order (SWA: ``holds_swa`` = not a tombstone)."""
+        self.sync_owners()
+        return list(self._owners.values())  # type: ignore[arg-type]
+
+    def sync_owners(self) -> None:
+        """Rebuild the owners of changed nodes (logging their ids)."""
         if self._owner_dirty:
             owners = self._owners
             for node in self._owner_dirty:
@@ -95,5 +150,14 @@ class NodeRegistry(Generic[N]):
                     owners[node.id] = SlotOwner(f"tree:n{node.id}", node.value, not node.swa_tombstone)
                 else:
                     owners[node.id] = SlotOwner(f"tree:n{node.id}", node.value)
+            self._log([node.id for node in self._owner_dirty])
             self._owner_dirty.clear()
-        return list(self._owners.values())  # type: ignore[arg-type]
+
+    def owner(self, node_id: int) -> SlotOwner | None:
+        """The census owner of a live node as last built by ``slot_owners`` (None: gone)."""
+        return self._owners.get(node_id)
+
+    def _log(self, ids: list[int]) -> None:
+        if len(self.owner_log) > 4 * len(self.nodes) + 4096:
+            self.owner_log = []  # bounded: a reader holding the old list recounts
+        self.owner_log.extend(ids)

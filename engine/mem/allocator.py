@@ -40,7 +40,7 @@ class PagedAllocator:
         self.clear()
 
     def clear(self) -> None:
-        self.free_pages: IndexArray = np.arange(1, self.num_pages + 1, dtype=np.int64)
+        self.free_pages: IndexArray = _frozen(np.arange(1, self.num_pages + 1, dtype=np.int64))
         self.release_pages: list[IndexArray] = []
         self._num_released = 0
         self._is_free = np.ones(self.num_pages + 1, dtype=bool)
@@ -52,7 +52,7 @@ class PagedAllocator:
 
     def merge_and_sort_free(self) -> None:
         if self.release_pages:
-            self.free_pages = np.sort(np.concatenate([self.free_pages, *self.release_pages]))
+            self.free_pages = _frozen(np.sort(np.concatenate([self.free_pages, *self.release_pages])))
             self.release_pages = []
             self._num_released = 0
 
@@ -124,7 +124,7 @@ class PagedAllocator:
         if self.strict:
             self._check_free(pages, np.asarray(indices))
         self._is_free[pages] = True
-        self.release_pages.append(pages)
+        self.release_pages.append(_frozen(pages))
         self._num_released += len(pages)
 
     def _check_free(self, pages: IndexArray, indices: IndexArray) -> None:
@@ -139,6 +139,13 @@ class PagedAllocator:
 
     def is_free(self, pages: IndexArray) -> np.ndarray:
         return self._is_free[pages]
+
+
+def _frozen(pages: IndexArray) -> IndexArray:
+    """The free list's arrays are never written in place (only sliced, appended, replaced),
+    so the incremental census can follow the free list by identity."""
+    pages.setflags(write=False)
+    return pages
 
 
 class TokenAllocator(PagedAllocator):

@@ -13,7 +13,7 @@ from invariants.loader import load_catalog
 def test_parts_follow_the_rules_that_read_them() -> None:
     """Census rules listen at step and idle only: those events get the census, the others not."""
     checker = Checker(load_catalog(), Level.RECORD)
-    assert checker.view_parts("step") == OPTIONAL_PARTS
+    assert OPTIONAL_PARTS <= checker.view_parts("step")
     assert "census" not in checker.view_parts("forward")
     assert "nodes" not in checker.view_parts("schedule")
 

@@ -1,0 +1,293 @@
+"""The census of one KV pool kept across views: the tree's ownership and the free list are
+followed by their changes; request rows are recounted every time.
+
+Keeps, for pages ``0..num_pages``, exactly as a from-scratch count would give them:
+``occupancy`` (distinct tree owners + free-list entries per page), ``free_count`` (free-list
+entries per page), the totals ``tree_entries`` and ``free_entries`` (their sums over pages),
+and ``bad`` — the pages whose occupancy is 2 or more (tree-held twice, listed twice, or
+tree-held and free). ``take`` answers a census:
+
+    clean fast path   no bad page (so the tree and the free list are disjoint and repeat-
+                      free, and their entry totals count distinct pages); the rows' owned
+                      pages are distinct, in range and unoccupied; no page a row reads is
+                      free; and tree + free + row-owned pages = num_pages. Then every census
+                      set is empty: no duplicate (owners disjoint), no dangling page (owned or
+                      read pages are not free), no free repeat, and no orphan (three disjoint
+                      sets of pages in 1..num_pages whose sizes add up to num_pages cover it).
+    anything else     the from-scratch ``take_census`` (the oracle) over the same owners,
+                      so a broken state gets exactly its witnesses.
+
+How the counts follow the state (each fallback below recounts from scratch, O(pool)):
+- tree: the node registry's ``owner_log`` names every node whose owner was rebuilt or
+  dropped since the last census; the old pages of each are subtracted, the new added.
+- free list: ``free_pages`` only ever shrinks from the front by slicing (same buffer, same
+  end; its arrays are read-only) and ``release_pages`` only grows by appending (the
+  allocator never assigns into it); any other change seen — a merge, a clear, a replaced
+  list, a different last entry — recounts the free list (the tree's counts are kept).
+- an id outside ``1..num_pages`` or a count below zero makes every census from scratch
+  until the next recount finds the state in range.
+tests/engine/mem/test_incremental_census.py checks ``take`` against ``take_census`` after
+every operation of random runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from engine.cache.base import PrefixCache, SlotOwner
+from engine.cache.tree_view_cache import NodeRegistry
+from engine.mem.allocator import PagedAllocator
+from engine.mem.census import PageRefs, take_census
+from engine.view import Census
+
+SMALL = 16  # changes of at most this many pages are applied one by one (fewer numpy calls)
+RowSpan = tuple[int, int, int]  # (row, owned from, allocated): the row reads [0, allocated)
+Signed = tuple[np.ndarray, int]  # pages, and +1 (now counted) or -1 (no longer)
+
+
+class IncrementalCensus:
+    """Census of a non-SWA pool; the cache's tree owners are followed through its node
+    registry (a cache without one must have no owners, else every census is from scratch)."""
+
+    def __init__(self, allocator: PagedAllocator, cache: PrefixCache) -> None:
+        self.alloc, self.cache = allocator, cache
+        self.registry = self._registry()
+        self.ps, self.num_pages = allocator.page_size, allocator.num_pages
+        self._stale = True  # recount everything at the next census
+        self._clean_census = Census(num_pages=self.num_pages)  # frozen: one serves every clean view
+        self._scratch = np.zeros(self.num_pages + 1, dtype=np.int64)
+
+    def take(self, table: np.ndarray, rows: Sequence[RowSpan], labels: Callable[[], list[str]]) -> Census:
+        """The census of the pool with these live rows (``table``: request → token);
+        ``labels`` names the rows (called only to name the owners of a broken state)."""
+        registry = self._registry()
+        if registry is not self.registry:  # the cache was reset with a new tree
+            self.registry, self._stale = registry, True
+        if not self._stale:
+            self._follow()
+        if self._stale:
+            self._recount()
+        own, ref = self._row_pages(table, rows)
+        if self._clean(own, ref):
+            return self._clean_census
+        return self._from_scratch(table, rows, labels())
+
+    # ---- the fast path's test ----
+
+    def _clean(self, own: np.ndarray, ref: np.ndarray) -> bool:
+        if self._stale or self.bad:
+            return False
+        n = self.num_pages
+        # a row's owned pages are a part of the pages it reads: one range test covers both
+        if len(ref) and (int(ref.min()) < 1 or int(ref.max()) > n):
+            return False
+        marks, order = self._scratch, np.arange(len(own))
+        marks[own] = order  # a page listed twice keeps only its last position
+        if (marks[own] != order).any() or self.occupancy[own].any() or self.free_count[ref].any():
+            return False
+        return self.tree_entries + self.free_entries + len(own) == n
+
+    def _row_pages(self, table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's owned pages (one page kept once per run within a row) and read pages."""
+        owned = [table[row, start:end] for row, start, end in rows]
+        read = [table[row, :end] for row, _, end in rows]
+        own = np.concatenate(owned).astype(np.int64) if owned else np.empty(0, np.int64)
+        ref = np.concatenate(read).astype(np.int64) if read else np.empty(0, np.int64)
+        if self.ps > 1:
+            own, ref = own // self.ps, ref // self.ps
+            own = own[_run_starts(own, [len(part) for part in owned])]
+        return own, ref
+
+    def _from_scratch(self, table: np.ndarray, rows: Sequence[RowSpan], labels: list[str]) -> Census:
+        ps = self.ps
+        owned: list[PageRefs] = [(label, table[row, start:end].astype(np.int64) // ps)
+                                 for label, (row, start, end) in zip(labels, rows)]
+        referenced: list[PageRefs] = [(label, table[row, :end].astype(np.int64) // ps)
+                                      for label, (row, _, end) in zip(labels, rows)]
+        owned += [(o.label, o.slots // ps) for o in self._tree_owners()]
+        return take_census(self.num_pages, self.alloc.all_free_pages(), owned, referenced)
+
+    # ---- following the tree and the free list ----
+
+    def _follow(self) -> None:
+        """Apply the changes since the last census; what cannot be followed is recounted
+        (the free list alone after a merge; everything when the tree cannot be followed)."""
+        tree = self._tree_changes()
+        if tree is None:
+            self._stale = True
+            return
+        free = self._free_changes()
+        if tree or free:
+            self._apply(tree, free or [])
+        if free is None and not self._stale:
+            self._recount_free()
+
+    def _tree_changes(self) -> list[Signed] | None:
+        """(pages, -1) for the old pages and (pages, +1) for the new of each changed node."""
+        if self.registry is None:
+            return None if self._tree_owners() else []
+        self.registry.sync_owners()  # rebuild changed owners (into the log)
+        log = self.registry.owner_log
+        if log is not self._log or len(log) < self._log_at:
+            return None
+        ids, self._log_at = dict.fromkeys(log[self._log_at:]), len(log)
+        changes: list[Signed] = []
+        for node_id in ids:
+            old = self._tree_pages.pop(node_id, None)
+            if old is not None:
+                changes.append((old, -1))
+            owner = self.registry.owner(node_id)
+            if owner is not None:
+                self._tree_pages[node_id] = new = self._distinct(owner)
+                changes.append((new, 1))
+        return changes
+
+    def _free_changes(self) -> list[Signed] | None:
+        """(pages, -1) for the pages taken off the free list, (pages, +1) for those released."""
+        alloc, old = self.alloc, self._free_head
+        head, released = alloc.free_pages, alloc.release_pages
+        if released is not self._released or len(released) < self._released_at:
+            return None
+        if self._released_at and released[self._released_at - 1] is not self._released_last:
+            return None  # the list was rewritten in place
+        taken = _taken_front(old, head)
+        if taken is None:
+            return None
+        fresh = released[self._released_at:]
+        self._free_head, self._released_at = head, len(released)
+        self._released_last = released[-1] if released else None
+        return [(taken, -1)] * bool(len(taken)) + [(pages, 1) for pages in fresh]
+
+    def _apply(self, tree: list[Signed], free: list[Signed]) -> None:
+        """Add the signed changes to the counts, the totals and the bad pages."""
+        if sum(len(pages) for pages, _ in tree) + sum(len(pages) for pages, _ in free) <= SMALL:
+            self._apply_each(tree, free)
+            return
+        tree_pages, tree_signs = _signed(tree)
+        free_pages, free_signs = _signed(free)
+        touched = np.concatenate([tree_pages, free_pages])
+        if int(touched.min()) < 1 or int(touched.max()) > self.num_pages:
+            self._stale = True  # an id out of range: every census goes from scratch
+            return
+        np.add.at(self.occupancy, touched, np.concatenate([tree_signs, free_signs]))
+        np.add.at(self.free_count, free_pages, free_signs)
+        self.tree_entries += int(tree_signs.sum())
+        self.free_entries += int(free_signs.sum())
+        occupancy = self.occupancy[touched]
+        if int(occupancy.min()) < 0 or (len(free_pages) and int(self.free_count[free_pages].min()) < 0):
+            self._stale = True
+            return
+        if self.bad:
+            self.bad.difference_update(touched[occupancy < 2].tolist())
+        self.bad.update(touched[occupancy >= 2].tolist())
+
+    def _apply_each(self, tree: list[Signed], free: list[Signed]) -> None:
+        """``_apply`` one page at a time (a few pages: cheaper than the array passes)."""
+        occupancy, free_count, bad, n = self.occupancy, self.free_count, self.bad, self.num_pages
+        for is_free, changes in ((False, tree), (True, free)):
+            for pages, sign in changes:
+                for page in pages.tolist():
+                    if not 1 <= page <= n:
+                        self._stale = True  # an id out of range: every census goes from scratch
+                        return
+                    occupancy[page] += sign
+                    count = int(occupancy[page])
+                    if is_free:
+                        free_count[page] += sign
+                        self.free_entries += sign
+                        count = min(count, int(free_count[page]))
+                    else:
+                        self.tree_entries += sign
+                    if count < 0:
+                        self._stale = True
+                        return
+                    (bad.add if occupancy[page] >= 2 else bad.discard)(page)
+
+    def _recount(self) -> None:
+        """Count the tree and the free list from scratch; stale if an id is out of range."""
+        n, self._stale = self.num_pages, False
+        self._tree_pages: dict[int, np.ndarray] = {}
+        owners = self._tree_owners()  # first: it may log (or replace the log)
+        self._log = self.registry.owner_log if self.registry is not None else None
+        self._log_at = len(self._log) if self._log is not None else 0
+        if self.registry is not None:
+            for node_id in self.registry.nodes:
+                owner = self.registry.owner(node_id)
+                if owner is not None:
+                    self._tree_pages[node_id] = self._distinct(owner)
+        pages = [*self._tree_pages.values()] if self.registry is not None else [self._distinct(o) for o in owners]
+        tree = np.concatenate(pages) if pages else np.empty(0, np.int64)
+        if len(tree) and (int(tree.min()) < 1 or int(tree.max()) > n):
+            self._stale = True  # page 0 is reserved; ids past the pool are out of range
+            return
+        self._stale = self.registry is None and bool(owners)  # tree owners it cannot follow
+        self.occupancy = np.bincount(tree, minlength=n + 1)
+        self.free_count = np.zeros(n + 1, dtype=self.occupancy.dtype)
+        self.tree_entries, self.free_entries = len(tree), 0
+        self._recount_free()
+
+    def _recount_free(self) -> None:
+        """Count the free list from scratch (the tree's counts kept); stale if out of range."""
+        free = self.alloc.all_free_pages().astype(np.int64, copy=False)
+        self._free_head, self._released = self.alloc.free_pages, self.alloc.release_pages
+        self._released_at = len(self._released)
+        self._released_last = self._released[-1] if self._released else None
+        if len(free) and (int(free.min()) < 1 or int(free.max()) > self.num_pages):
+            self._stale = True
+            return
+        self.occupancy -= self.free_count
+        self.free_count = np.bincount(free, minlength=self.num_pages + 1)
+        self.occupancy += self.free_count
+        self.free_entries = len(free)
+        self.bad: set[int] = set(np.flatnonzero(self.occupancy >= 2).tolist())
+
+    def _registry(self) -> NodeRegistry | None:
+        registry = getattr(self.cache, "node_registry", None)
+        return registry() if registry is not None else None
+
+    def _tree_owners(self) -> list[SlotOwner]:
+        return self.registry.slot_owners() if self.registry is not None else list(self.cache.slot_owners())
+
+    def _distinct(self, owner: SlotOwner) -> np.ndarray:
+        return np.unique(np.asarray(owner.slots, dtype=np.int64) // self.ps)
+
+
+def _signed(changes: list[Signed]) -> tuple[np.ndarray, np.ndarray]:
+    """The pages of ``changes`` and their signs, as two arrays."""
+    if not changes:
+        return _NONE, _NONE
+    if len(changes) == 1:
+        pages, sign = changes[0]
+        return pages.astype(np.int64, copy=False), np.full(len(pages), sign, np.int64)
+    pages = np.concatenate([p for p, _ in changes]).astype(np.int64, copy=False)
+    return pages, np.concatenate([np.full(len(p), sign, np.int64) for p, sign in changes])
+
+
+_NONE = np.empty(0, np.int64)
+
+
+def _taken_front(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
+    """The pages sliced off the front of ``old`` to leave ``new`` (same buffer, same end);
+    None when ``new`` is not such a slice."""
+    if new is old:
+        return old[:0]
+    if old.base is None and new.base is not old or old.base is not None and new.base is not old.base:
+        return None
+    if old.dtype != new.dtype or not (old.flags.c_contiguous and new.flags.c_contiguous):
+        return None
+    start_old, start_new = old.__array_interface__["data"][0], new.__array_interface__["data"][0]
+    if start_new + new.nbytes != start_old + old.nbytes or start_new < start_old:
+        return None
+    return old[: (start_new - start_old) // old.itemsize]
+
+
+def _run_starts(pages: np.ndarray, lengths: list[int]) -> np.ndarray:
+    """Mask keeping the first page of each run of equal pages within one row (the slots of
+    one page), as ``census._flatten`` does."""
+    keep = np.ones(len(pages), dtype=bool)
+    keep[1:] = pages[1:] != pages[:-1]
+    starts = np.cumsum([0, *lengths[:-1]])
+    keep[starts[starts < len(pages)]] = True
+    return keep
