@@ -39,7 +39,7 @@ def test_marked_spec_passes_then_fails_on_a_leak(pytester: pytest.Pytester) -> N
     the outcome; the test whose fixture breaks the engine fails with the invariant and replay."""
     pytester.makefile(".yaml", tiny=TINY_SPEC)
     pytester.makeconftest(LEAK)
-    pytester.makepyfile(test_user="""
+    pytester.makepyfile(test_kvspec_user_spec="""
         import pytest
 
         @pytest.mark.kvspec_spec("tiny.yaml")
@@ -60,7 +60,7 @@ def test_checked_engine_raises_at_the_first_violation(pytester: pytest.Pytester)
     """`checked_engine(**engine_fields)` is checked at level 2 (the first violation raises);
     at level 1 its checker records the violations instead."""
     pytester.makeconftest(LEAK)
-    pytester.makepyfile(test_engine="""
+    pytester.makepyfile(test_kvspec_user_engine="""
         import pytest
         from invariants.checker import InvariantViolation
 
@@ -88,7 +88,7 @@ def test_checked_engine_raises_at_the_first_violation(pytester: pytest.Pytester)
 def test_marker_misuse_is_a_clear_failure(pytester: pytest.Pytester) -> None:
     """A missing spec file and an unknown engine field fail the test with the reason."""
     pytester.makefile(".yaml", tiny=TINY_SPEC)
-    pytester.makepyfile(test_bad="""
+    pytester.makepyfile(test_kvspec_user_bad="""
         import pytest
 
         @pytest.mark.kvspec_spec("missing.yaml")
@@ -113,7 +113,7 @@ def test_junit_uses_the_dialect_pytest_writes(pytester: pytest.Pytester) -> None
     """Every element and attribute of the report's junit.xml also occurs in pytest's own
     --junitxml output (passed, failed and erroring tests, suite properties), or is the JUnit
     schema's `type` of a failure, so consumers of pytest's JUnit files read ours."""
-    pytester.makepyfile(test_ref="""
+    pytester.makepyfile(test_kvspec_user_ref="""
         import pytest
 
         @pytest.fixture
