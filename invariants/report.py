@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,6 +31,14 @@ from invariants.report_run import (
     memory_report_cells,
     spec_cells,
 )
+from invariants.report_target import (
+    TARGETS,
+    TargetRow,
+    as_written_cells,
+    run_sglang_rows,
+    side_by_side,
+)
+from invariants.report_target_view import print_target_failures, side_by_side_table
 
 __all__ = ["default_specs", "default_workers", "run_report"]
 
@@ -48,25 +57,64 @@ def report_console() -> Console:
 def run_report(level: int = Level.RECORD, console: Console | None = None, with_matrix: bool = True,
                memory_cells: list[MemoryCell] | None = None, *, out: Path | None = None,
                full: bool = False, workers: int = 1, ray_address: str | None = None,
-               cells: list[ReportCell] | None = None) -> int:
+               cells: list[ReportCell] | None = None, target: str = "kvspec",
+               sglang_python: str | None = None, specs: list[tuple[str, Path]] | None = None,
+               sglang_driver: Any = None) -> int:
     """Run the report; write its files into ``out`` (none when None); return the exit code
-    (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set."""
+    (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set.
+    ``target`` sglang: every spec of ``specs`` (default: every default spec) as written on
+    kvspec and on real SGLang, side by side; both: the kvspec report plus that; no sglang
+    interpreter raises ``SGLangUnavailable`` before any run (``sglang_driver``: reuse one)."""
     if ray_address:
         import_ray()  # fail before any work when the extra is missing
     console = console or report_console()
     errors = lint()
     for error in errors:
         console.print(f"lint: {error}", markup=False)
-    if cells is None:
-        cells = spec_cells(full, with_matrix) + memory_report_cells(memory_cells)
+    sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
+    cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
+    rows = _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver) if sglang_specs else None
     results = _run_with_progress(console, cells, level, workers, ray_address)
+    pairs = None if rows is None else side_by_side(results, rows)
     header = ReportHeader.for_run(len(load_catalog()), level, full, workers, ray_address)
-    console.print(summary_table(header, results))
+    if target != "sglang":
+        console.print(summary_table(header, results))
     failed = print_failures(console, results)
+    if pairs is not None:
+        console.print(side_by_side_table(pairs))
+        failed += print_target_failures(console, pairs)
     if out is not None:
-        for path in write_report(out, header, results):
+        for path in write_report(out, header, results, pairs):
             console.print(f"wrote {path}", markup=False)
     return 1 if errors or failed else 0
+
+
+def _target_cells(cells: list[ReportCell] | None, target: str, specs: list[tuple[str, Path]], full: bool,
+                  with_matrix: bool, memory_cells: list[MemoryCell] | None) -> list[ReportCell]:
+    """The kvspec cells a target runs: the report's own (kvspec), each spec as written
+    (sglang), or both — the report's own plus any spec as written that is not among them."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
+    if target == "sglang":
+        return as_written_cells(specs)
+    own = cells if cells is not None else spec_cells(full, with_matrix) + memory_report_cells(memory_cells)
+    return own + as_written_cells(specs, {c.name for c in own})
+
+
+def _sglang_rows(console: Console, specs: list[tuple[str, Path]], level: int, python: str | None,
+                 driver: Any) -> list[TargetRow]:
+    """Every spec on the sglang target, one driver, with a progress bar."""
+    columns = (TextColumn("[bold]sglang[/bold]"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("starting the driver", total=len(specs))
+
+        def advance(row: TargetRow) -> None:
+            mark = "[red]FAIL[/red]" if not row.ok else "[yellow]unsupported[/yellow]" if row.unsupported \
+                else "[green]ok[/green]"
+            progress.update(task, advance=1, description=f"{mark} {row.name}")
+
+        return run_sglang_rows(specs, level, python, advance, driver=driver)
 
 
 def _run_with_progress(console: Console, cells: list[ReportCell], level: int, workers: int,

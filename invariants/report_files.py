@@ -17,6 +17,7 @@ from typing import Any
 
 from invariants.checker import Level
 from invariants.report_run import CellResult
+from invariants.report_target import SideBySide, sglang_document, verdict
 
 LISTED_IN_TEXT = 10  # violations written per failing cell in junit.xml and report.md
 
@@ -65,23 +66,26 @@ def failing_first(results: list[CellResult]) -> list[CellResult]:
     return [r for r in results if not r.ok] + [r for r in results if r.ok]
 
 
-def write_report(out: Path, header: ReportHeader, results: list[CellResult]) -> list[Path]:
-    """Write the four files into ``out`` (created); return their paths."""
+def write_report(out: Path, header: ReportHeader, results: list[CellResult],
+                 sglang: list[SideBySide] | None = None) -> list[Path]:
+    """Write the four files into ``out`` (created); return their paths. ``sglang``: the
+    side-by-side rows of `--target sglang|both` (report.json, report.md, report.html)."""
     from invariants.report_html import render_html
 
     out.mkdir(parents=True, exist_ok=True)
-    files = {"report.json": json.dumps(report_document(header, results), indent=1) + "\n",
+    files = {"report.json": json.dumps(report_document(header, results, sglang), indent=1) + "\n",
              "junit.xml": junit_xml(header, results),
-             "report.md": report_markdown(header, results),
-             "report.html": render_html(header, results, summary(results))}
+             "report.md": report_markdown(header, results, sglang),
+             "report.html": render_html(header, results, summary(results), sglang)}
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     return [out / name for name in files]
 
 
-def report_document(header: ReportHeader, results: list[CellResult]) -> dict[str, Any]:
-    return {"header": asdict(header), "summary": summary(results),
-            "cells": [r.to_dict() for r in results]}
+def report_document(header: ReportHeader, results: list[CellResult],
+                    sglang: list[SideBySide] | None = None) -> dict[str, Any]:
+    document = {"header": asdict(header), "summary": summary(results), "cells": [r.to_dict() for r in results]}
+    return document if sglang is None else {**document, "sglang": sglang_document(sglang)}
 
 
 def failure_text(r: CellResult) -> str:
@@ -131,11 +135,14 @@ def _md(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def report_markdown(header: ReportHeader, results: list[CellResult]) -> str:
-    """The summary table (failing cells first) and each failure with its replay command."""
+def report_markdown(header: ReportHeader, results: list[CellResult],
+                    sglang: list[SideBySide] | None = None) -> str:
+    """The summary table (failing cells first), each failure with its replay command, and
+    the side-by-side section when the sglang target ran."""
+    from invariants.report_target_view import target_markdown
+
     totals = summary(results)
-    verdict = "PASS" if totals["ok"] else f"FAIL — {totals['failed']} of {totals['cells']} cells"
-    lines = [f"# kvspec report: {verdict}", "", f"{header.title}; {header.evaluation}.", "",
+    lines = [f"# kvspec report: {verdict(totals, sglang)}", "", f"{header.title}; {header.evaluation}.", "",
              (f"Matrix {header.matrix}; ran on {header.backend}; kvspec {header.version}, "
               f"Python {header.python}. {totals['checks']} checks evaluated, {totals['violations']} "
               f"violations, {totals['unmet_goals']} unmet goals, {totals['crashed']} crashes."), "",
@@ -151,4 +158,6 @@ def report_markdown(header: ReportHeader, results: list[CellResult]) -> str:
         lines += ["", "## Failures"]
     for r in failed:
         lines += ["", f"### {r.name}", "", "```", failure_text(r), "```"]
+    if sglang is not None:
+        lines += target_markdown(sglang)
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from typing import Any
 from invariants.report_files import LISTED_IN_TEXT, ReportHeader, failing_first
 from invariants.report_run import CellResult
 from invariants.report_svg import legend, pool_plot
+from invariants.report_target import SideBySide, verdict
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #1d2430; background: #fff; }
@@ -37,19 +38,23 @@ ul.violations { margin: 4px 0; padding-left: 18px; font-size: 12px; }
 """
 
 
-def render_html(header: ReportHeader, results: list[CellResult], totals: dict[str, Any]) -> str:
-    """The whole page."""
+def render_html(header: ReportHeader, results: list[CellResult], totals: dict[str, Any],
+                sglang: list[SideBySide] | None = None) -> str:
+    """The whole page (``sglang``: with the side-by-side section after the summary)."""
+    from invariants.report_target_view import target_html
+
     ordered = failing_first(results)
     anchors = {id(r): f"cell-{i}" for i, r in enumerate(results)}
-    verdict = ('<span class="pass">PASS</span>' if totals["ok"] else
-               f'<span class="fail">FAIL — {totals["failed"]} of {totals["cells"]} cells</span>')
-    body = [f"<h1>kvspec report: {verdict}</h1>",
+    text = verdict(totals, sglang)
+    mark = f'<span class="{"pass" if text == "PASS" else "fail"}">{escape(text)}</span>'
+    body = [f"<h1>kvspec report: {mark}</h1>",
             (f"<p>{escape(header.title)}; {escape(header.evaluation)}.<br>"
              f"Matrix {escape(header.matrix)}; ran on {escape(header.backend)}; kvspec "
              f"{escape(header.version)}, Python {escape(header.python)}. {totals['checks']} checks "
              f"evaluated, {totals['violations']} violations, {totals['unmet_goals']} unmet goals, "
              f"{totals['crashed']} crashes.</p>"),
             "<h2>Summary</h2>", _table(ordered, anchors),
+            *([target_html(sglang)] if sglang is not None else []),
             "<h2>Pools over steps</h2>", legend()]
     body += [_cell_section(r, anchors[id(r)]) for r in ordered]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -111,7 +111,7 @@ class _Lockstep:
         self.engine = Engine(trace.engine.engine_config(trace.seed), clock=SimClock(),
                              observers=[self.batches])
         self.sglang = TraceDriver(driver, trace.seed)
-        self.config = {"page_size": trace.engine.page_size,
+        self.config = {"page_size": trace.engine.page_size, "sliding_window": trace.engine.sliding_window,
                        "sessions": any(isinstance(op, OpenSession) for op in trace.ops)}
         self.ours: list[dict[str, int]] = []
         self.theirs: list[dict[str, int]] = []
@@ -173,7 +173,8 @@ class _Lockstep:
         for bucket in ours.keys() | theirs.keys():
             a, b = ours.get(bucket, -1), theirs.get(bucket, -1)
             if a != b:
-                gap = declared(_pool(ours, bucket), _pool(theirs, bucket), bucket.split(".")[-1], self.config)
+                pool, _, name = bucket.rpartition(".")
+                gap = declared(_pool(ours, bucket), _pool(theirs, bucket), name, self.config, pool or "full")
                 gap_id = gap.id if gap else None
                 self.found.append(Difference(len(self.ours), self.label, bucket, a, b, gap_id))
 

@@ -59,6 +59,7 @@ class SGLangOutcome:
     faults: tuple[dict[str, Any], ...] = ()  # what an injected fault did (driver report)
     views: tuple[Any, ...] = field(default=(), repr=False)  # kept only when asked
     notes: tuple[str, ...] = ()  # what the run did differently from kvspec's (said, not hidden)
+    unsupported: tuple[str, ...] = ()  # why the spec did not run at all (also in ``error``)
 
     @property
     def ok(self) -> bool:
@@ -85,7 +86,8 @@ def run_spec_on_sglang(spec: Spec, catalog: Catalog, level: int = Level.RECORD,
     missing = unsupported(trace)
     if missing:
         return SGLangOutcome(spec, SGLangStats(), (), (), 0, 0.0,
-                             f"not supported by the sglang target: {'; '.join(missing)}")
+                             f"not supported by the sglang target: {'; '.join(missing)}",
+                             unsupported=tuple(missing))
     return run_trace_on_sglang(trace, spec_catalog(spec, catalog), level, python, spec=spec, driver=driver,
                                keep_views=keep_views)
 

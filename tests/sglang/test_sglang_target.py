@@ -86,3 +86,27 @@ def test_differential_reports_an_undeclared_difference_with_its_step_and_op(driv
     first = result.unexpected[0]
     assert not result.ok and first.step >= 5 and first.bucket in ("free", "evictable")
     assert first.op and "UNEXPECTED" in str(first)
+
+
+def test_differential_of_swa_hybrid_has_only_declared_gaps(driver):
+    """swa-hybrid.yaml in lockstep: SGLang 0.5.23 keeps only the window of a checkpointed
+    request's SWA KV (kvspec follows 0.5.11's whole-node SWA lock) and stops a branch insert
+    at the live window; both are declared, the full pool's free/evictable otherwise agree."""
+    result = differential(load_spec("specs/swa-hybrid.yaml"), driver=driver)
+    assert result.steps == len(result.sglang) > 100
+    assert result.ok, [str(d) for d in result.unexpected[:5]]
+    gaps = {d.gap for d in result.differences}
+    assert {"swa.window_only_at_checkpoint", "swa.branch_insert_stops_at_live_window"} <= gaps
+    assert result.kvspec[0]["swa.protected"] > result.sglang[0]["swa.protected"] == 96  # 3 requests x window
+
+
+def test_a_turn_refused_after_the_session_accepted_it_is_its_live_request(catalog, driver):
+    """streaming-aborts.yaml: a too-long turn passes Session.create_req (the session goes in
+    flight), then the prompt-length check refuses it and it queues for a 1-token prefill; the
+    view counts it as the session's live request meanwhile, so single-live-request holds."""
+    outcome = run_spec_on_sglang(load_spec("specs/streaming-aborts.yaml"), catalog, driver=driver, keep_views=True)
+    assert not outcome.violations and outcome.error is None, outcome.violations[:3]
+    assert outcome.stats.rejected > 0
+    refused = [(s.inflight, s.live_reqs) for v in outcome.views for r in v.reqs if r.rid.endswith("!long")
+               for s in v.sessions if r.rid.startswith(f"{s.session_id}t")]
+    assert refused and all(state == (True, 1) for state in refused)

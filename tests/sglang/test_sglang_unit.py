@@ -76,3 +76,41 @@ def test_a_gap_declares_only_a_sum_preserving_difference():
     ours = {"free": 10, "evictable": 20, "session_held": 0, "request_owned": 0}
     assert declared(ours, {**ours, "free": 0, "evictable": 30}, "free", {"page_size": 1}) is not None
     assert declared(ours, {**ours, "free": 0}, "free", {"page_size": 1}) is None
+
+
+def test_swa_window_gap_is_only_for_the_swa_pool_and_only_releases():
+    """swa.window_only_at_checkpoint (0.5.23 frees out-of-window SWA KV at a checkpoint)
+    declares an SWA-pool move from protected to free when the four buckets keep their sum,
+    in an SWA hybrid only; never in the full pool, never SGLang holding more than kvspec."""
+    ours = {"free": 1508, "evictable": 0, "protected": 528, "session_held": 0, "request_owned": 12}
+    theirs = {**ours, "free": 1940, "protected": 96}
+    hybrid = {"page_size": 4, "sliding_window": 32}
+    gap = declared(ours, theirs, "protected", hybrid, pool="swa")
+    assert gap is not None and gap.id == "swa.window_only_at_checkpoint"
+    assert declared(ours, theirs, "protected", hybrid, pool="full") is None
+    assert declared(ours, theirs, "protected", {"page_size": 4}, pool="swa") is None
+    assert declared(theirs, ours, "protected", hybrid, pool="swa") is None  # SGLang holds more
+    assert declared(ours, {**theirs, "free": 1900}, "protected", hybrid, pool="swa") is None  # a leak
+
+
+def test_branch_insert_gap_moves_full_pool_tokens_to_request_owned_only():
+    """swa.branch_insert_stops_at_live_window: in an SWA hybrid's full pool, SGLang may keep
+    prompt tokens request-owned that kvspec has inserted (same sum), not the reverse."""
+    ours = {"free": 2244, "evictable": 0, "protected": 804, "session_held": 0, "request_owned": 24}
+    theirs = {**ours, "protected": 624, "request_owned": 204}
+    hybrid = {"page_size": 4, "sliding_window": 32}
+    assert declared(ours, theirs, "request_owned", hybrid).id == "swa.branch_insert_stops_at_live_window"
+    assert declared(theirs, ours, "request_owned", hybrid) is None
+    assert declared(ours, theirs, "request_owned", {"page_size": 4}) is None
+
+
+def test_gaps_sharing_buckets_declare_a_joint_move():
+    """Two gaps that move at once over shared buckets (an SWA session turn: window release and
+    a borrowed row) declare it jointly when the union of their buckets keeps its sum."""
+    ours = {"free": 7904, "evictable": 0, "protected": 256, "session_held": 0, "request_owned": 32}
+    theirs = {**ours, "free": 7968, "protected": 192, "session_held": 32, "request_owned": 0}
+    config = {"page_size": 4, "sliding_window": 32, "sessions": True}
+    gap = declared(ours, theirs, "free", config, pool="swa")
+    assert gap is not None and set(gap.id.split("+")) == {"swa.window_only_at_checkpoint",
+                                                          "session.borrowed_row_is_request_owned"}
+    assert declared(ours, {**theirs, "free": 7900}, "free", config, pool="swa") is None

@@ -57,6 +57,10 @@ class Glue:
         session_module.time = SimpleNamespace(monotonic=lambda: self.now)  # SGLang's timeouts
         self.reqs: dict[str, Req] = {}  # every submitted request, in submission order
         self.rejected: set[str] = set()  # refused at submission (queued for a 1-token prefill)
+        # refused after ``Session.create_req`` accepted the turn: the streaming session stays
+        # in flight on it until the scheduler detaches it (the comment on 0.5.23's
+        # Scheduler.retire_unadmitted_request), so it is the session's live request meanwhile
+        self.turn_rejected: set[str] = set()
         self.waiting: list[Req] = []  # FCFS: admitted from the front
         self.running: list[Req] = []
         self.plan: dict[str, tuple[int, list[int]]] = {}  # rid -> (max_new_tokens, outputs)
@@ -84,6 +88,8 @@ class Glue:
         self.reqs[rid] = req
         if req.to_finish is None:
             self._validate(req, op.get("logprob_start_len", -1))
+            if req.to_finish is not None and session is not None and session.streaming:
+                self.turn_rejected.add(rid)
         if req.to_finish is not None:
             self.rejected.add(rid)
             self.counts["rejected"] += 1

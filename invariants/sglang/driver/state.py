@@ -37,7 +37,8 @@ def view(glue, event: str) -> dict:
                       rows_in_use=rows),
         reqs=[_req(r, r in glue.running, id(r.kv) in slot_kvs) for r in live],
         slots=[_slot(sid, s, any(r.kv is s.kv for r in glue.running)) for sid, s in holding.items()],
-        sessions=[_session(s, [r for r in live if r.rid not in glue.rejected], s.session_id in slots)
+        sessions=[_session(s, [r for r in live if r.rid not in glue.rejected or r.rid in glue.turn_rejected],
+                           s.session_id in slots)
                   for s in stack.sessions.sessions.values()],
         sched=dict(num_waiting=len(glue.waiting), num_running=len(glue.running),
                    batch_mode="decode" if glue.running else "idle", batch_size=len(glue.running),
@@ -198,7 +199,8 @@ def _slot(session_id: str, slot, borrowed: bool) -> dict:
 
 def _session(session, live: list, has_slot: bool) -> dict:
     """An open session; ``live`` leaves out requests refused at submission, which SGLang
-    queues for a 1-token prefill (their 400 is already decided; kvspec answers at once)."""
+    queues for a 1-token prefill (their 400 is already decided; kvspec answers at once) —
+    except a turn refused after the session accepted it, which holds the session in flight."""
     mine = [r for r in live if r.session is session and not r.finished()]
     return dict(session_id=session.session_id, streaming=session.streaming,
                 inflight=session._inflight, live_reqs=len(mine),
