@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.engine import Engine
 from engine.hooks import Observer
-from engine.request import SamplingParams
 from engine.sched.stats import SchedulerStats
 from invariants.checker import Level, Violation
 from invariants.loader import Catalog
@@ -23,9 +21,6 @@ from invariants.scenario import build_trace
 from invariants.scenario_oracles import check_oracles
 from invariants.spec import Spec
 from invariants.trace_run import TraceOutcome, run_trace
-from invariants.workload import TraceRequest, TraceShape, make_trace
-
-BYTE_VOCAB = 256  # sim model and byte tokenizer: prompts are byte tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,25 +66,3 @@ def run_spec(spec: Spec, catalog: Catalog, level: int = Level.RECORD, *,
     return SpecOutcome(spec, stats, tuple(v.violation for v in out.violations), tuple(goals + waits + oracles),
                        out.checks, out.seconds, out.error, trace, out, tuple(oracles))
 
-
-# ---- kept for callers written against the old runner (invariants/report_run.py) ----
-
-def _drive(engine: Engine, pending: list[TraceRequest], per_step: int) -> None:
-    """Submit ``per_step`` requests per iteration, then run to the idle event."""
-    while pending:
-        for _ in range(min(per_step, len(pending))):
-            request = pending.pop()
-            engine.submit(request.input_ids, SamplingParams(max_new_tokens=request.max_new_tokens,
-                                                            ignore_eos=True), rid=request.rid)
-        engine.step()
-    engine.run_until_idle()
-
-
-def _trace(spec: Spec) -> list[TraceRequest]:
-    w = spec.workload
-    lo, hi = w.suffix.uniform or (8, 128)
-    gen_lo, gen_hi = w.gen.uniform or (4, 32)
-    shape = TraceShape(vocab=BYTE_VOCAB, num_system_prompts=w.system_prompts,
-                       system_prompt_len=w.system_prompt_len, suffix_min=lo, suffix_max=hi,
-                       gen_min=gen_lo, gen_max=gen_hi)
-    return list(reversed(make_trace(spec.seed, w.requests, shape)))

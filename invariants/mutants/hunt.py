@@ -19,10 +19,9 @@ from pathlib import Path
 from invariants.checker import Checker, CheckerHook, Level, Violation
 from invariants.loader import Catalog, load_catalog
 from invariants.mutants.base import Entry, FalsePositive, Mutant, Planted, PlantedViews
-from invariants.ops import Step, Submit, Trace, TraceOutcome, run_trace
-from invariants.runner import BYTE_VOCAB
-from invariants.spec import Spec, load_spec
-from invariants.workload import TraceShape, make_trace
+from invariants.ops import Trace, TraceOutcome, run_trace
+from invariants.scenario import build_trace
+from invariants.spec import load_spec
 
 Shrinker = Callable[[Trace, Callable[[Trace], bool]], Trace]
 
@@ -49,35 +48,10 @@ class Finding:
 
 def load_trigger(path: Path) -> Trace:
     """A trigger as an op trace: ``.json`` is one already, ``.yaml`` a scenario spec whose
-    seeded workload becomes submits and steps (arrivals per step, as ``run_spec`` drives)."""
+    workload becomes the same ops ``run_spec`` runs."""
     if path.suffix == ".json":
         return Trace.load(path)
-    return spec_trace(load_spec(path))
-
-
-def spec_trace(spec: Spec) -> Trace:
-    """The ops ``run_spec`` performs for a plain-traffic spec (the drain does the rest)."""
-    w = spec.workload
-    suffix, gen = _uniform(spec, "suffix"), _uniform(spec, "gen")
-    shape = TraceShape(vocab=BYTE_VOCAB, num_system_prompts=w.system_prompts, system_prompt_len=w.system_prompt_len,
-                       suffix_min=suffix[0], suffix_max=suffix[1], gen_min=gen[0], gen_max=gen[1])
-    requests = make_trace(spec.seed, w.requests, shape)
-    per_step = w.arrivals_per_step or len(requests)
-    ops: list[Submit | Step] = []
-    for start in range(0, len(requests), per_step):
-        ops += [Submit(rid=r.rid, input_ids=list(r.input_ids), max_new_tokens=r.max_new_tokens)
-                for r in requests[start : start + per_step]]
-        ops.append(Step())
-    return Trace(name=spec.name, seed=spec.seed, engine=spec.engine, ops=ops)  # type: ignore[arg-type]
-
-
-def _uniform(spec: Spec, name: str) -> tuple[int, int]:
-    """A workload length range: a bug trigger spec keeps to plain uniform ranges (sessions
-    and faults go in an op trace, where every op is explicit)."""
-    span = getattr(getattr(spec.workload, name), "uniform", None)
-    if span is None:
-        raise ValueError(f"{spec.path}: workload.{name}: a bug trigger spec takes a plain [lo, hi] range")
-    return int(span[0]), int(span[1])
+    return build_trace(load_spec(path))
 
 
 def first_event(outcome: TraceOutcome) -> tuple[tuple[str, ...], str, int]:
@@ -176,4 +150,4 @@ def _hunt_false_positive(entry: FalsePositive, catalog: Catalog, trace: Trace) -
                    len(trace.ops), None, detail)
 
 
-__all__ = ["Finding", "check_views", "fires", "first_event", "hunt", "load_trigger", "run_rules", "spec_trace"]
+__all__ = ["Finding", "check_views", "fires", "first_event", "hunt", "load_trigger", "run_rules"]
