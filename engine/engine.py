@@ -237,12 +237,11 @@ class Engine(SessionAPI):
             owning = self._owning(sched.live_reqs())
         else:  # no section that lists requests or rows: skip finding them
             places, owning = ReqPlaces(), []
+        extra = {"response": self._response} if event == "response" else {}
         view = memory_view(self.mem, event, sched.stats.iterations, owning, places, parts, self._view_memo,
-                           sched=self._sched_view(), integrity=self.integrity)
+                           sched=self._sched_view(), integrity=self.integrity, **extra)
         if sections & SESSION_SECTIONS:
             view = self._session_parts(event, view, owning)  # and, at ``response``, the response
-        elif event == "response":
-            view = replace(view, response=self._response)
         return view if sched.eagle is None else sched.eagle.annotate(view)  # EAGLE's fields
 
     def _sched_view(self) -> SchedView:

@@ -205,27 +205,25 @@ class ReqViewCache:
     __slots__ = ("_last",)
 
     def __init__(self) -> None:
-        self._last: dict[int, tuple[Req, tuple[object, ...], ReqView]] = {}
+        # keyed by the Req itself (it hashes by identity, and the key keeps it alive)
+        self._last: dict[Req, tuple[tuple[object, ...], ReqView]] = {}
 
     def views(self, reqs: list[Req], places: ReqPlaces) -> tuple[ReqView, ...]:
-        last, kept, out = self._last, {}, []
+        last, kept, out, new_view = self._last, {}, [], _new_req_view
         waiting, running, batch = places
         for r in reqs:
-            fields = _req_fields(r, waiting, running, batch)
-            entry = last.get(id(r))
-            # the Req is kept in the entry, so its id cannot be reused while cached
-            view = entry[2] if entry is not None and entry[0] is r and entry[1] == fields else _new_req_view(*fields)
-            kept[id(r)] = (r, fields, view)
-            out.append(view)
+            # ReqView's fields, in order (the EAGLE ones at their defaults: ``annotate`` sets them)
+            fields = (
+                r.rid, -1 if r.req_pool_idx is None else r.req_pool_idx, len(r.fill_ids), r.kv_committed_len,
+                r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, r.is_chunked,
+                r.kv_committed_freed, r.kv_overallocated_freed, len(r.origin_input_ids), len(r.output_ids),
+                r.finished_reason is not None, r.to_finish is not None, r.is_retracted, r in waiting,
+                r in running, r in batch, -1, 0,
+            )  # fmt: skip
+            entry = last.get(r)
+            if entry is None or entry[0] != fields:
+                entry = (fields, new_view(*fields))
+            kept[r] = entry
+            out.append(entry[1])
         self._last = kept
         return tuple(out)
-
-
-def _req_fields(r: Req, waiting: Collection[Req], running: Collection[Req], batch: Collection[Req]) -> tuple[object, ...]:
-    """ReqView's fields, in order (the EAGLE ones at their defaults: ``annotate`` sets them)."""
-    return (
-        r.rid, -1 if r.req_pool_idx is None else r.req_pool_idx, len(r.fill_ids), r.kv_committed_len,
-        r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, r.is_chunked,
-        r.kv_committed_freed, r.kv_overallocated_freed, len(r.origin_input_ids), len(r.output_ids),
-        r.finished(), r.to_finish is not None, r.is_retracted, r in waiting, r in running, r in batch, -1, 0,
-    )  # fmt: skip

@@ -60,7 +60,11 @@ class PoolView:
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
-    """One radix-tree node. `lock_ref` is the full lock; SWA trees add the SWA fields."""
+    """One radix-tree node. `lock_ref` is the full lock; SWA trees add the SWA fields.
+
+    `parent_*lock_ref` (-1: not reported) are a target's copy of the parent's locks; kvspec's
+    engine keeps each lock once, in its node's own view (a rule finds the parent by `parent`),
+    so that a lock taken on a node does not rebuild the views of all its children."""
 
     id: int = 0
     parent: int = -1  # -1 for the root only
@@ -69,9 +73,9 @@ class NodeView:
     key_len: int = 0
     value_len: int = 0
     lock_ref: int = 0
-    parent_lock_ref: int = 0
+    parent_lock_ref: int = -1
     swa_lock_ref: int = 0
-    parent_swa_lock_ref: int = 0
+    parent_swa_lock_ref: int = -1
     swa_tombstone: bool = False
     session_lock_ref: int = 0  # of lock_ref: the streaming sessions' turn-1 locks
     session_swa_lock_ref: int = 0  # of swa_lock_ref: the same locks' SWA part

@@ -30,6 +30,10 @@ Keeps the checker's results unchanged; only the cost of a passing event drops:
   is ``prior`` - ``gone`` + ``fresh``, as multisets of view objects). Integer addition is
   exact, so this is the sum itself; a total that is not an int (a float term) or any
   other case than above is summed over every node.
+- **Node sets kept up to date** (``SetMemo``). A term ``{E for v in tree.nodes if C}``, E
+  and C node-local, is likewise a name whose value is the set of the keys of a count of E
+  over the nodes where C holds, counts moved by ``gone`` and ``fresh``: an element is in
+  the set iff some node of the tuple yields it, which is the comprehension's set.
 """
 
 from __future__ import annotations
@@ -132,13 +136,57 @@ class SumMemo:
 
 
 @dataclass(slots=True, eq=False)
+class SetMemo:
+    """One node set of a rule, kept as counts of its elements over the node tuples' changes."""
+
+    name: str
+    context: CodeType
+    full: CodeType  # the list of elements over tree.nodes
+    over: CodeType  # the same list over FRESH
+    seen: Any = None
+    values: tuple[Any, ...] | None = None
+    counts: dict[Any, int] = field(default_factory=dict)
+
+    def value(self, env: dict[str, Any]) -> set[Any]:
+        nodes, values = env["tree"].nodes, _context_values(self.context, env)
+        if self.seen is not None and values is not None and values == self.values:
+            if nodes is not self.seen and getattr(nodes, "prior", None) is self.seen:
+                self.seen = None  # until both moves are done (an element may raise)
+                self._move(self._over(env, nodes.gone), -1)
+                self._move(self._over(env, nodes.fresh), 1)
+                self.seen = nodes
+            if nodes is self.seen:
+                return set(self.counts)
+        self.counts, self.seen = {}, None
+        self._move(eval(self.full, env), 1)
+        self.seen, self.values = (nodes if values is not None else None), values
+        return set(self.counts)
+
+    def _move(self, elements: list[Any], step: int) -> None:
+        counts = self.counts
+        for element in elements:
+            left = counts.get(element, 0) + step
+            if left:
+                counts[element] = left
+            else:
+                del counts[element]
+
+    def _over(self, env: dict[str, Any], views: tuple[Any, ...]) -> list[Any]:
+        env[FRESH] = views
+        try:
+            return eval(self.over, env)  # type: ignore[no-any-return]
+        finally:
+            del env[FRESH]
+
+
+@dataclass(slots=True, eq=False)
 class EventFastPath:
     """The fused test of the rules at one event, the node memos it consults, and how often
     (and how long) it found that every rule passed."""
 
     fused: CodeType | None
     memos: dict[str, NodeMemo] = field(default_factory=dict)
-    sums: tuple[SumMemo, ...] = ()
+    sums: tuple[SumMemo | SetMemo, ...] = ()
     rule_ids: tuple[str, ...] = ()
     graced: tuple[str, ...] = ()  # rules with a for_steps grace (their streak ends on a pass)
     passes: int = 0
@@ -180,10 +228,18 @@ def build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
 
 
 class _SumTerms(ast.NodeTransformer):
-    """Replaces each node-local ``sum(E for v in tree.nodes if C)`` by a SumMemo's name."""
+    """Replaces each node-local ``sum(E for v in tree.nodes if C)`` by a SumMemo's name, and
+    each node-local ``{E for v in tree.nodes if C}`` by a SetMemo's."""
 
     def __init__(self, label: str) -> None:
         self.label, self.memos = label, []
+
+    def visit_SetComp(self, node: ast.SetComp) -> ast.expr:
+        memo = _set_memo(node, f"_set{len(self.memos)}", self.label)
+        if memo is None:
+            return self.generic_visit(node)
+        self.memos.append(memo)
+        return ast.Name(memo.name, ast.Load())
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
         memo = _sum_memo(node, f"_sum{len(self.memos)}", self.label)
@@ -211,6 +267,21 @@ def _sum_memo(node: ast.Call, name: str, label: str) -> SumMemo | None:
     over.args[0].generators[0].iter = ast.Name(FRESH, ast.Load())
     return SumMemo(name, compile_tree(ast.Tuple([_copy(c) for c in context], ast.Load()), f"context:{label}"),
                    compile_tree(copy.deepcopy(node), f"sum:{label}"), compile_tree(over, f"sum:{label}"))
+
+
+def _set_memo(node: ast.SetComp, name: str, label: str) -> SetMemo | None:
+    loop = node.generators[0]
+    if len(node.generators) != 1 or not _is_tree_nodes(loop.iter) or not isinstance(loop.target, ast.Name):
+        return None
+    context = _context_chains(ast.Tuple([node.elt, *loop.ifs], ast.Load()), loop.target.id)
+    if context is None:
+        return None
+    full = ast.ListComp(copy.deepcopy(node.elt), [copy.deepcopy(loop)])
+    over = copy.deepcopy(full)
+    over.generators[0].iter = ast.Name(FRESH, ast.Load())
+    values = ast.Tuple([_copy(c) for c in context], ast.Load())
+    return SetMemo(name, compile_tree(values, f"context:{label}"), compile_tree(full, f"set:{label}"),
+                   compile_tree(over, f"set:{label}"))
 
 
 def _fuse(shapes: Sequence[RuleShape]) -> list[ast.expr]:

@@ -125,9 +125,8 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
     parent = node.parent
     return _new_node_view(  # NodeView's fields in order; no session locks (sessions add them)
         node.id, -1 if parent is None else parent.id, is_root, not node.children, len(node.key),
-        len(node.value), getattr(node, lock_attr), 0 if parent is None else getattr(parent, lock_attr),
-        getattr(node, "swa_lock_ref", 0), 0 if parent is None else getattr(parent, "swa_lock_ref", 0),
-        getattr(node, "swa_tombstone", False), 0, 0,
+        len(node.value), getattr(node, lock_attr), -1,  # the parent's locks: in its own view
+        getattr(node, "swa_lock_ref", 0), -1, getattr(node, "swa_tombstone", False), 0, 0,
     )
 
 

@@ -5,12 +5,11 @@ Keeps: ``nodes`` holds exactly the nodes reachable from the root, in id (= creat
 what ``tree_util.all_nodes`` returns, without a walk or a sort. A cached ``NodeView`` or
 ``SlotOwner`` is rebuilt only for a node marked since the last call: the caches call ``touch``
 when a node's own viewed fields change (key/value, parent, leaf state, tombstone), ``relock``
-when its locks change (its children's ``parent_*lock_ref`` change with them, unless the
-locks are back at the values of its last view), ``add`` and
-``remove`` when it joins or leaves the tree. An unchanged tree returns the previous tuple;
-a changed one is a ``NodeViews`` tuple that also names the tuple handed out before it
-(``prior``), the views built since (``fresh``) and the views of ``prior`` it no longer holds
-(``gone``): it is ``prior`` - ``gone`` + ``fresh``, every kept view the very object ``prior``
+when its locks change (a view holds its node's own locks only, so its children's views
+stay), ``add`` and ``remove`` when it joins or leaves the tree. An unchanged tree returns
+the previous tuple; a changed one is a ``NodeViews`` tuple that also names the tuple handed
+out before it (``prior``), the views built since (``fresh``) and the views of ``prior`` it
+no longer holds (``gone``): it is ``prior`` - ``gone`` + ``fresh``, every kept view the very object ``prior``
 held (what lets a checker re-test only the fresh views and update sums).
 ``owner_log`` lists, in order, the ids of nodes whose census owner was rebuilt or dropped, so
 that an incremental census (engine/mem/census_incremental.py) follows the tree's ownership
@@ -55,7 +54,6 @@ class NodeRegistry(Generic[N]):
         self._views: dict[int, NodeView | None] = {}
         self._owners: dict[int, SlotOwner | None] = {}
         self._dirty: set[N] = set()  # views to rebuild
-        self._relocked: set[N] = set()  # nodes whose children's views read a changed lock
         self._owner_dirty: set[N] = set()
         self._tuple: tuple[NodeView, ...] | None = None
         self._handed: tuple[NodeView, ...] | None = None  # the last tuple views() returned
@@ -87,7 +85,6 @@ class NodeRegistry(Generic[N]):
         if self._owners.pop(node.id, None) is not None:
             self._log([node.id])
         self._dirty.discard(node)
-        self._relocked.discard(node)
         self._owner_dirty.discard(node)
         self._tuple = None
 
@@ -98,7 +95,6 @@ class NodeRegistry(Generic[N]):
 
     def relock(self, nodes: Iterable[N]) -> None:
         self._dirty.update(nodes)
-        self._relocked.update(nodes)
 
     def all(self) -> list[N]:
         """Every live node, root first, in id order (= ``all_nodes(root)``)."""
@@ -106,11 +102,6 @@ class NodeRegistry(Generic[N]):
 
     def views(self) -> tuple[NodeView, ...]:
         """``node_view`` of every live node, in id order."""
-        if self._relocked:
-            for node in self._relocked:
-                if self._lock_moved(node):  # a lock that came back to its value changes no child
-                    self._dirty.update(node.children.values())
-            self._relocked.clear()
         if self._dirty:
             views, root, attr = self._views, self.root, self.lock_attr
             for node in self._dirty:
@@ -128,13 +119,6 @@ class NodeRegistry(Generic[N]):
             self._gone.clear()
         self._handed = self._tuple
         return self._tuple
-
-    def _lock_moved(self, node: N) -> bool:
-        """Whether ``node``'s locks differ from its last view's (which its children's views
-        read as ``parent_*lock_ref``)."""
-        old = self._views.get(node.id)
-        return (old is None or old.lock_ref != getattr(node, self.lock_attr)
-                or old.swa_lock_ref != getattr(node, "swa_lock_ref", 0))
 
     def slot_owners(self) -> list[SlotOwner]:
         """One owner per non-root node, in id order (SWA: ``holds_swa`` = not a tombstone)."""

@@ -2,8 +2,9 @@
 followed by their changes; request rows are recounted every time.
 
 Keeps, for pages ``0..num_pages``, exactly as a from-scratch count would give them:
-``occupancy`` (distinct tree owners + free-list entries per page), ``free_count`` (free-list
-entries per page), the totals ``tree_entries`` and ``free_entries`` (their sums over pages),
+``occupancy`` (tree entries + free-list entries per page: a tree entry is a page an owner
+holds, counted once per owner — at page size 1, once per slot, see ``_distinct``),
+``free_count`` (free-list entries per page), the totals ``tree_entries`` and ``free_entries`` (their sums over pages),
 and ``bad`` — the pages whose occupancy is 2 or more (tree-held twice, listed twice, or
 tree-held and free). ``take`` answers a census:
 
@@ -91,13 +92,18 @@ class IncrementalCensus:
 
     def _row_pages(self, table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, np.ndarray]:
         """Every row's owned pages (one page kept once per run within a row) and read pages."""
-        owned = [table[row, start:end] for row, start, end in rows]
-        read = [table[row, :end] for row, _, end in rows]
-        own = np.concatenate(owned).astype(np.int64) if owned else np.empty(0, np.int64)
-        ref = np.concatenate(read).astype(np.int64) if read else np.empty(0, np.int64)
+        spans = _row_block(table, rows) if len(rows) >= SMALL else None
+        if spans is None:
+            owned = [table[row, start:end] for row, start, end in rows]
+            read = [table[row, :end] for row, _, end in rows]
+            own = np.concatenate(owned).astype(np.int64) if owned else np.empty(0, np.int64)
+            ref = np.concatenate(read).astype(np.int64) if read else np.empty(0, np.int64)
+            lengths = [len(part) for part in owned]
+        else:
+            own, ref, lengths = spans
         if self.ps > 1:
             own, ref = own // self.ps, ref // self.ps
-            own = own[_run_starts(own, [len(part) for part in owned])]
+            own = own[_run_starts(own, lengths)]
         return own, ref
 
     def _from_scratch(self, table: np.ndarray, rows: Sequence[RowSpan], labels: list[str]) -> Census:
@@ -251,6 +257,11 @@ class IncrementalCensus:
         return self.registry.slot_owners() if self.registry is not None else list(self.cache.slot_owners())
 
     def _distinct(self, owner: SlotOwner) -> np.ndarray:
+        """An owner's pages, each once — at page size 1 its slots as they are (a copy): a slot
+        held twice by one owner then counts twice, which only marks it bad (a census from
+        scratch), while a clean state's entries are distinct pages either way."""
+        if self.ps == 1:
+            return np.array(owner.slots, dtype=np.int64)
         return np.unique(np.asarray(owner.slots, dtype=np.int64) // self.ps)
 
 
@@ -262,7 +273,7 @@ def _signed(changes: list[Signed]) -> tuple[np.ndarray, np.ndarray]:
         pages, sign = changes[0]
         return pages.astype(np.int64, copy=False), np.full(len(pages), sign, np.int64)
     pages = np.concatenate([p for p, _ in changes]).astype(np.int64, copy=False)
-    return pages, np.concatenate([np.full(len(p), sign, np.int64) for p, sign in changes])
+    return pages, np.repeat(np.array([sign for _, sign in changes], np.int64), [len(p) for p, _ in changes])
 
 
 _NONE = np.empty(0, np.int64)
@@ -281,6 +292,21 @@ def _taken_front(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
     if start_new + new.nbytes != start_old + old.nbytes or start_new < start_old:
         return None
     return old[: (start_new - start_old) // old.itemsize]
+
+
+def _row_block(table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """``table[row, start:end]`` and ``table[row, :end]`` of every row, concatenated in row
+    order, from one gather and two masks (and the owned lengths); None where the slices
+    would not be these masks (a negative bound) or the block would be mostly padding."""
+    spans = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    rows_at, start, end = spans.T
+    if int(spans.min()) < 0 or int(end.max()) * len(rows) > 4 * int(end.sum()) + 4096:
+        return None
+    cols = np.arange(min(int(end.max()), table.shape[1]))
+    block = table[rows_at, : len(cols)]
+    read = cols < end[:, None]
+    owned = read & (cols >= start[:, None])
+    return block[owned].astype(np.int64), block[read].astype(np.int64), owned.sum(axis=1).tolist()
 
 
 def _run_starts(pages: np.ndarray, lengths: list[int]) -> np.ndarray:

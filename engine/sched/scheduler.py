@@ -343,10 +343,7 @@ class Scheduler:
     def live_reqs(self) -> list[Req]:
         """Requests that may own KV: waiting ones with a row, the in-flight chunk, the
         running batch and every launched batch (deduplicated, in that order)."""
-        seen: dict[int, Req] = {}
-        for req in self._candidates():
-            seen.setdefault(id(req), req)
-        return list(seen.values())
+        return list(dict.fromkeys(self._candidates()))  # a Req hashes by identity
 
     def _candidates(self) -> Iterator[Req]:
         yield from (r for r in self.waiting_queue if r.req_pool_idx is not None)

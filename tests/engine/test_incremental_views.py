@@ -1,13 +1,19 @@
 """Views built for reuse are the views a fresh build gives: the positional builder makes the
 same object as the dataclass constructor, a request's ReqView is handed out again only while
-its fields read the same, and sections left out of a selective view stay at their defaults."""
+its fields read the same, a lock rebuilds only the locked nodes' views, sections left out of
+a selective view stay at their defaults, and the census gathers row pages as slices would."""
 
 from __future__ import annotations
 
 from dataclasses import fields
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
+from engine.mem.census_incremental import _row_block
 from engine.request import SamplingParams
 from engine.snapshot import ReqPlaces, ReqViewCache
 from engine.view import SELECTIVE, NodeView, ReqView, StateView, positional_builder
@@ -45,3 +51,49 @@ def test_selective_view_builds_only_named_sections() -> None:
     assert only.reqs == full.reqs and only.reqs
     assert only.pools == StateView().pools and only.req_pool == StateView().req_pool
     assert only.sched == full.sched
+
+
+def test_a_lock_rebuilds_the_locked_path_only() -> None:
+    """A node view holds its own locks only: locking a path rebuilds the views of that path's
+    nodes, not those of their other children (each still equal to a fresh node view)."""
+    engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=512)))
+    engine.generate([[5] * 8 + [i] * 4 for i in range(1, 7)])  # one shared prefix, six children
+    cache = engine.mem.tree_cache
+    registry = cache.node_registry()
+    before = registry.views()
+    shared = cache.match_prefix([5] * 8).last_node
+    cache.inc_lock_ref(shared)
+    after = registry.views()
+    assert {v.id for v in after.fresh} == {shared.id}  # the root's lock is fixed at 1
+    kept = {v.id: v for v in before}
+    assert len(shared.children) >= 2 and all(v is kept[v.id] for v in after if v.id != shared.id)
+    assert [v.lock_ref for v in after if v.id == shared.id] == [1] and all(v.parent_lock_ref == -1 for v in after)
+
+
+def test_the_views_follow_request_places() -> None:
+    """A request's view follows where the scheduler holds it (waiting, running, this batch)
+    and is reused when none of them moved."""
+    engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=256)))
+    engine.submit([1, 2, 3, 4], SamplingParams(max_new_tokens=4, ignore_eos=True))
+    engine.step()
+    reqs, cache = engine.scheduler.live_reqs(), ReqViewCache()
+    for places in (ReqPlaces(waiting=set(reqs)), ReqPlaces(batch=set(reqs)), ReqPlaces(batch=set(reqs))):
+        views = cache.views(reqs, places)
+        assert views == ReqViewCache().views(reqs, places)
+    assert views[0].in_batch and not views[0].in_waiting
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 15), st.integers(-3, 14), st.integers(-2, 16)),
+                                    min_size=1, max_size=40))
+def test_the_census_row_block_equals_the_row_slices(width: int, spans: list[tuple[int, int, int]]) -> None:
+    """The incremental census's gathered row pages are the per-row slices ``table[row,
+    start:end]`` and ``table[row, :end]`` concatenated, or None (then it slices row by row)."""
+    table = np.arange(16 * width, dtype=np.int32).reshape(16, width) + 1
+    block = _row_block(table, spans)
+    if block is None:
+        assert min(min(s) for s in spans) < 0 or max(e for *_, e in spans) * len(spans) > 4 * sum(e for *_, e in spans) + 4096
+        return
+    owned = [table[r, s:e] for r, s, e in spans]
+    assert np.array_equal(block[0], np.concatenate(owned)) and block[2] == [len(o) for o in owned]
+    assert np.array_equal(block[1], np.concatenate([table[r, :e] for r, _, e in spans]))

@@ -1,7 +1,8 @@
 """The checker's fast path (invariants/fastpath.py) changes no result: on every catalog fixture
 and on random engine runs broken on purpose, a checker with it records exactly the
 violations of one without it; on a clean run it is the path actually taken; and the node
-tuples it relies on are their prior tuple minus ``gone`` plus ``fresh``."""
+tuples it relies on are their prior tuple minus ``gone`` plus ``fresh``; node sets kept by
+``SetMemo`` equal their comprehensions."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from invariants.checker import Checker, CheckerHook, Level
+from invariants.dsl import make_env
+from invariants.fastpath import SetMemo
 from invariants.loader import load_catalog
 from tests.engine.mem.test_incremental_census import OPS, _apply
 
@@ -116,3 +119,20 @@ def test_node_tuples_are_prior_minus_gone_plus_fresh() -> None:
                 expected = Counter(map(id, before)) - Counter(map(id, after.gone)) + Counter(map(id, after.fresh))
                 assert expected == Counter(map(id, after))
             before = after
+
+
+def test_node_sets_are_kept_by_set_memos() -> None:
+    """tree.locked_ancestors' two node sets are kept by SetMemos at ``step``, and each memo's
+    set equals its comprehension over every tuple the registry hands out."""
+    checker = Checker(CATALOG, Level.STRICT)
+    memos = [m for m in checker._fast["step"].sums if isinstance(m, SetMemo)]
+    assert len(memos) >= 2
+    engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=512), enable_overlap=False))
+    for prompt in ([5] * 40, [5] * 20 + [6] * 10, [7] * 12, [5] * 20 + [8] * 6):
+        engine.submit(prompt, SamplingParams(max_new_tokens=6, ignore_eos=True))
+        for _ in range(3):
+            engine.step()
+            env = make_env(engine.state_view(), None)
+            for memo in memos:
+                assert memo.value(env) == set(eval(memo.full, env))  # the memo's own compiled comprehension
+    assert any(memo.value(env) for memo in memos)

@@ -116,7 +116,7 @@ def test_lock_ref_moves_sizes_only_on_zero_one_transitions(ps: int) -> None:
     cache.dec_lock_ref(n1)
     assert (cache.evictable_size(), cache.protected_size()) == (5 * ps, 0)
     assert [nodes(cache)[i].lock_ref for i in (0, 1, 2, 3)] == [1, 0, 0, 0]
-    assert nodes(cache)[2].parent_lock_ref == 1
+    assert nodes(cache)[nodes(cache)[2].parent].lock_ref == 1  # the parent's lock, in its own view
 
 
 def test_lock_of_none_or_of_another_trees_node_raises_and_changes_nothing() -> None:

@@ -374,10 +374,10 @@ def test_views_show_swa_fields_and_tombstoned_owners() -> None:
     assert (view.kind, view.evictable_size, view.protected_size) == ("swa_radix", 0, 12)
     assert (view.swa_evictable_size, view.swa_protected_size, view.num_evictable_leaves) == (0, 4, 0)
     assert view.nodes[1:] == (
-        NodeView(id=1, parent=0, is_leaf=False, key_len=8, value_len=8, lock_ref=1, parent_lock_ref=1,
-                 swa_lock_ref=0, parent_swa_lock_ref=1, swa_tombstone=True),
-        NodeView(id=2, parent=1, is_leaf=True, key_len=4, value_len=4, lock_ref=1, parent_lock_ref=1,
-                 swa_lock_ref=1, parent_swa_lock_ref=0, swa_tombstone=False),
+        NodeView(id=1, parent=0, is_leaf=False, key_len=8, value_len=8, lock_ref=1,
+                 swa_lock_ref=0, swa_tombstone=True),
+        NodeView(id=2, parent=1, is_leaf=True, key_len=4, value_len=4, lock_ref=1,
+                 swa_lock_ref=1, swa_tombstone=False),
     )  # fmt: skip
     assert [(o.label, o.slots.tolist(), o.holds_swa) for o in cache.slot_owners()] == [
         ("tree:n1", slots(1, 2, ps=4), False), ("tree:n2", slots(3, ps=4), True),

@@ -105,7 +105,8 @@ def test_unchanged_tree_returns_the_same_tuple() -> None:
     assert s.cache.tree_view().nodes is not first
     s.cache.inc_lock_ref(node)
     assert [n.lock_ref for n in s.cache.tree_view().nodes] == [1, 0, 1]  # n2: the upper half
-    assert s.cache.tree_view().nodes[1].parent_lock_ref == 1
+    views = s.cache.tree_view().nodes
+    assert views[views[1].parent].lock_ref == 1  # the parent's lock, in its own view
     assert np.array_equal(list(s.cache.slot_owners())[-1].slots, node.value)
 
 
