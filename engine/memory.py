@@ -153,6 +153,17 @@ class KVMemory:
         """Publish the request's computed prefix to the cache (``cache_unfinished_req``)."""
         self.tree_cache.cache_unfinished_req(req, chunked=chunked)
 
+    def maybe_evict_swa(self, reqs: Sequence[Req]) -> None:
+        """SGLang's ``maybe_evict_swa``, before a decode step allocates: every
+        ``sliding_window`` decode steps a request frees the SWA KV that slid out of its window
+        (the cursor from the committed length before this step's slot); then its decode
+        count advances (``prepare_for_decode``), so a first decode never evicts."""
+        window = self.config.sliding_window if self.config.is_hybrid else None
+        for req in reqs:
+            if window is not None and req.decode_batch_idx % window == 1:
+                self.evict_swa(req)
+            req.decode_batch_idx += 1
+
     def evict_swa(self, req: Req) -> None:
         """Free the SWA KV that slid out of the request's window (``_evict_swa``).
 

@@ -82,8 +82,8 @@ class ScheduleBatch:
         self.forward = extend_forward(self.reqs, prefix_lens, out, mem, self.chunked_req)
 
     def prepare_for_decode(self, mem: KVMemory, last_tokens: Mapping[Req, int]) -> None:
-        """One slot per request at position ``kv_committed_len`` (then committed and
-        allocated +1), SWA eviction every ``sliding_window`` decode steps, the DECODE forward.
+        """SWA eviction every ``sliding_window`` decode steps, then one slot per request at
+        position ``kv_committed_len`` (committed and allocated +1), the DECODE forward.
         ``last_tokens`` holds each request's latest sampled token, processed or not (the
         overlap future map). With EAGLE the speculative worker prepares the step instead."""
         if mem.spec is not None:
@@ -91,12 +91,8 @@ class ScheduleBatch:
             return
         self.mode = ForwardMode.DECODE
         self.reused, self.truncated_rids = (), ()  # a running batch may be a former extend batch
+        mem.maybe_evict_swa(self.reqs)
         out = mem.alloc_for_decode(self.reqs)
-        window = mem.config.sliding_window if mem.config.is_hybrid else None
-        for req in self.reqs:
-            req.decode_batch_idx += 1
-            if window is not None and req.decode_batch_idx % window == 1:  # every window steps
-                mem.evict_swa(req)
         self.forward = decode_forward(self.reqs, out, mem, last_tokens)
 
     def mix_with_running(self, running: ScheduleBatch) -> None:

@@ -94,15 +94,12 @@ class EagleWorker:
         batch.mode = ForwardMode.DECODE
         batch.reused, batch.truncated_rids = (), ()
         reqs = batch.reqs
+        mem.maybe_evict_swa(reqs)  # first, as SGLang's _draft_preprocess_decode
         accounting.extend_allocation(mem, reqs, accounting.reserve_targets(
             reqs, s.version, s.num_draft_tokens, s.alloc_len))
-        window = mem.config.sliding_window if mem.config.is_hybrid else None
-        for req in reqs:
-            if s.version == 2:
+        if s.version == 2:
+            for req in reqs:
                 accounting.preclaim_bonus(req)
-            req.decode_batch_idx += 1
-            if window is not None and req.decode_batch_idx % window == 1:
-                mem.evict_swa(req)
         batch.forward = self._draft_batch(reqs, last_tokens)
 
     def _draft_batch(self, reqs: Sequence[Req], last_tokens: Mapping[Req, int]) -> ForwardBatch:

@@ -16,22 +16,28 @@ from typing import Any
 Row = dict[str, int]
 
 
-def _no_bound(ours: Row, theirs: Row) -> bool:
+def _no_bound(ours: Row, theirs: Row, allowance: int) -> bool:
     return True
+
+
+def _no_excess(ours: Row, theirs: Row) -> int:
+    return 0
 
 
 @dataclass(frozen=True, slots=True)
 class Gap:
     """One deliberate difference: the buckets it moves, whose sum it must keep equal on both
     targets (else the difference is not this gap), the pools it may appear in, when it
-    applies, and a bound on the direction of the move (ours, theirs: one pool's buckets)."""
+    applies, and a bound on the direction of the move (ours, theirs: one pool's buckets;
+    allowance: the held tokens the other gaps moving with it explain, their ``excess``)."""
 
     id: str
     buckets: tuple[str, ...]
     reason: str
     applies: Callable[[dict[str, Any]], bool]
     pools: tuple[str, ...] = ("full", "swa")
-    bound: Callable[[Row, Row], bool] = _no_bound
+    bound: Callable[[Row, Row, int], bool] = _no_bound
+    excess: Callable[[Row, Row], int] = _no_excess  # tokens it lets SGLang hold beyond kvspec
 
 
 def _swa(config: dict[str, Any]) -> bool:
@@ -41,6 +47,11 @@ def _swa(config: dict[str, Any]) -> bool:
 def _held(row: Row) -> int:
     """Tokens of a pool nothing can reclaim (locked in the tree, or in a row)."""
     return row["protected"] + row["request_owned"] + row["session_held"]
+
+
+def _rows(row: Row) -> int:
+    """Tokens of a pool request and session rows own (outside the tree)."""
+    return row["request_owned"] + row["session_held"]
 
 
 GAPS: tuple[Gap, ...] = (
@@ -72,8 +83,23 @@ GAPS: tuple[Gap, ...] = (
         "decode's _evict_swa (schedule_batch.py:2651), cursor first raised to "
         "cache_protected_len. SWA pool only: tokens move from protected/request-owned to "
         "free/evictable; the four buckets keep their sum, and SGLang never holds more SWA "
-        "(protected + request_owned + session_held) than kvspec",
-        _swa, pools=("swa",), bound=lambda ours, theirs: _held(theirs) <= _held(ours)),
+        "(protected + request_owned + session_held) than kvspec, save what its rows keep "
+        "longer between evictions (swa.eviction_cadence below)",
+        _swa, pools=("swa",), bound=lambda ours, theirs, allowance: _held(theirs) - _held(ours) <= allowance),
+    Gap("swa.eviction_cadence", ("free", "session_held", "request_owned"),
+        "when a running request's out-of-window SWA KV is freed: 0.5.23 gates it per request on "
+        "tokens, evicting only once SGLANG_SWA_EVICTION_INTERVAL (128, environ.py:730) tokens "
+        "have slid out of the window past the last cursor (ScheduleBatch._swa_eviction_trigger, "
+        "managers/schedule_batch.py:4047-4066; maybe_evict_swa :4068, its decode_batch_idx >= 1 "
+        "guard :4087; the same gate in free_swa_out_of_window_slots, mem_cache/common.py:98); "
+        "0.5.11 evicts on a decode-step cadence, every window's decode steps "
+        "(decode_batch_idx % eviction_interval == 1, research/sglang.md §2.3 rule 6 and §5 #20070), "
+        "and so does kvspec (engine/sched/batch.py prepare_for_decode). Between evictions "
+        "SGLang's rows (a running request's, or a streaming session's slot) keep up to the "
+        "interval plus a page of SWA KV that kvspec has freed. SWA pool only: tokens move from "
+        "free to request_owned/session_held, never the other way; the three keep their sum",
+        _swa, pools=("swa",), bound=lambda ours, theirs, allowance: _rows(theirs) >= _rows(ours),
+        excess=lambda ours, theirs: _rows(theirs) - _rows(ours)),
     Gap("swa.branch_insert_stops_at_live_window", ("protected", "request_owned"),
         "a consequence of the gap above in the full pool: 0.5.23's match records "
         "swa_branching_seqlen when the full-KV hit runs past the last live SWA window "
@@ -84,7 +110,7 @@ GAPS: tuple[Gap, ...] = (
         "SWA branching (cache_unfinished_req inserts the whole page-aligned fill, "
         "swa_radix_cache.py:477), nor does kvspec. Full pool of an SWA hybrid only: tokens move "
         "from protected to request_owned, never the other way; their sum is the same",
-        _swa, pools=("full",), bound=lambda ours, theirs: theirs["request_owned"] >= ours["request_owned"]),
+        _swa, pools=("full",), bound=lambda ours, theirs, allowance: theirs["request_owned"] >= ours["request_owned"]),
 )
 
 
@@ -111,10 +137,14 @@ def declared(ours: Row, theirs: Row, bucket: str, config: dict[str, Any], pool: 
     """The gap that declares a difference in ``bucket`` of ``pool`` at one step (None: a
     finding); ``ours``/``theirs``: that pool's buckets on kvspec and on SGLang. Gaps that
     share buckets and move at once (an SWA session turn) declare it jointly — the fewest
-    that do: one Gap whose id joins theirs, balanced over the union of their buckets."""
-    live = [gap for gap in GAPS if pool in gap.pools and gap.applies(config) and gap.bound(ours, theirs)]
+    that do: one Gap whose id joins theirs, balanced over the union of their buckets, each
+    within its bound given what the others explain."""
+    live = [gap for gap in GAPS if pool in gap.pools and gap.applies(config)]
     for size in range(1, len(live) + 1):
         for group in itertools.combinations(live, size):
+            allowance = sum(gap.excess(ours, theirs) for gap in group)
+            if not all(gap.bound(ours, theirs, allowance) for gap in group):
+                continue
             union = tuple(dict.fromkeys(b for gap in group for b in gap.buckets))
             if len(_joint(bucket, list(group))) == size and _balanced(ours, theirs, union):
                 if size == 1:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from invariants.sglang import gaps
 from invariants.sglang.differential import differential
 from invariants.sglang.run import run_spec_on_sglang, run_trace_on_sglang
 from invariants.sglang.scenarios import prefix_scenario, sessions_scenario
+from invariants.sglang.target import SGLangDriver
 from invariants.sglang.views import buckets
 from invariants.spec import load_spec
 
@@ -110,3 +112,30 @@ def test_a_turn_refused_after_the_session_accepted_it_is_its_live_request(catalo
     refused = [(s.inflight, s.live_reqs) for v in outcome.views for r in v.reqs if r.rid.endswith("!long")
                for s in v.sessions if r.rid.startswith(f"{s.session_id}t")]
     assert refused and all(state == (True, 1) for state in refused)
+
+
+def test_differential_of_streaming_many_turns_has_only_declared_gaps(driver):
+    """streaming-many-turns.yaml (8 SWA streaming sessions x 12 turns) in lockstep: from turn 2
+    on SGLang 0.5.23's slots keep the SWA KV that slid out of the window until 128 tokens have
+    (kvspec frees it on 0.5.11's decode-step cadence) — declared as swa.eviction_cadence, with
+    the window-only checkpoint and the borrowed row; nothing else differs."""
+    result = differential(load_spec("specs/streaming-many-turns.yaml"), driver=driver)
+    assert result.steps == len(result.sglang) > 300
+    assert result.ok, [str(d) for d in result.unexpected[:5]]
+    gaps = {part for d in result.differences for part in d.gap.split("+")}
+    assert {"swa.eviction_cadence", "swa.window_only_at_checkpoint", "session.borrowed_row_is_request_owned"} <= gaps
+    assert any(theirs["swa.session_held"] > ours["swa.session_held"] + ours["swa.request_owned"]
+               for ours, theirs in zip(result.kvspec, result.sglang))
+
+
+def test_streaming_many_turns_needs_no_cadence_gap_at_sglang_every_step_cadence(monkeypatch):
+    """With 0.5.23's SWA eviction every decode step (SGLANG_SWA_EVICTION_INTERVAL=1) SGLang's
+    rows never keep more SWA than 0.5.11's every-window cadence, so streaming-many-turns is
+    clean without swa.eviction_cadence: both evict from the same decode step on (0.5.x's
+    maybe_evict_swa runs before the decode allocation and before decode_batch_idx is counted,
+    so never at a request's first decode — engine/memory.py maybe_evict_swa does the same)."""
+    monkeypatch.setenv("SGLANG_SWA_EVICTION_INTERVAL", "1")
+    monkeypatch.setattr(gaps, "GAPS", tuple(g for g in gaps.GAPS if g.id != "swa.eviction_cadence"))
+    with SGLangDriver() as live:
+        result = differential(load_spec("specs/streaming-many-turns.yaml"), driver=live)
+    assert result.ok, [str(d) for d in result.unexpected[:5]]

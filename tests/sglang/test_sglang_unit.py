@@ -114,3 +114,36 @@ def test_gaps_sharing_buckets_declare_a_joint_move():
     assert gap is not None and set(gap.id.split("+")) == {"swa.window_only_at_checkpoint",
                                                           "session.borrowed_row_is_request_owned"}
     assert declared(ours, {**theirs, "free": 7900}, "free", config, pool="swa") is None
+
+
+def test_swa_cadence_gap_only_lets_sglang_rows_keep_more_swa():
+    """swa.eviction_cadence (0.5.23 frees a row's out-of-window SWA only every 128 slid tokens,
+    0.5.11 every window's decode steps) declares an SWA-pool move from free to the rows
+    (session_held, request_owned) that keeps their sum: never in the full pool, never without
+    a sliding window, never a sum that does not balance, never SGLang's tree holding more."""
+    ours = {"free": 7648, "evictable": 0, "protected": 256, "session_held": 0, "request_owned": 288}
+    theirs = {**ours, "free": 7516, "session_held": 420, "request_owned": 0}
+    hybrid = {"page_size": 4, "sliding_window": 32, "sessions": True}
+    gap = declared(ours, theirs, "free", hybrid, pool="swa")
+    assert gap is not None and "swa.eviction_cadence" in gap.id.split("+")
+    assert declared(ours, theirs, "free", hybrid, pool="full") is None
+    assert declared(ours, theirs, "free", {"page_size": 4, "sessions": True}, pool="swa") is None
+    assert declared(ours, {**theirs, "free": 7500}, "free", hybrid, pool="swa") is None  # a leak
+    alone = {"page_size": 4, "sliding_window": 32}  # no session: no borrowed row moves with it
+    ours, theirs = {**ours, "session_held": 288, "request_owned": 0}, {**theirs, "session_held": 420}
+    assert declared(ours, theirs, "free", alone, pool="swa").id == "swa.eviction_cadence"
+    tree = {**theirs, "session_held": 288, "protected": 256 + 132}  # SGLang's tree holds more
+    assert declared(ours, tree, "free", alone, pool="swa") is None
+
+
+def test_swa_cadence_and_window_gaps_move_jointly_in_a_session_turn():
+    """At a session turn's first decode SGLang's tree holds one window less (window_only) while
+    its slot still holds the slid-out tokens (cadence): declared jointly when the pool's sum
+    holds and SGLang's tree part does not grow; a tree that holds more is a finding."""
+    ours = {"free": 7648, "evictable": 0, "protected": 256, "session_held": 0, "request_owned": 288}
+    theirs = {**ours, "free": 7580, "protected": 192, "session_held": 420, "request_owned": 0}
+    config = {"page_size": 4, "sliding_window": 32, "sessions": True}
+    gap = declared(ours, theirs, "protected", config, pool="swa")
+    assert gap is not None and {"swa.window_only_at_checkpoint", "swa.eviction_cadence"} <= set(gap.id.split("+"))
+    grown = {**theirs, "free": 7516, "protected": 256 + 64, "session_held": 356}
+    assert declared(ours, grown, "protected", config, pool="swa") is None
