@@ -32,7 +32,8 @@ test: $(STAMP)
 test-full: $(STAMP)
 	$(PY) -m pytest -n 2 --hypothesis-profile=full -m "slow or not slow"
 
-# real SGLang 0.5.23 on CPU, for `kvspec bench anchor --sglang` (not needed by report or test)
+# real SGLang 0.5.23 on CPU (.sglang-venv): needed by `make test-sglang`, `kvspec run|report --target
+# sglang`, `kvspec sglang ...` and `kvspec bench anchor --sglang`; not by `make test` or `make report`
 sglang-env:
 	bash ci/sglang_env.sh
 

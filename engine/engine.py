@@ -247,12 +247,15 @@ class Engine(SessionAPI):
     def _sched_view(self) -> SchedView:
         sched, batch = self.scheduler, self.scheduler.cur_batch
         chunked = () if sched.chunked_req is None else (sched.chunked_req.rid,)
-        return _new_sched_view(  # SchedView's fields in order (EAGLE's at their defaults)
-            sched.overlap, sched.forward_ct, len(sched.waiting_queue), sched.running_batch.batch_size(),
-            "idle" if batch is None else batch.mode.value, 0 if batch is None else batch.batch_size(),
-            chunked, sched.new_token_ratio, () if batch is None else batch.truncated_rids,
-            self.config.running_limit, tuple(sched.released), () if batch is None else batch.reused,
-            "off", 0, 0,
+        return _new_sched_view(  # every SchedView field by name (EAGLE's at their defaults)
+            overlap=sched.overlap, forward_ct=sched.forward_ct, num_waiting=len(sched.waiting_queue),
+            num_running=sched.running_batch.batch_size(),
+            batch_mode="idle" if batch is None else batch.mode.value,
+            batch_size=0 if batch is None else batch.batch_size(), chunked_rids=chunked,
+            new_token_ratio=sched.new_token_ratio,
+            batch_chunked_rids=() if batch is None else batch.truncated_rids,
+            max_running_requests=self.config.running_limit, released=tuple(sched.released),
+            reuse=() if batch is None else batch.reused, spec_mode="off", num_draft_tokens=0, spec_alloc_len=0,
         )
 
 

@@ -7,6 +7,7 @@ runs every invariant's pass and fail fixtures.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,13 @@ def load_catalog(paths: Iterable[str | Path] | None = None) -> Catalog:
     if errors:
         raise CatalogError(errors)
     return Catalog(tuple(rules), tuple(str(f) for f in files))
+
+
+@functools.cache
+def shipped_catalog() -> Catalog:
+    """The shipped catalog (invariants/catalog/), loaded once per process: its rules are
+    immutable, so every run in a process (and each worker, in its own) shares it."""
+    return load_catalog()
 
 
 def load_text(text: str, label: str = "<string>") -> Catalog:

@@ -1,6 +1,7 @@
 """The configuration matrix: every scenario spec × the axes its ``matrix:`` names (values from
 ci/matrix.yaml), combined all-pairs (allpairspy, the PR tier) or as the full product
-(``--full``), with the declared constraints filtered out — and listed, never silently skipped.
+(``--full``), with the declared constraints filtered out — and listed by the report
+(``report_exclusions``), never silently skipped.
 
 Keeps: every cell is a valid spec named after its axis values, and its ``replay`` is the
 exact command that reruns it (``kvspec run SPEC --set axis=value ...``); constraints are
@@ -25,6 +26,7 @@ from invariants.matrix_axes import (
     load_matrix,
     violations,
 )
+from invariants.report_text import relative
 from invariants.spec import Spec, load_spec
 
 SPEC_DIR = ROOT / "specs"
@@ -49,9 +51,28 @@ class Excluded:
     row: tuple[tuple[str, Any], ...]
     constraint: Constraint
 
+    @property
+    def cell(self) -> str:
+        """The row as ``axis=value ...``."""
+        return " ".join(f"{k}={axis_label(v)}" for k, v in self.row)
+
     def __str__(self) -> str:
-        cell = " ".join(f"{k}={axis_label(v)}" for k, v in self.row)
-        return f"{self.spec}: {cell} — {self.constraint.label()}: {self.constraint.reason}"
+        return f"{self.spec}: {self.cell} — {self.constraint.label()}: {self.constraint.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """The product cells of one spec that one declared constraint rules out (as the report
+    lists them: the constraint, its reason, every cell)."""
+
+    spec: str
+    constraint: str  # its label: ``speculative=eagle requires overlap=off``
+    reason: str
+    cells: tuple[str, ...]  # each as ``axis=value ...``
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec, "constraint": self.constraint, "reason": self.reason,
+                "count": len(self.cells), "cells": list(self.cells)}
 
 
 def spec_axes(spec: Spec) -> dict[str, list[Any]]:
@@ -98,7 +119,7 @@ def _top_up(rows: list[tuple[Any, ...]], product: list[tuple[Any, ...]]) -> list
 
 def spec_cells(spec: Spec, full: bool = False) -> list[Cell]:
     """The cells of one spec: all-pairs over its axes (``full``: the product), valid only."""
-    path = _relative(spec.path)
+    path = relative(spec.path)
     cells = []
     for row in _rows(spec, full):
         sets = " ".join(f"--set {k}={axis_label(v)}" for k, v in row.items())
@@ -120,6 +141,21 @@ def excluded_cells(spec: Spec) -> list[Excluded]:
     return result
 
 
+def spec_exclusions(spec: Spec) -> list[Exclusion]:
+    """``excluded_cells`` of ``spec`` grouped by the constraint that rules them out."""
+    groups: dict[str, list[Excluded]] = {}
+    for excluded in excluded_cells(spec):
+        groups.setdefault(excluded.constraint.label(), []).append(excluded)
+    return [Exclusion(spec.name, label, found[0].constraint.reason, tuple(e.cell for e in found))
+            for label, found in groups.items()]
+
+
+def report_exclusions() -> list[Exclusion]:
+    """Per scenario spec, the cells its matrix would have but a constraint rules out: what
+    `kvspec report` lists (printed, report.md, report.json)."""
+    return [x for path in default_spec_paths() for x in spec_exclusions(load_spec(path))]
+
+
 def default_spec_paths() -> list[Path]:
     """Every scenario spec under specs/ (the bug zoo in specs/bugs/ is not one)."""
     return sorted(SPEC_DIR.glob("*.yaml"))
@@ -128,18 +164,6 @@ def default_spec_paths() -> list[Path]:
 def report_cells(full: bool = False) -> list[Cell]:
     """Every spec × its axes: what `kvspec report` runs (``full``: products)."""
     return [cell for path in default_spec_paths() for cell in spec_cells(load_spec(path), full)]
-
-
-def matrix_cells(path: str | Path | None = None, combine: str | None = None) -> list[tuple[str, Spec]]:
-    """(cell name, spec) of the matrix base spec's cells — the old single-base matrix, kept
-    for its callers; ``combine="product"`` gives the full product."""
-    base = load_spec(SPEC_DIR / "matrix-base.yaml")
-    return [(cell.name, cell.spec) for cell in spec_cells(base, full=combine == "product")]
-
-
-def _relative(path: str) -> str:
-    p = Path(path).resolve()
-    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(path)
 
 
 def _short(axis: str, value: Any) -> str:

@@ -123,8 +123,6 @@ class AdvanceClock(_Strict):
 Op = Annotated[Union[Submit, OpenSession, CloseSession, Abort, Step, WaitFor, Idle, ForceRetract,  # noqa: UP007
                      FlushCache, AdvanceClock], Field(discriminator="op")]
 OP_ADAPTER: TypeAdapter[Op] = TypeAdapter(Op)
-OP_NAMES: tuple[str, ...] = ("submit", "open_session", "close_session", "abort", "step", "wait_for", "idle",
-                             "force_retract", "flush_cache", "advance_clock")
 
 
 class TraceError(ValueError):
@@ -176,19 +174,8 @@ def op_label(op: Op) -> str:
     return f"{op.op} {args}".rstrip()
 
 
-def __getattr__(name: str) -> object:
-    """``run_trace``, ``TraceOutcome``, ``TraceViolation``, ``Response`` and ``OpResult`` live
-    in invariants/trace_run.py (which imports this module); they are importable from here."""
-    if name in ("run_trace", "TraceOutcome", "TraceViolation", "Response", "OpResult"):
-        from invariants import trace_run
-
-        return getattr(trace_run, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "OP_ADAPTER",
-    "OP_NAMES",
     "Abort",
     "AdvanceClock",
     "CloseSession",
@@ -204,4 +191,4 @@ __all__ = [
     "TraceError",
     "WaitFor",
     "op_label",
-]  # and, through __getattr__: run_trace, TraceOutcome, TraceViolation, Response, OpResult
+]

@@ -20,7 +20,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from invariants.checker import Level
-from invariants.loader import lint, load_catalog
+from invariants.loader import lint, shipped_catalog
+from invariants.matrix import Exclusion, report_exclusions
 from invariants.memory_cells import MemoryCell
 from invariants.report_backends import import_ray, run_cells
 from invariants.report_files import ReportHeader, write_report
@@ -39,6 +40,7 @@ from invariants.report_target import (
     side_by_side,
 )
 from invariants.report_target_view import print_target_failures, side_by_side_table
+from invariants.report_text import goals_text, violation_line
 
 __all__ = ["default_specs", "default_workers", "run_report"]
 
@@ -72,19 +74,22 @@ def run_report(level: int = Level.RECORD, console: Console | None = None, with_m
     for error in errors:
         console.print(f"lint: {error}", markup=False)
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
+    excluded = report_exclusions() if cells is None and with_matrix and target != "sglang" else []
     cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
     rows = _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver) if sglang_specs else None
     results = _run_with_progress(console, cells, level, workers, ray_address)
     pairs = None if rows is None else side_by_side(results, rows)
-    header = ReportHeader.for_run(len(load_catalog()), level, full, workers, ray_address)
+    header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
     if target != "sglang":
         console.print(summary_table(header, results))
+    if excluded:
+        console.print(exclusions_table(excluded))
     failed = print_failures(console, results)
     if pairs is not None:
         console.print(side_by_side_table(pairs))
         failed += print_target_failures(console, pairs)
     if out is not None:
-        for path in write_report(out, header, results, pairs):
+        for path in write_report(out, header, results, pairs, excluded):
             console.print(f"wrote {path}", markup=False)
     return 1 if errors or failed else 0
 
@@ -152,11 +157,24 @@ def summary_table(header: ReportHeader, results: list[CellResult]) -> Table:
 
 
 def _goals(r: CellResult) -> str:
-    if r.error:
-        return "[red]crashed[/red]"
-    if r.unmet:
-        return f"[red]{len(r.unmet)} unmet[/red]"
-    return "[green]met[/green]" if r.kind == "spec" else ""
+    text = goals_text(r.error, r.unmet, "met" if r.kind == "spec" else "")
+    colour = "red" if r.error or r.unmet else "green"
+    return f"[{colour}]{text}[/{colour}]" if text else ""
+
+
+def exclusions_table(exclusions: list[Exclusion]) -> Table:
+    """Per spec, the matrix cells a declared constraint rules out: how many, which
+    constraint, and its reason (ci/matrix.yaml; report.json lists every cell)."""
+    total = sum(len(x.cells) for x in exclusions)
+    table = Table(title=f"excluded by constraints: {total} product cells (never run, never hidden)")
+    for column in ("spec", "cells", "constraint", "reason"):
+        table.add_column(column, justify="right" if column == "cells" else "left", overflow="fold",
+                         no_wrap=column != "reason")
+    spec = None
+    for x in exclusions:
+        table.add_row("" if x.spec == spec else x.spec, str(len(x.cells)), x.constraint, x.reason)
+        spec = x.spec
+    return table
 
 
 def print_failures(console: Console, results: list[CellResult]) -> int:
@@ -165,8 +183,7 @@ def print_failures(console: Console, results: list[CellResult]) -> int:
     for r in failed:
         console.print(f"[red]{r.name}[/red]: replay with `{r.replay}`", highlight=False)
         for violation in r.violations[:3]:
-            console.print(f"  [{violation['invariant']}] step {violation['step']} ({violation['event']}): "
-                          f"{violation['message']}", markup=False)
+            console.print(f"  {violation_line(violation)}", markup=False)
         for goal in r.unmet:
             console.print(f"  expected {goal}", markup=False)
         if r.error:

@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import platform
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from invariants.checker import Level
+from invariants.matrix import Exclusion
 from invariants.report_run import CellResult
 from invariants.report_target import SideBySide, sglang_document, verdict
+from invariants.report_text import goals_text, md_cell, violation_line
 
 LISTED_IN_TEXT = 10  # violations written per failing cell in junit.xml and report.md
 
@@ -67,31 +70,33 @@ def failing_first(results: list[CellResult]) -> list[CellResult]:
 
 
 def write_report(out: Path, header: ReportHeader, results: list[CellResult],
-                 sglang: list[SideBySide] | None = None) -> list[Path]:
+                 sglang: list[SideBySide] | None = None, excluded: Sequence[Exclusion] = ()) -> list[Path]:
     """Write the four files into ``out`` (created); return their paths. ``sglang``: the
-    side-by-side rows of `--target sglang|both` (report.json, report.md, report.html)."""
+    side-by-side rows of `--target sglang|both` (report.json, report.md, report.html);
+    ``excluded``: the matrix cells constraints rule out (report.json, report.md)."""
     from invariants.report_html import render_html
 
     out.mkdir(parents=True, exist_ok=True)
-    files = {"report.json": json.dumps(report_document(header, results, sglang), indent=1) + "\n",
+    files = {"report.json": json.dumps(report_document(header, results, sglang, excluded), indent=1) + "\n",
              "junit.xml": junit_xml(header, results),
-             "report.md": report_markdown(header, results, sglang),
+             "report.md": report_markdown(header, results, sglang, excluded),
              "report.html": render_html(header, results, summary(results), sglang)}
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     return [out / name for name in files]
 
 
-def report_document(header: ReportHeader, results: list[CellResult],
-                    sglang: list[SideBySide] | None = None) -> dict[str, Any]:
-    document = {"header": asdict(header), "summary": summary(results), "cells": [r.to_dict() for r in results]}
+def report_document(header: ReportHeader, results: list[CellResult], sglang: list[SideBySide] | None = None,
+                    excluded: Sequence[Exclusion] = ()) -> dict[str, Any]:
+    """Everything: header, summary, every cell, the excluded matrix cells, the sglang pairs."""
+    document = {"header": asdict(header), "summary": summary(results), "cells": [r.to_dict() for r in results],
+                "excluded": [x.to_dict() for x in excluded]}
     return document if sglang is None else {**document, "sglang": sglang_document(sglang)}
 
 
 def failure_text(r: CellResult) -> str:
     """The violations, unmet goals and crash of a cell, then its replay command."""
-    lines = [f"[{v['invariant']}] step {v['step']} ({v['event']}): {v['message']}"
-             for v in r.violations[:LISTED_IN_TEXT]]
+    lines = [violation_line(v) for v in r.violations[:LISTED_IN_TEXT]]
     if r.num_violations > LISTED_IN_TEXT:
         lines.append(f"... {r.num_violations - LISTED_IN_TEXT} more violations (report.json lists "
                      f"{len(r.violations)})")
@@ -131,14 +136,10 @@ def _is_error(r: CellResult) -> bool:
     return r.error is not None and not r.num_violations
 
 
-def _md(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def report_markdown(header: ReportHeader, results: list[CellResult],
-                    sglang: list[SideBySide] | None = None) -> str:
-    """The summary table (failing cells first), each failure with its replay command, and
-    the side-by-side section when the sglang target ran."""
+def report_markdown(header: ReportHeader, results: list[CellResult], sglang: list[SideBySide] | None = None,
+                    excluded: Sequence[Exclusion] = ()) -> str:
+    """The summary table (failing cells first), each failure with its replay command, the
+    matrix cells constraints exclude, and the side-by-side section when the sglang target ran."""
     from invariants.report_target_view import target_markdown
 
     totals = summary(results)
@@ -149,15 +150,26 @@ def report_markdown(header: ReportHeader, results: list[CellResult],
              "| | cell | steps | checks | violations | first violation | goals | time |",
              "|---|---|--:|--:|--:|---|---|--:|"]
     for r in failing_first(results):
-        goals = "crashed" if r.error else f"{len(r.unmet)} unmet" if r.unmet else (
-            "met" if r.kind == "spec" else "—")
-        lines.append(f"| {'✅' if r.ok else '❌'} | {_md(r.name)} | {r.steps} | {r.checks} | "
-                     f"{r.num_violations} | {_md(r.first_violation)} | {goals} | {r.seconds:.2f}s |")
+        goals = goals_text(r.error, r.unmet, "met" if r.kind == "spec" else "—")
+        lines.append(f"| {'✅' if r.ok else '❌'} | {md_cell(r.name)} | {r.steps} | {r.checks} | "
+                     f"{r.num_violations} | {md_cell(r.first_violation)} | {goals} | {r.seconds:.2f}s |")
     failed = [r for r in results if not r.ok]
     if failed:
         lines += ["", "## Failures"]
     for r in failed:
         lines += ["", f"### {r.name}", "", "```", failure_text(r), "```"]
+    lines += exclusions_markdown(excluded)
     if sglang is not None:
         lines += target_markdown(sglang)
     return "\n".join(lines) + "\n"
+
+
+def exclusions_markdown(excluded: Sequence[Exclusion]) -> list[str]:
+    """report.md's section on the matrix cells constraints rule out (none: no section)."""
+    if not excluded:
+        return []
+    lines = ["", "## Excluded by constraints", "",
+             f"{sum(len(x.cells) for x in excluded)} product cells are never run; report.json lists each.", "",
+             "| spec | cells | constraint | reason |", "|---|--:|---|---|"]
+    return lines + [f"| {md_cell(x.spec)} | {len(x.cells)} | {md_cell(x.constraint)} | {md_cell(x.reason)} |"
+                    for x in excluded]

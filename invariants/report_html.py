@@ -15,6 +15,7 @@ from invariants.report_files import LISTED_IN_TEXT, ReportHeader, failing_first
 from invariants.report_run import CellResult
 from invariants.report_svg import legend, pool_plot
 from invariants.report_target import SideBySide, verdict
+from invariants.report_text import goals_text, violation_line
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #1d2430; background: #fff; }
@@ -72,17 +73,10 @@ def _table(results: list[CellResult], anchors: dict[int, str]) -> str:
             f'<tr class="{"ok" if r.ok else "failed"}"><td>{mark}</td>'
             f'<td class="name"><a href="#{anchors[id(r)]}">{escape(r.name)}</a></td>'
             f"<td>{r.steps}</td><td>{r.checks}</td><td>{r.num_violations}</td>"
-            f'<td class="first">{escape(r.first_violation)}</td><td>{escape(_goals(r))}</td>'
+            f'<td class="first">{escape(r.first_violation)}</td>'
+            f'<td>{escape(goals_text(r.error, r.unmet, "met" if r.kind == "spec" else "—"))}</td>'
             f"<td>{r.seconds:.2f}s</td></tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-def _goals(r: CellResult) -> str:
-    if r.error:
-        return "crashed"
-    if r.unmet:
-        return f"{len(r.unmet)} unmet"
-    return "met" if r.kind == "spec" else "—"
 
 
 def _cell_section(r: CellResult, anchor: str) -> str:
@@ -90,8 +84,7 @@ def _cell_section(r: CellResult, anchor: str) -> str:
     parts = [f'<section class="cell" id="{anchor}"><h3>{escape(r.name)} — {status}</h3>',
              (f"<p>{r.steps} steps, {r.checks} checks, {r.num_violations} violations · replay: "
               f"<code>{escape(r.replay)}</code></p>")]
-    problems = [f"<li>[{escape(v['invariant'])}] step {v['step']} ({escape(v['event'])}): "
-                f"{escape(str(v['message']))}</li>" for v in r.violations[:LISTED_IN_TEXT]]
+    problems = [f"<li>{escape(violation_line(v))}</li>" for v in r.violations[:LISTED_IN_TEXT]]
     problems += [f"<li>expected {escape(goal)}</li>" for goal in r.unmet]
     if r.error:
         problems.append(f"<li>engine error: {escape(r.error)}</li>")

@@ -8,16 +8,16 @@ the replay command of every cell runs exactly that cell again.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from invariants.checker import Level
-from invariants.loader import Catalog, load_catalog
-from invariants.matrix import ROOT, default_spec_paths
+from invariants.loader import shipped_catalog
+from invariants.matrix import default_spec_paths
 from invariants.matrix import report_cells as matrix_report_cells
 from invariants.memory_cells import MemoryCell, default_memory_cells, run_memory_cell
+from invariants.report_text import first_violation, relative
 from invariants.runner import SpecOutcome, run_spec
 from invariants.spec import Spec, load_spec
 from invariants.timeline import Timeline
@@ -62,10 +62,7 @@ class CellResult:
 
     @property
     def first_violation(self) -> str:
-        if not self.violations:
-            return ""
-        first = self.violations[0]
-        return f"{first['invariant']} @ step {first['step']}"
+        return first_violation(self.violations)
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "timeline"}
@@ -83,7 +80,7 @@ def spec_cells(full: bool = False, with_matrix: bool = True) -> list[ReportCell]
     """Every spec × its matrix axes (all-pairs; ``full``: the product); without the matrix,
     each spec once as written."""
     if not with_matrix:
-        return [ReportCell(name, f"kvspec run {path.relative_to(ROOT)}", spec=load_spec(path))
+        return [ReportCell(name, f"kvspec run {relative(path)}", spec=load_spec(path))
                 for name, path in default_specs()]
     return [ReportCell(cell.name, cell.replay, spec=cell.spec) for cell in matrix_report_cells(full)]
 
@@ -98,19 +95,13 @@ def report_cells(full: bool = False) -> list[ReportCell]:
     return spec_cells(full) + memory_report_cells()
 
 
-@functools.cache
-def _catalog() -> Catalog:
-    """The catalog, loaded once per process (workers load their own)."""
-    return load_catalog()
-
-
 def run_cell(cell: ReportCell, level: int = Level.RECORD) -> CellResult:
     """Run one cell checked at ``level`` with a timeline; top level, so workers can run it."""
     timeline = Timeline()
     if cell.spec is not None:
-        return _spec_result(cell, run_spec(cell.spec, _catalog(), level, observers=(timeline,)), timeline)
+        return _spec_result(cell, run_spec(cell.spec, shipped_catalog(), level, observers=(timeline,)), timeline)
     assert cell.memory is not None
-    result = run_memory_cell(cell.memory, _catalog(), level, on_view=timeline.record)
+    result = run_memory_cell(cell.memory, shipped_catalog(), level, on_view=timeline.record)
     timeline.mark(result.violations)
     counters = {"finished": result.stats.finished, "cached": result.stats.prefix_hit_tokens,
                 "evicted": result.evicted_tokens, "retracts": result.stats.retracted}

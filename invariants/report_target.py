@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from invariants.checker import Level
-from invariants.loader import load_catalog
-from invariants.matrix import ROOT
+from invariants.loader import shipped_catalog
 from invariants.report_run import MAX_LISTED, CellResult, ReportCell
+from invariants.report_text import first_violation, goals_text, relative, violation_line
 from invariants.spec import load_spec
 
 TARGETS = ("kvspec", "sglang", "both")
@@ -52,10 +52,7 @@ class TargetRow:
 
     @property
     def first_violation(self) -> str:
-        if not self.violations:
-            return ""
-        first = self.violations[0]
-        return f"{first['invariant']} @ step {first['step']}"
+        return first_violation(self.violations)
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -65,7 +62,7 @@ class TargetRow:
 
 def target_row(name: str, path: Path, outcome: Any) -> TargetRow:
     """An ``SGLangOutcome`` of ``invariants.sglang.run`` as a row."""
-    replay = f"kvspec run {_relative(path)} --target sglang"
+    replay = f"kvspec run {relative(path)} --target sglang"
     if outcome.unsupported:
         return TargetRow(name, replay, unsupported="; ".join(outcome.unsupported))
     s = outcome.stats
@@ -74,11 +71,6 @@ def target_row(name: str, path: Path, outcome: Any) -> TargetRow:
     listed = tuple(asdict(v) for v in outcome.violations[:MAX_LISTED])
     return TargetRow(name, replay, s.steps, outcome.checks, len(outcome.violations), listed, outcome.unmet,
                      outcome.error, None, outcome.seconds, counters, outcome.notes, outcome.sglang_version)
-
-
-def _relative(path: Path) -> str:
-    p = Path(path).resolve()
-    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(path)
 
 
 class _Drivers:
@@ -119,7 +111,7 @@ def run_sglang_rows(specs: list[tuple[str, Path]], level: int = Level.RECORD, py
     reason = unavailable_reason(sglang_python(python))
     if reason:
         raise SGLangUnavailable(reason)
-    catalog, drivers, rows = load_catalog(), _Drivers(python, driver), []
+    catalog, drivers, rows = shipped_catalog(), _Drivers(python, driver), []
     drivers.get()  # a driver that cannot start is the whole target's problem (exit 2)
     try:
         for name, path in specs:
@@ -127,7 +119,7 @@ def run_sglang_rows(specs: list[tuple[str, Path]], level: int = Level.RECORD, py
                 row = target_row(name, path, run_spec_on_sglang(load_spec(path), catalog, level,
                                                                 driver=drivers.get()))
             except (SGLangUnavailable, OSError) as exc:  # the driver died mid-run
-                row = TargetRow(name, f"kvspec run {_relative(path)} --target sglang",
+                row = TargetRow(name, f"kvspec run {relative(path)} --target sglang",
                                 error=f"sglang driver died: {exc}")
                 drivers.drop(dead=True)
             rows.append(row)
@@ -140,7 +132,7 @@ def run_sglang_rows(specs: list[tuple[str, Path]], level: int = Level.RECORD, py
 def as_written_cells(specs: list[tuple[str, Path]], have: Collection[str] = ()) -> list[ReportCell]:
     """The kvspec cells of ``specs`` run as written (their sglang counterparts), except
     those already among the report's cells by name (a spec without matrix axes)."""
-    return [ReportCell(name, f"kvspec run {_relative(path)}", spec=load_spec(path))
+    return [ReportCell(name, f"kvspec run {relative(path)}", spec=load_spec(path))
             for name, path in specs if name not in have]
 
 
@@ -163,23 +155,20 @@ def kvspec_text(r: CellResult | None) -> str:
     """``steps / violations / goals`` of a kvspec cell."""
     if r is None:
         return "not run"
-    goals = "crashed" if r.error else f"{len(r.unmet)} unmet" if r.unmet else "met"
-    return f"{r.steps} / {r.num_violations} / {goals}"
+    return f"{r.steps} / {r.num_violations} / {goals_text(r.error, r.unmet)}"
 
 
 def sglang_text(row: TargetRow) -> str:
     """``steps / violations / goals`` of an sglang row, or why it did not run."""
     if row.unsupported:
         return f"unsupported: {row.unsupported}"
-    goals = "crashed" if row.error else f"{len(row.unmet)} unmet" if row.unmet else "met"
-    return f"{row.steps} / {row.num_violations} / {goals}"
+    return f"{row.steps} / {row.num_violations} / {goals_text(row.error, row.unmet)}"
 
 
 def sglang_detail(row: TargetRow) -> str:
     """The first violation, crash or unmet goal of a row (what its verdict rests on)."""
     if row.violations:
-        v = row.violations[0]
-        return f"[{v['invariant']}] step {v['step']}: {v['message']}"
+        return violation_line(row.violations[0], event=False)
     if row.error:
         return f"crashed: {row.error}"
     return "; ".join(f"expected {goal}" for goal in row.unmet)

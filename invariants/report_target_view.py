@@ -26,6 +26,7 @@ from invariants.report_target import (
     sglang_text,
     sglang_version,
 )
+from invariants.report_text import md_cell, violation_line
 
 COLUMNS = ("spec", "kvspec: steps / violations / goals", "sglang: steps / violations / goals",
            "sglang: first finding", "sglang time")
@@ -52,8 +53,7 @@ def side_by_side_table(pairs: list[SideBySide]) -> Table:
 
 def failure_lines(row: TargetRow) -> list[str]:
     """A failing row's first violations and crash, then its replay command."""
-    lines = [f"[{v['invariant']}] step {v['step']} ({v['event']}): {v['message']}"
-             for v in row.violations[:LISTED_IN_TEXT]]
+    lines = [violation_line(v) for v in row.violations[:LISTED_IN_TEXT]]
     if row.num_violations > LISTED_IN_TEXT:
         lines.append(f"... {row.num_violations - LISTED_IN_TEXT} more violations")
     if row.error:
@@ -71,10 +71,6 @@ def print_target_failures(console: Console, pairs: list[SideBySide]) -> int:
     return len(failed)
 
 
-def _md(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def target_markdown(pairs: list[SideBySide]) -> list[str]:
     """report.md's side-by-side section (lines)."""
     totals = sglang_summary([p.sglang for p in pairs])
@@ -85,8 +81,9 @@ def target_markdown(pairs: list[SideBySide]) -> list[str]:
     for p in pairs:
         row = p.sglang
         mark = "❌" if not row.ok else "➖" if row.unsupported else "✅"
-        lines.append(f"| {mark} | {_md(p.name)} | {_md(kvspec_text(p.kvspec))} | {_md(sglang_text(row))} | "
-                     f"{_md(sglang_detail(row))} | {'' if row.unsupported else f'{row.seconds:.2f}s'} |")
+        lines.append(f"| {mark} | {md_cell(p.name)} | {md_cell(kvspec_text(p.kvspec))} | "
+                     f"{md_cell(sglang_text(row))} | {md_cell(sglang_detail(row))} | "
+                     f"{'' if row.unsupported else f'{row.seconds:.2f}s'} |")
     for row in failing_rows(pairs):
         lines += ["", f"### {row.name} on sglang", "", "```", *failure_lines(row), "```"]
     return lines

@@ -25,23 +25,48 @@ from invariants.trace_run import TraceOutcome, run_trace
 
 @dataclass(frozen=True, slots=True)
 class SpecOutcome:
-    """What one spec run did and found (``trace_outcome``: violations tied to their ops,
-    the responses, each op's result)."""
+    """What one spec run did and found: the trace run (``trace_outcome``: violations tied to
+    their ops, the responses, each op's result) plus what the spec itself asked for."""
 
     spec: Spec
-    stats: SchedulerStats
-    violations: tuple[Violation, ...]
+    trace_outcome: TraceOutcome
     unmet: tuple[str, ...]  # expect goals that did not happen, failed oracles, incomplete waits
-    checks: int
-    seconds: float
-    error: str | None = None  # the engine raised: a finding too, never hidden
-    trace: Trace | None = None
-    trace_outcome: TraceOutcome | None = None
     oracle_failures: tuple[str, ...] = ()
+
+    @property
+    def trace(self) -> Trace:
+        return self.trace_outcome.trace
+
+    @property
+    def stats(self) -> SchedulerStats:
+        return self.trace_outcome.stats
+
+    @property
+    def violations(self) -> tuple[Violation, ...]:
+        return tuple(v.violation for v in self.trace_outcome.violations)
+
+    @property
+    def checks(self) -> int:
+        return self.trace_outcome.checks
+
+    @property
+    def seconds(self) -> float:
+        return self.trace_outcome.seconds
+
+    @property
+    def error(self) -> str | None:
+        """The engine raised: a finding too, never hidden."""
+        return self.trace_outcome.error
 
     @property
     def ok(self) -> bool:
         return not self.violations and not self.unmet and self.error is None
+
+
+def unmet_goals(spec: Spec, stats: SchedulerStats) -> list[str]:
+    """The spec's ``expect`` goals the run's counters fall short of, as ``name >= n (got m)``."""
+    return [f"{name} >= {least} (got {getattr(stats, name)})"
+            for name, least in spec.expect.items() if getattr(stats, name) < least]
 
 
 def spec_catalog(spec: Spec, catalog: Catalog) -> Catalog:
@@ -57,12 +82,8 @@ def run_spec(spec: Spec, catalog: Catalog, level: int = Level.RECORD, *,
     violation), then check its goals and oracles."""
     trace = build_trace(spec)
     out = run_trace(trace, spec_catalog(spec, catalog), level, observers=observers)
-    stats = out.stats
-    goals = [f"{name} >= {least} (got {getattr(stats, name)})"
-             for name, least in spec.expect.items() if getattr(stats, name) < least]
+    goals = unmet_goals(spec, out.stats)
     waits = [f"op #{r.index} {trace.ops[r.index].op}: {r.detail}" for r in out.results if r.status == "incomplete"]
     config = spec.engine.engine_config(spec.seed)
     oracles = [] if out.error else check_oracles(spec.oracles, out, config.max_req_len, spec.engine.eos_prob)
-    return SpecOutcome(spec, stats, tuple(v.violation for v in out.violations), tuple(goals + waits + oracles),
-                       out.checks, out.seconds, out.error, trace, out, tuple(oracles))
-
+    return SpecOutcome(spec, out, tuple(goals + waits + oracles), tuple(oracles))

@@ -7,7 +7,6 @@ config rejects are reported as `path:line: reason` before anything runs.
 from __future__ import annotations
 
 import fnmatch
-import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +17,7 @@ from engine.config import EngineConfig, MemoryConfig
 from engine.errors import ConfigError
 from engine.model.tiny_config import TinyConfig
 from engine.speculative.config import SpecConfig
-from invariants.loader import LineDict, load_catalog, locate, read_yaml
+from invariants.loader import LineDict, locate, read_yaml, shipped_catalog
 from invariants.matrix_axes import AXIS_NAMES, apply_axes, load_matrix
 from invariants.scenario_schema import ORACLES, OracleName, WorkloadSpec
 
@@ -154,16 +153,11 @@ def _overridden(path: Path, engine: dict[str, Any], overrides: dict[str, Any]) -
     return apply_axes(fields, axes)
 
 
-@functools.lru_cache(maxsize=1)
-def _catalog_ids() -> tuple[str, ...]:
-    return load_catalog().ids
-
-
 def _semantic_errors(spec: Spec, raw: LineDict) -> list[tuple[int, str]]:
     """What the schema cannot see: unknown invariant ids, unknown matrix axes and values,
     sessions the engine cannot open, faults without what they need."""
     problems = []
-    ids = _catalog_ids()
+    ids = shipped_catalog().ids
     for i, pattern in enumerate(spec.invariants):
         if not fnmatch.filter(ids, pattern):
             problems.append((locate(raw, ("invariants", i)), f"invariants.{i}: {pattern!r} matches no invariant"))

@@ -77,14 +77,5 @@ class Timeline:
             seen.add((v.step, v.invariant))
             self.marks.append(Mark(v.step, v.invariant, v.event, str(v.message)[:MESSAGE_CHARS]))
 
-    @property
-    def num_steps(self) -> int:
-        return max((len(s.steps) for s in self.pools.values()), default=0)
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Timeline:
-        pools = {name: PoolSeries(**series) for name, series in data.get("pools", {}).items()}
-        return cls(pools, [Mark(**m) for m in data.get("marks", [])], data.get("dropped_marks", 0))

@@ -1,9 +1,4 @@
-"""The HTTP server: SGLang's native API over one Engine (``build_app``), its flags
-(``ServerArgs``), the engine loop thread and the monitor seam a checker plugs into."""
-
-from engine.server.app import build_app
-from engine.server.args import ServerArgs
-from engine.server.loop import EngineLoop
-from engine.server.monitor import Metric, Monitor, NullMonitor
-
-__all__ = ["EngineLoop", "Metric", "Monitor", "NullMonitor", "ServerArgs", "build_app"]
+"""The HTTP server: SGLang's native API over one Engine (``app.build_app``), its flags
+(``args.ServerArgs``), the engine loop thread (``loop.EngineLoop``) and the monitor seam a
+checker plugs into (``monitor.Monitor``). Nothing is imported here, so reading the flags
+(`kvspec --help`) does not load FastAPI."""

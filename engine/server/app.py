@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -33,7 +33,12 @@ from engine.server.loop import EngineLoop, Failure, Progress, Submission, Watch
 from engine.server.metrics import engine_metrics, engine_state, render
 from engine.server.monitor import Monitor, NullMonitor
 from engine.server.schemas import (
-    AbortRequest, CloseSessionRequest, ErrorResponse, GenerateRequest, GenerateResponse, OpenSessionRequest,
+    AbortRequest,
+    CloseSessionRequest,
+    ErrorResponse,
+    GenerateRequest,
+    GenerateResponse,
+    OpenSessionRequest,
 )
 
 TOKENIZER = ByteTokenizer()
@@ -83,19 +88,18 @@ class Server:
             rid, result = await self.loop.call(self.loop.start_request(submission, watch))
         except ValueError as exc:  # SessionError, a duplicate rid
             return error_response(400, str(exc))
-        if result is not None and error_status(result) is not None:
-            return error_response(error_status(result) or 400, result.finish_reason.message or "aborted")
-        if body.stream:
-            return StreamingResponse(self.stream(rid, watch, body, started, result), media_type="text/event-stream")
-        if result is None:
+        if result is None and not body.stream:  # a stream reports progress while it waits
             event = await watch.events.get()
             if isinstance(event, Failure):
                 return error_response(500, event.message)
             assert isinstance(event, GenerateResult)
             result = event
-        status = error_status(result)
+        status = None if result is None else error_status(result)
         if status is not None:
             return error_response(status, result.finish_reason.message or "aborted")
+        if body.stream:
+            return StreamingResponse(self.stream(rid, watch, body, started, result), media_type="text/event-stream")
+        assert result is not None
         return JSONResponse(final_body(result, body, started))
 
     async def stream(self, rid: str, watch: Watch, body: GenerateRequest, started: float,
@@ -202,7 +206,7 @@ def _add_api_key(app: FastAPI, api_key: str) -> None:
     @app.middleware("http")
     async def authenticate(request: Request, call_next: Any) -> Response:
         path = request.url.path
-        if request.method == "OPTIONS" or path.startswith("/health") or path.startswith("/metrics"):
+        if request.method == "OPTIONS" or path.startswith(("/health", "/metrics")):
             return await call_next(request)
         if request.headers.get("Authorization") != f"Bearer {api_key}":
             return JSONResponse({"error": "Unauthorized"}, status_code=401)

@@ -164,7 +164,7 @@ class EngineLoop:
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(command(self.engine))
-                except Exception as exc:  # the handler turns it into the HTTP answer
+                except Exception as exc:  # noqa: BLE001 - the handler turns it into the HTTP answer
                     future.set_exception(exc)
             self._publish()
             try:
@@ -177,7 +177,7 @@ class EngineLoop:
         """One engine step; whether there is more work. An engine exception is fatal."""
         try:
             outcome = self.engine.step()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any engine failure ends the loop, reported
             self.fatal = f"engine loop stopped: {type(exc).__name__}: {exc}"
             self._fail_all(self.fatal)
             return False

@@ -15,7 +15,8 @@ from dataclasses import asdict
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric as PromMetric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import Metric as PromMetric
 
 from engine.engine import Engine
 from engine.server.monitor import Metric

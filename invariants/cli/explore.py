@@ -16,10 +16,11 @@ import typer
 from rich.console import Console
 
 from invariants.cli.app import app
+from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
+from invariants.explore.report import print_report
 from invariants.loader import load_catalog
 
 UNMET_COVERAGE = 3
-DEFAULT_SEEDS, DEFAULT_STEPS = 200, 300  # invariants/explore/explorer.py (not imported: fast --help)
 
 explore_app = typer.Typer(help="Seed-driven simulation (engine), or one memory-layer cell (memory).")
 app.add_typer(explore_app, name="explore")
@@ -32,7 +33,7 @@ def explore_engine(
     steps: Annotated[int, typer.Option(min=1, help="Scheduled iterations of each seed's safety phase.")] = DEFAULT_STEPS,
     seed_start: Annotated[int, typer.Option(min=0, help="The first seed.")] = 0,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes (results stay in seed order).")] = 1,
-    out: Annotated[Path, typer.Option(help="Where shrunk failing traces are written.")] = Path("explore-failures"),
+    out: Annotated[Path, typer.Option(help="Where shrunk failing traces are written.")] = FAILURE_DIR,
     fail_fast: Annotated[bool, typer.Option(help="Stop at the first failing seed.")] = False,
     coverage: Annotated[bool, typer.Option(help="Exit 3 if a sometimes goal was never met.")] = True,
 ) -> None:
@@ -40,9 +41,6 @@ def explore_engine(
     event); shrink each distinct failure, write it to OUT, print its replay command."""
     if ctx.invoked_subcommand is not None:
         return
-    from invariants.explore import explore
-    from invariants.explore.report import print_report
-
     report = explore(seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out)
     print_report(report, steps, workers, echo=typer.echo)
     if report.failed:

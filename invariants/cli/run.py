@@ -48,14 +48,13 @@ def run_command(
     if target is Target.sglang:
         raise typer.Exit(_run_on_sglang(loaded, level, sglang_python))
     outcome = run_spec(loaded, load_catalog(), level=level)
-    if save_trace is not None and outcome.trace is not None:
+    if save_trace is not None:
         outcome.trace.save(save_trace)
     typer.echo(f"{loaded.name}: {outcome.stats}")
-    if outcome.trace_outcome is not None:
-        typer.echo(f"{len(outcome.trace_outcome.trace.ops)} ops, {outcome.checks} checks, {outcome.seconds:.2f}s")
-        details = outcome.trace_outcome.describe()
-        if details:
-            typer.echo(details)
+    typer.echo(f"{len(outcome.trace.ops)} ops, {outcome.checks} checks, {outcome.seconds:.2f}s")
+    details = outcome.trace_outcome.describe()
+    if details:
+        typer.echo(details)
     for goal in outcome.unmet:
         typer.echo(f"expected {goal}")
     raise typer.Exit(0 if outcome.ok else 1)
@@ -64,6 +63,7 @@ def run_command(
 def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
     """The spec on real SGLang (invariants/sglang/): 0 clean, 1 a finding, 2 no sglang env or
     a spec the adapter does not model (said, never passed silently)."""
+    from invariants.cli.sglang import print_outcome
     from invariants.sglang.run import run_spec_on_sglang
     from invariants.sglang.target import SGLangUnavailable
 
@@ -72,12 +72,4 @@ def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
     except SGLangUnavailable as exc:
         typer.echo(f"sglang target: {exc}", err=True)
         return 2
-    typer.echo(f"{spec.name} on sglang {outcome.sglang_version}: {outcome.stats}")
-    for violation in outcome.violations[:5]:
-        typer.echo(str(violation))
-    for goal in outcome.unmet:
-        typer.echo(f"expected {goal}")
-    if outcome.error:
-        typer.echo(f"error: {outcome.error}")
-        return 2 if outcome.error.startswith("not supported") else 1
-    return 0 if outcome.ok else 1
+    return print_outcome(spec.name, outcome)

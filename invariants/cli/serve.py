@@ -10,18 +10,18 @@ is attached. Session timeouts run on wall time.
 from __future__ import annotations
 
 from dataclasses import asdict
-from functools import cache
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from engine.server.args import ServerArgs
 from invariants.checker import Checker, CheckerHook, Level, summarize
 from invariants.cli.app import app
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from engine.server import Metric, ServerArgs
+    from engine.server.monitor import Metric
 
 MAX_REPORTED = 200  # violations listed in full by /invariants (all are counted)
 
@@ -52,7 +52,7 @@ class CheckerMonitor:
         return self.level >= Level.STRICT and bool(self.checker.violations)
 
     def metrics(self) -> list[Metric]:
-        from engine.server import Metric
+        from engine.server.monitor import Metric
 
         counts = summarize(self.checker.violations)
         evaluations = sum(s.evaluations for s in self.checker.stats().values())
@@ -66,20 +66,14 @@ class CheckerMonitor:
         ]
 
 
-@cache
-def shipped_catalog() -> tuple[Any, ...]:
-    """The shipped catalog, loaded once per process (its rules are immutable)."""
-    from invariants.loader import load_catalog
-
-    return tuple(load_catalog())
-
-
 def serve_app(args: ServerArgs) -> FastAPI:
     """The app `kvspec serve` runs: an engine on wall time, the shipped catalog checked at
     every event (levels 1 and 2), the monitor behind /health, /invariants and /metrics."""
     from engine.engine import Engine
     from engine.hooks import WallClock
-    from engine.server import NullMonitor, build_app
+    from engine.server.app import build_app
+    from engine.server.monitor import NullMonitor
+    from invariants.loader import shipped_catalog
 
     engine = Engine(args.engine_config(), clock=WallClock())
     if engine.strict_level == 0:
@@ -90,31 +84,32 @@ def serve_app(args: ServerArgs) -> FastAPI:
 
 
 Opt = typer.Option
+DEFAULTS = ServerArgs()  # the flags' defaults are the engine's own (engine/server/args.py)
 
 
 @app.command()
 def serve(
-    host: Annotated[str, Opt(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, Opt(help="TCP port.")] = 30000,
-    model: Annotated[str, Opt(help="sim | tiny")] = "sim",
-    seed: Annotated[int, Opt(help="The one seed of the engine.")] = 0,
-    page_size: Annotated[int, Opt(help="Tokens per KV page.")] = 1,
-    chunked_prefill_size: Annotated[int, Opt(help="Chunk size; -1 turns chunked prefill off.")] = 8192,
-    enable_mixed_chunk: Annotated[bool, Opt(help="Decodes ride in prefill batches.")] = False,
-    disable_overlap_schedule: Annotated[bool, Opt(help="Turn the overlap scheduler off.")] = False,
-    enable_streaming_session: Annotated[bool, Opt(help="Allow streaming sessions.")] = False,
-    speculative_algorithm: Annotated[Optional[str], Opt(help="EAGLE (v1) | EAGLE_V2.")] = None,  # noqa: UP007
-    speculative_num_steps: Annotated[int, Opt(help="EAGLE draft steps.")] = 3,
-    speculative_eagle_topk: Annotated[int, Opt(help="EAGLE top-k (1: a chain).")] = 1,
-    speculative_num_draft_tokens: Annotated[int, Opt(help="Tokens one verify checks.")] = 4,
-    attention: Annotated[str, Opt(help="mha | swa | mla")] = "mha",
-    sliding_window: Annotated[int, Opt(help="Window of the SWA layers (--attention swa).")] = 64,
-    max_running_requests: Annotated[Optional[int], Opt(help="Running-request limit.")] = None,  # noqa: UP007
-    context_length: Annotated[int, Opt(help="Longest prompt + completion.")] = 2048,
-    max_total_tokens: Annotated[int, Opt(help="KV pool size in tokens.")] = 16384,
-    test_retract: Annotated[bool, Opt(help="Force a retract every 3 forwards (SGLANG_TEST_RETRACT).")] = False,
-    strict_mem_check: Annotated[int, Opt(help="0 off, 1 record, 2 stop admitting on a violation.")] = 1,
-    api_key: Annotated[Optional[str], Opt(help="Require 'Authorization: Bearer KEY'.")] = None,  # noqa: UP007
+    host: Annotated[str, Opt(help="Address to bind (loopback by default).")] = DEFAULTS.host,
+    port: Annotated[int, Opt(help="TCP port.")] = DEFAULTS.port,
+    model: Annotated[str, Opt(help="sim | tiny")] = DEFAULTS.model,
+    seed: Annotated[int, Opt(help="The one seed of the engine.")] = DEFAULTS.seed,
+    page_size: Annotated[int, Opt(help="Tokens per KV page.")] = DEFAULTS.page_size,
+    chunked_prefill_size: Annotated[int, Opt(help="Chunk size; -1 turns chunked prefill off.")] = DEFAULTS.chunked_prefill_size,
+    enable_mixed_chunk: Annotated[bool, Opt(help="Decodes ride in prefill batches.")] = DEFAULTS.enable_mixed_chunk,
+    disable_overlap_schedule: Annotated[bool, Opt(help="Turn the overlap scheduler off.")] = DEFAULTS.disable_overlap_schedule,
+    enable_streaming_session: Annotated[bool, Opt(help="Allow streaming sessions.")] = DEFAULTS.enable_streaming_session,
+    speculative_algorithm: Annotated[str | None, Opt(help="EAGLE (v1) | EAGLE_V2.")] = DEFAULTS.speculative_algorithm,
+    speculative_num_steps: Annotated[int, Opt(help="EAGLE draft steps.")] = DEFAULTS.speculative_num_steps,
+    speculative_eagle_topk: Annotated[int, Opt(help="EAGLE top-k (1: a chain).")] = DEFAULTS.speculative_eagle_topk,
+    speculative_num_draft_tokens: Annotated[int, Opt(help="Tokens one verify checks.")] = DEFAULTS.speculative_num_draft_tokens,
+    attention: Annotated[str, Opt(help="mha | swa | mla")] = DEFAULTS.attention,
+    sliding_window: Annotated[int, Opt(help="Window of the SWA layers (--attention swa).")] = DEFAULTS.sliding_window,
+    max_running_requests: Annotated[int | None, Opt(help="Running-request limit.")] = DEFAULTS.max_running_requests,
+    context_length: Annotated[int, Opt(help="Longest prompt + completion.")] = DEFAULTS.context_length,
+    max_total_tokens: Annotated[int, Opt(help="KV pool size in tokens.")] = DEFAULTS.max_total_tokens,
+    test_retract: Annotated[bool, Opt(help="Force a retract every 3 forwards (SGLANG_TEST_RETRACT).")] = DEFAULTS.test_retract,
+    strict_mem_check: Annotated[int, Opt(help="0 off, 1 record, 2 stop admitting on a violation.")] = DEFAULTS.strict_mem_check,
+    api_key: Annotated[str | None, Opt(help="Require 'Authorization: Bearer KEY'.")] = DEFAULTS.api_key,
 ) -> None:
     """Serve SGLang's native HTTP API (/generate, sessions, abort, flush) with the checker
     behind /invariants, /metrics and /health."""
@@ -122,7 +117,6 @@ def serve(
     import uvicorn
 
     from engine.errors import ConfigError
-    from engine.server import ServerArgs
 
     flags["chunked_prefill_size"] = None if chunked_prefill_size == -1 else chunked_prefill_size
     try:

@@ -13,11 +13,17 @@ sglang_app = typer.Typer(help="Real SGLang's memory classes on CPU, under the sa
                          no_args_is_help=True)
 app.add_typer(sglang_app, name="sglang")
 
-PythonOpt = Annotated[Optional[str], typer.Option(  # noqa: UP007 - typer reads Optional
+PythonOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer reads Optional
     "--sglang-python", help="The sglang venv's python (default $KVSPEC_SGLANG_PYTHON, then .sglang-venv).")]
 
 
-def _print_outcome(name: str, outcome) -> None:
+def print_outcome(name: str, outcome) -> int:
+    """Print an sglang run; its exit code: 2 a spec the adapter does not model (said, never
+    passed silently), 1 a finding (violation, unmet goal, crash), 0 clean. Both `kvspec sglang
+    run` and `kvspec run --target sglang` answer through this."""
+    if outcome.unsupported:
+        typer.echo(f"{name}: not supported by the sglang target: {'; '.join(outcome.unsupported)}", err=True)
+        return 2
     typer.echo(f"{name} on sglang {outcome.sglang_version}: {outcome.stats}")
     typer.echo(f"{outcome.checks} checks, {len(outcome.violations)} violations, {outcome.seconds:.1f}s")
     for violation in outcome.violations[:5]:
@@ -28,16 +34,18 @@ def _print_outcome(name: str, outcome) -> None:
         typer.echo(f"note: {note}")
     if outcome.error:
         typer.echo(f"error: {outcome.error}")
+    return 0 if outcome.ok else 1
 
 
 @sglang_app.command("run")
 def run_command(
-    spec: Annotated[Optional[Path], typer.Argument(help="A scenario spec (specs/*.yaml).")] = None,  # noqa: UP007
-    scenario: Annotated[Optional[str], typer.Option(help="A built-in op scenario: sessions | prefix.")] = None,  # noqa: UP007
+    spec: Annotated[Optional[Path], typer.Argument(help="A scenario spec (specs/*.yaml).")] = None,  # noqa: UP045
+    scenario: Annotated[Optional[str], typer.Option(help="A built-in op scenario: sessions | prefix.")] = None,  # noqa: UP045
     seed: Annotated[int, typer.Option(help="Seed of a built-in scenario.")] = 0,
     sglang_python: PythonOpt = None,
 ) -> None:
-    """Run a spec (or a built-in scenario) on real SGLang with the checker; exit 1 on a violation."""
+    """Run a spec (or a built-in scenario) on real SGLang with the checker; exit 1 on a finding,
+    2 when there is no sglang interpreter or the spec is one the adapter does not model."""
     from invariants.loader import load_catalog
     from invariants.sglang.run import run_spec_on_sglang, run_trace_on_sglang
     from invariants.sglang.scenarios import SCENARIOS
@@ -58,8 +66,7 @@ def run_command(
     except (SpecError, SGLangUnavailable) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    _print_outcome(name, outcome)
-    raise typer.Exit(0 if outcome.ok else 1)
+    raise typer.Exit(print_outcome(name, outcome))
 
 
 @sglang_app.command("diff")

@@ -12,6 +12,7 @@ from invariants.explore.ddmin import shrink
 from invariants.explore.explorer import (
     DEFAULT_SEEDS,
     DEFAULT_STEPS,
+    FAILURE_DIR,
     ExploreReport,
     Finding,
     SeedResult,
@@ -26,6 +27,7 @@ from invariants.explore.replay import Replay, replay, view_diff
 __all__ = [
     "DEFAULT_SEEDS",
     "DEFAULT_STEPS",
+    "FAILURE_DIR",
     "ExploreReport",
     "Finding",
     "Replay",

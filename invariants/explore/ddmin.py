@@ -41,10 +41,15 @@ def shrink(trace: Trace, fails: Predicate, *, budget: int = SHRINK_BUDGET) -> Tr
     """A smaller trace that still ``fails`` (``trace`` itself if nothing smaller does);
     ``fails`` should match the original failure (e.g. the same invariant id), so that
     shrinking does not slide to a different bug."""
+    return shrink_counted(trace, fails, budget=budget)[0]
+
+
+def shrink_counted(trace: Trace, fails: Predicate, *, budget: int = SHRINK_BUDGET) -> tuple[Trace, int]:
+    """`shrink`, with the number of predicate runs it spent (at most ``budget``)."""
     test = _Budget(trace, fails, budget)
     ops = ddmin(list(trace.ops), test)
     ops = simplify(ops, test)
-    return trace.with_ops(ddmin(ops, test))
+    return trace.with_ops(ddmin(ops, test)), test.runs
 
 
 def ddmin(ops: list[Op], test: Callable[[list[Op]], bool]) -> list[Op]:

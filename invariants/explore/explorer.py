@@ -13,28 +13,24 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError
 from invariants.explore.coverage import SlotReuseObserver, coverage, goals_met
-from invariants.explore.ddmin import SHRINK_BUDGET, shrink
+from invariants.explore.ddmin import SHRINK_BUDGET, shrink_counted
 from invariants.explore.generate import generate_trace
 from invariants.explore.swarm import sample_swarm
-from invariants.loader import Catalog, load_catalog
-from invariants.ops import Idle, Trace, TraceOutcome, run_trace
+from invariants.loader import Catalog, shipped_catalog
+from invariants.ops import Idle, Trace
+from invariants.parallel import map_in_order
+from invariants.trace_run import TraceOutcome, run_trace
 
 DEFAULT_SEEDS = 200
 DEFAULT_STEPS = 300
 FAILURE_DIR = Path("explore-failures")
 MAX_SHRUNK = 3  # distinct failure keys shrunk per run (each shrink re-runs the trace many times)
-
-
-@functools.cache
-def default_catalog() -> Catalog:
-    """The shipped catalog, loaded once per process."""
-    return load_catalog()
+default_catalog = shipped_catalog  # the explorer's name for the catalog loaded once per process
 
 
 def failure_key(outcome: TraceOutcome) -> str | None:
@@ -144,15 +140,8 @@ def explore(seeds: int = DEFAULT_SEEDS, steps: int = DEFAULT_STEPS, *, seed_star
 
 
 def _results(seeds: range, steps: int, workers: int) -> Iterator[SeedResult]:
-    """Each seed's result, in seed order (a pool's ``map`` keeps the order)."""
-    if workers <= 1:
-        yield from (run_seed(seed, steps) for seed in seeds)
-        return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        try:
-            yield from pool.map(run_seed, seeds, [steps] * len(seeds))
-        finally:  # a fail-fast stop drops the seeds not yet started
-            pool.shutdown(cancel_futures=True)
+    """Each seed's result, in seed order, on ``workers`` spawned processes."""
+    return map_in_order(functools.partial(run_seed, steps=steps), seeds, workers)
 
 
 def shrink_seed(result: SeedResult, steps: int, out_dir: Path, budget: int = SHRINK_BUDGET) -> Finding:
@@ -162,14 +151,7 @@ def shrink_seed(result: SeedResult, steps: int, out_dir: Path, budget: int = SHR
     outcome = check_trace(trace)
     if outcome.stopped_at is not None and outcome.stopped_at < len(trace.ops):  # later ops never ran
         trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])
-    runs = 0
-
-    def fails(candidate: Trace) -> bool:
-        nonlocal runs
-        runs += 1
-        return failure_key(check_trace(candidate)) == result.failure
-
-    small = shrink(trace, fails, budget=budget)
+    small, runs = shrink_counted(trace, fails_like(result.failure), budget=budget)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"seed-{result.seed}.json"
     small.model_copy(update={"name": f"explore-seed-{result.seed}-shrunk"}).save(path)

@@ -16,12 +16,14 @@ have closed), so any subsequence is still a valid trace for the shrinker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
 import numpy as np
 
 from invariants.explore.swarm import Swarm, sample_swarm
 from invariants.ops import (
     Abort,
+    AbortPhase,
     AdvanceClock,
     CloseSession,
     FlushCache,
@@ -36,7 +38,7 @@ from invariants.ops import (
     WaitFor,
 )
 
-PHASES = ("waiting", "running", "chunked", "any")
+PHASES: tuple[AbortPhase, ...] = get_args(AbortPhase)
 WAIT_STEPS = 48  # a client awaiting its streaming turn (counts fully against the step budget)
 DRAIN_FLOOR = 2_000  # the drain budget: this many steps plus a few per token still owed
 OVERLONG_PROB = 0.03

@@ -6,10 +6,11 @@ listed values, rows breaking a declared constraint are drawn again, and `apply_a
 the axis values their meaning; the pool is then sized small enough that the cache evicts
 and decode retracts, yet large enough that any request the engine accepts (context limit)
 fits it alone — a request that can never run would stall every seed, a finding about the
-configuration, not the engine (TigerBeetle's `cluster_recoverable` triage). MLA is left out: it means the tiny transformer (torch per forward),
-far too slow for thousands of seeds; the matrix and the report cover it. The op mix switches whole features off per seed (no sessions, no aborts,
-no faults at all) — swarm testing (Groce et al., TigerBeetle's `options_swarm`): a seed
-without aborts reaches states an abort-heavy seed never does.
+configuration, not the engine (TigerBeetle's `cluster_recoverable` triage). MLA is left out:
+it means the tiny transformer (torch per forward), far too slow for thousands of seeds; the
+matrix and the report cover it. The op mix switches whole features off per seed (no
+sessions, no aborts, no faults at all) — swarm testing (Groce et al., TigerBeetle's
+`options_swarm`): a seed without aborts reaches states an abort-heavy seed never does.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def sample_weights(rng: np.random.Generator) -> dict[str, float]:
 
 def sample_prompts(rng: np.random.Generator, engine: EngineSpec) -> PromptShape:
     """Shared heads up to a third of the input limit; suffixes up to half of it."""
-    limit = min(engine.context_len - 1, engine.max_total_tokens - 1) - 5  # EngineConfig.max_req_input_len
+    limit = engine.engine_config(seed=0).max_req_input_len  # the seed plays no part in the limit
     head_len = int(rng.integers(4, max(5, limit // 3)))
     heads = tuple(tuple(int(t) for t in rng.integers(0, 256, head_len)) for _ in range(int(rng.integers(1, 5))))
     return PromptShape(heads, max(2, limit // 2), int(rng.choice([8, 16, 32, NEW_MAX])), limit)

@@ -2,9 +2,9 @@
 the pre-fix rules beside the catalog), and says which invariant caught it, where, how fast,
 and how short the shrunk reproducer is.
 
-Keeps: a catch counts only when the trigger is clean without the mutant (otherwise the catch
-means nothing) and an expected invariant fires at the first violating event; a false-positive
-entry counts only when the old rules fire and the catalog stays silent on the same views; a
+Keeps: a catch counts only when the trigger is clean without the mutant, a ``.yaml``
+trigger meets its ``expect`` goals there (otherwise the catch means nothing), and an
+expected invariant fires at the first violating event; a false-positive entry counts only when the old rules fire and the catalog stays silent on the same views; a
 planted entry counts only when the fixed state is clean and the bug's state is caught. There
 is no passing status other than "caught".
 """
@@ -19,9 +19,11 @@ from pathlib import Path
 from invariants.checker import Checker, CheckerHook, Level, Violation
 from invariants.loader import Catalog, load_catalog
 from invariants.mutants.base import Entry, FalsePositive, Mutant, Planted, PlantedViews
-from invariants.ops import Trace, TraceOutcome, run_trace
+from invariants.ops import Trace
+from invariants.runner import unmet_goals
 from invariants.scenario import build_trace
 from invariants.spec import load_spec
+from invariants.trace_run import TraceOutcome, run_trace
 
 Shrinker = Callable[[Trace, Callable[[Trace], bool]], Trace]
 
@@ -32,7 +34,7 @@ class Finding:
     event; for a false positive, the old rules that fired)."""
 
     entry: Entry
-    status: str  # caught | missed | unexpected | false-positive-fired | dirty-trigger
+    status: str  # caught | missed | unexpected | false-positive-fired | dirty-trigger | weak-trigger
     caught_by: tuple[str, ...] = ()
     event: str = ""
     step: int = -1
@@ -52,6 +54,21 @@ def load_trigger(path: Path) -> Trace:
     if path.suffix == ".json":
         return Trace.load(path)
     return build_trace(load_spec(path))
+
+
+def trigger_goals(path: Path, clean: TraceOutcome) -> list[str]:
+    """The ``expect`` goals of a ``.yaml`` trigger that its clean run fell short of (a
+    ``.json`` trace has none): a trigger that never reaches its scenario proves nothing."""
+    return [] if path.suffix == ".json" else unmet_goals(load_spec(path), clean.stats)
+
+
+def weak_trigger(entry: Entry, trace: Trace, clean: TraceOutcome) -> Finding | None:
+    """A failing row when the clean run missed the trigger's goals; None when it met them."""
+    unmet = trigger_goals(entry.trigger_path, clean)
+    if not unmet:
+        return None
+    return Finding(entry, "weak-trigger", trace_ops=len(trace.ops),
+                   detail="the clean run missed the trigger's expect: " + "; ".join(unmet))
 
 
 def first_event(outcome: TraceOutcome) -> tuple[tuple[str, ...], str, int]:
@@ -91,6 +108,9 @@ def hunt(entry: Entry, catalog: Catalog | None = None, shrinker: Shrinker | None
     clean = run_trace(trace, rules)
     if not clean.ok:
         return Finding(entry, "dirty-trigger", trace_ops=len(trace.ops), detail=clean.describe(3))
+    weak = weak_trigger(entry, trace, clean)
+    if weak is not None:
+        return weak
     start = time.perf_counter()
     with entry.patch():
         outcome = run_trace(trace, rules)
@@ -144,10 +164,13 @@ def _hunt_false_positive(entry: FalsePositive, catalog: Catalog, trace: Trace) -
     if not outcome.ok:
         return Finding(entry, "false-positive-fired", fired, seconds=seconds, trace_ops=len(trace.ops),
                        detail=f"the shipped catalog fired on correct code: {outcome.describe(2)}")
+    weak = weak_trigger(entry, trace, outcome)
+    if weak is not None:
+        return weak
     status = "caught" if set(fired) & entry.expect else "missed"
     detail = str(first) if first is not None else "the old formula did not fire: the trigger is not the scenario"
     return Finding(entry, status, fired, first.event if first else "", first.step if first else -1, seconds,
                    len(trace.ops), None, detail)
 
 
-__all__ = ["Finding", "check_views", "fires", "first_event", "hunt", "load_trigger", "run_rules"]
+__all__ = ["Finding", "check_views", "fires", "first_event", "hunt", "load_trigger", "run_rules", "trigger_goals"]

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from invariants.explore.ddmin import shrink as shrink_trace
 from invariants.loader import load_catalog
 from invariants.mutants import ZOO, Planted, entry
 from invariants.mutants.hunt import Finding, Shrinker, hunt
@@ -28,18 +29,8 @@ def run_zoo(names: Sequence[str] | None = None, *, shrink: bool = True) -> list[
     """Hunt ``names`` (every entry when None), in registry order."""
     chosen = [entry(n) for n in names] if names else list(ZOO)
     catalog = load_catalog()
-    shrinker = _shrinker() if shrink else None
+    shrinker: Shrinker | None = shrink_trace if shrink else None  # the explorer's delta debugging
     return [hunt(e, catalog, shrinker) for e in chosen]
-
-
-def _shrinker() -> Shrinker | None:
-    """The explorer's delta debugging (invariants/explore/ddmin.py), if it imports."""
-    try:
-        from invariants.explore.ddmin import shrink
-    except ImportError as exc:  # the explorer is optional to the zoo: lengths are then unshrunk
-        Console(stderr=True).print(f"[yellow]no shrinking[/]: {exc}")
-        return None
-    return shrink
 
 
 def _caught_cell(f: Finding) -> str:

@@ -12,8 +12,16 @@ from typing import Any
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
-
-from conftest import LiveServer, assert_clean_idle, close_session, encode, generate, live_server, open_session
+from server_harness import (
+    LiveServer,
+    assert_clean_idle,
+    close_session,
+    encode,
+    generate,
+    hold_request,
+    live_server,
+    open_session,
+)
 
 OK_SAMPLING = {"max_new_tokens": 4}
 # (case id, path, JSON body, substring of the error message)
@@ -64,12 +72,13 @@ def _reject(client: httpx.Client, body: dict[str, Any]) -> str:
     return r.json()["error"]["message"]
 
 
-def test_engine_rejections_answer_400_and_the_engine_goes_on(client: httpx.Client) -> None:
+def test_engine_rejections_answer_400_and_the_engine_goes_on(server_client: tuple[LiveServer, httpx.Client]) -> None:
     """Unknown and closed sessions, streaming-session rejections (replace, offset,
     drop_previous_output, a second turn in flight, a turn after a deferred close), a prompt
     over the context length, a logprob start past the prompt, a duplicate rid, a duplicate
     session id: each 400 with SGLang's message, also when the request asked to stream; then
     the session still works and idle accounting is exact."""
+    server, client = server_client
     assert _reject(client, {"text": "a", "session_params": {"id": "nope"}}) == \
         "Invalid request: session id nope does not exist"
     sid = open_session(client)
@@ -86,7 +95,7 @@ def test_engine_rejections_answer_400_and_the_engine_goes_on(client: httpx.Clien
     assert start.startswith("logprob_start_len=50 is higher than the number of input tokens")
     body = {"text": "long", "stream": True, "rid": "busy-turn", "sampling_params": {"max_new_tokens": 100000},
             "session_params": {"id": sid}}
-    with client.stream("POST", "/generate", json=body) as stream:
+    with hold_request(server, "busy-turn"), client.stream("POST", "/generate", json=body) as stream:
         lines = stream.iter_lines()  # kept: dropping it closes the connection (= a disconnect)
         assert next(lines).startswith("data: ")
         assert _reject(client, {"text": "x", "session_params": {"id": sid}}) == \

@@ -14,8 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from conftest import BASE_ARGS, assert_clean_idle, encode, live_server
+from server_harness import BASE_ARGS, assert_clean_idle, encode, live_server
 
 BUSY = "Streaming session already has an active request."  # an abort not yet processed: retry
 # a long context, so a cut turn (100000 new tokens asked) is still running when its abort lands

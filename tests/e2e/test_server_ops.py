@@ -6,6 +6,7 @@ key guards every route but /health and /metrics; session timeouts run on wall ti
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -13,26 +14,36 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from server_harness import (
+    BASE_ARGS,
+    LiveServer,
+    assert_clean_idle,
+    close_session,
+    encode,
+    generate,
+    hold_request,
+    live_server,
+    meta,
+    open_session,
+)
 from typer.testing import CliRunner
 
-from conftest import BASE_ARGS, LiveServer, assert_clean_idle, close_session, encode, generate, live_server, meta, open_session
 
-
-def test_disconnect_mid_stream_aborts_and_returns_kv(client: httpx.Client) -> None:
+def test_disconnect_mid_stream_aborts_and_returns_kv(server_client: tuple[LiveServer, httpx.Client]) -> None:
     """A streaming turn whose client goes away after three tokens is aborted (the scheduler
     counts it), its KV returns (exact accounting at idle, the session's slot intact), and the
     next turn appends to the last successful one."""
+    server, client = server_client
     sid = open_session(client)
     first = meta(generate(client, encode("first turn"), 6, sid))
-    body = {"text": "abandoned", "stream": True, "sampling_params": {"max_new_tokens": 100000},
+    body = {"text": "abandoned", "stream": True, "rid": "abandoned", "sampling_params": {"max_new_tokens": 100000},
             "session_params": {"id": sid}}
-    with client.stream("POST", "/generate", json=body) as stream:
-        seen = 0
+    with hold_request(server, "abandoned", tokens=3), client.stream("POST", "/generate", json=body) as stream:
         for line in stream.iter_lines():
-            seen += line.startswith("data: {")
-            if seen == 3:
+            if line.startswith("data: {") and json.loads(line[6:])["meta_info"]["completion_tokens"] >= 3:
                 break  # leaving the block closes the connection mid-stream
-    report = assert_clean_idle(client, sessions_closed=False)
+        stream.close()
+        report = assert_clean_idle(client, sessions_closed=False)  # the disconnect's abort released the hold
     assert report["engine"]["stats"]["aborted_reqs"] == 1
     third = meta(generate(client, encode("third"), 4, sid))
     assert third["prompt_tokens"] == first["prompt_tokens"] + first["completion_tokens"] + len(encode("third")) - 1
@@ -121,11 +132,12 @@ def test_session_timeout_reaps_on_wall_time(client: httpx.Client) -> None:
     assert gone.status_code == 400 and "does not exist" in gone.json()["error"]["message"]
 
 
-def test_flush_cache_only_when_idle(client: httpx.Client) -> None:
+def test_flush_cache_only_when_idle(server_client: tuple[LiveServer, httpx.Client]) -> None:
     """/flush_cache answers 400 while a request runs and 200 at idle."""
+    server, client = server_client
     body: dict[str, Any] = {"text": "busy", "stream": True, "rid": "long-one",
                             "sampling_params": {"max_new_tokens": 100000}}
-    with client.stream("POST", "/generate", json=body) as stream:
+    with hold_request(server, "long-one"), client.stream("POST", "/generate", json=body) as stream:
         lines = stream.iter_lines()
         assert next(lines).startswith("data: ")
         assert client.post("/flush_cache").status_code == 400

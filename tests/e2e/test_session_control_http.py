@@ -13,9 +13,16 @@ from typing import Any
 
 import httpx
 import pytest
-
-from conftest import (
-    BASE_ARGS, LiveServer, assert_clean_idle, close_session, encode, generate, live_server, meta, open_session,
+from server_harness import (
+    BASE_ARGS,
+    LiveServer,
+    assert_clean_idle,
+    close_session,
+    encode,
+    generate,
+    live_server,
+    meta,
+    open_session,
 )
 
 CHUNKS = ["Let me tell you something about France.", "The capital of France is",

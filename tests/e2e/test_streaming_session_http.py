@@ -15,9 +15,17 @@ from typing import Any
 
 import httpx
 import pytest
-
-from conftest import (
-    BASE_ARGS, BOS, LiveServer, assert_clean_idle, close_session, encode, generate, live_server, meta,
+from server_harness import (
+    BASE_ARGS,
+    BOS,
+    LiveServer,
+    assert_clean_idle,
+    close_session,
+    encode,
+    generate,
+    hold_request,
+    live_server,
+    meta,
     open_session,
 )
 
@@ -137,13 +145,14 @@ def test_stress_concurrent_sessions(server: tuple[LiveServer, httpx.Client]) -> 
     assert report["engine"]["stats"]["chunked_prefills"] > 0
 
 
-def _stream_then_abort(client: httpx.Client, sid: str, text: str) -> dict[str, Any]:
-    """A long streaming turn; after its third token, POST /abort_request abort_all; the
-    stream's final chunk (returned) must carry the abort."""
-    body = {"text": text, "stream": True, "sampling_params": {"max_new_tokens": 100000},
+def _stream_then_abort(server: tuple[LiveServer, httpx.Client], sid: str, text: str) -> dict[str, Any]:
+    """A long streaming turn, held running after its third token; then POST /abort_request
+    abort_all; the stream's final chunk (returned) must carry the abort."""
+    srv, client = server
+    body = {"text": text, "stream": True, "rid": "cut-turn", "sampling_params": {"max_new_tokens": 100000},
             "session_params": {"id": sid}}
     last: dict[str, Any] = {}
-    with client.stream("POST", "/generate", json=body) as response:
+    with hold_request(srv, "cut-turn", tokens=3), client.stream("POST", "/generate", json=body) as response:
         assert response.status_code == 200
         aborted = False
         for line in response.iter_lines():
@@ -162,7 +171,7 @@ def test_nth_mid_abort_recovery(server: tuple[LiveServer, httpx.Client]) -> None
     _, client = server
     sid = open_session(client)
     first = turn(client, sid, CHUNKS[0], 16)
-    assert _stream_then_abort(client, sid, CHUNKS[1])["finish_reason"]["type"] == "abort"
+    assert _stream_then_abort(server, sid, CHUNKS[1])["finish_reason"]["type"] == "abort"
     third = turn(client, sid, CHUNKS[2], 12)
     assert third["prompt_tokens"] == first["prompt_tokens"] + first["completion_tokens"] + len(encode(CHUNKS[2])) - 1
     close_session(client, sid)
@@ -173,7 +182,7 @@ def test_first_mid_abort_recovery(server: tuple[LiveServer, httpx.Client]) -> No
     """The very first turn is aborted mid-decode: turn 2 has no history (no BOS strip)."""
     _, client = server
     sid = open_session(client)
-    assert _stream_then_abort(client, sid, CHUNKS[0])["finish_reason"]["type"] == "abort"
+    assert _stream_then_abort(server, sid, CHUNKS[0])["finish_reason"]["type"] == "abort"
     second = turn(client, sid, CHUNKS[1], 12)
     assert second["prompt_tokens"] == len(encode(CHUNKS[1]))
     close_session(client, sid)

@@ -19,7 +19,7 @@ from invariants.cli import app
 from invariants.loader import Catalog, lint, load_catalog
 from invariants.mutants import BUGS_DIR, ZOO, FalsePositive, Mutant, Planted, entry
 from invariants.mutants.hunt import check_views, hunt, load_trigger, run_rules
-from invariants.ops import run_trace
+from invariants.trace_run import run_trace
 
 CATALOG = load_catalog()
 MUTANTS = [e for e in ZOO if isinstance(e, Mutant)]
@@ -124,3 +124,15 @@ def test_cli_fails_when_a_planted_state_is_not_caught(monkeypatch: pytest.Monkey
     monkeypatch.setattr("invariants.mutants.zoo.load_catalog", lambda: Catalog(()))
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and "missed" in result.output
+
+
+def test_a_yaml_triggers_expect_goals_are_checked_on_the_clean_run(tmp_path: Path) -> None:
+    """A .yaml trigger's ``expect`` is a claim about its clean run (it reaches the scenario):
+    one the clean run falls short of fails the row, naming the goal, before the mutant runs."""
+    mutant = entry("retract-inserts-kv")
+    assert isinstance(mutant, Mutant) and mutant.trigger.endswith(".yaml")
+    text = mutant.trigger_path.read_text().replace("expect: {retracted_reqs: 1}", "expect: {retracted_reqs: 100000}")
+    (tmp_path / "weak.yaml").write_text(text)
+    found = hunt(replace(mutant, trigger=str(tmp_path / "weak.yaml")), CATALOG)
+    assert found.status == "weak-trigger" and not found.ok
+    assert "retracted_reqs >= 100000" in found.detail

@@ -10,7 +10,13 @@ import shlex
 
 import pytest
 
-from invariants.matrix import default_spec_paths, excluded_cells, spec_axes, spec_cells
+from invariants.matrix import (
+    default_spec_paths,
+    excluded_cells,
+    report_exclusions,
+    spec_axes,
+    spec_cells,
+)
 from invariants.matrix_axes import apply_axes, axis_values, load_matrix, violations
 from invariants.spec import EngineSpec, SpecError, load_spec, parse_overrides
 
@@ -57,6 +63,32 @@ def test_no_cell_breaks_a_constraint_and_exclusions_are_listed() -> None:
     for cell in full:
         assert not violations(axis_values(cell.spec.engine.model_dump()))
     assert excluded and all("requires" in str(e) and e.constraint.reason in str(e) for e in excluded)
+
+
+def test_report_lists_every_excluded_cell_with_its_reason() -> None:
+    """`kvspec report` lists the cells constraints rule out: per spec and constraint, every
+    excluded product cell with the reason — in report.json, report.md and the printed table."""
+    from rich.console import Console
+
+    from invariants.checker import Level
+    from invariants.report import exclusions_table
+    from invariants.report_files import ReportHeader, report_document, report_markdown
+
+    listed = report_exclusions()
+    for spec in SPECS:
+        cells = sorted(c for x in listed if x.spec == spec.name for c in x.cells)
+        assert cells == sorted(e.cell for e in excluded_cells(spec)), spec.name
+    base = next(x for x in listed if x.spec == "matrix-base")
+    header = ReportHeader.for_run(1, Level.RECORD, False, 1, None)
+    document = report_document(header, [], excluded=listed)
+    assert sum(x["count"] for x in document["excluded"]) == sum(len(x.cells) for x in listed) > 0
+    assert base.to_dict() in document["excluded"]
+    markdown = report_markdown(header, [], excluded=listed)
+    assert "## Excluded by constraints" in markdown and f"| {base.constraint} | {base.reason} |" in markdown
+    console = Console(record=True, width=400)
+    console.print(exclusions_table(listed))
+    printed = console.export_text()
+    assert "excluded by constraints" in printed and base.constraint in printed and base.reason in printed
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.matrix][:4], ids=lambda s: s.name)

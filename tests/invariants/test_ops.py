@@ -27,9 +27,9 @@ from invariants.ops import (
     Trace,
     TraceError,
     WaitFor,
-    run_trace,
 )
 from invariants.spec import EngineSpec
+from invariants.trace_run import run_trace
 
 CATALOG = load_catalog()
 ENGINE = EngineSpec(enable_streaming_session=True, max_total_tokens=2048, context_len=512, page_size=4)

@@ -62,6 +62,7 @@ def test_checked_engine_raises_at_the_first_violation(pytester: pytest.Pytester)
     pytester.makeconftest(LEAK)
     pytester.makepyfile(test_kvspec_user_engine="""
         import pytest
+        from engine.engine import SchedulerStall
         from invariants.checker import InvariantViolation
 
         PROMPTS = [[1 + i, 2, 3, 4, 5, 6] for i in range(12)]
@@ -78,7 +79,7 @@ def test_checked_engine_raises_at_the_first_violation(pytester: pytest.Pytester)
 
         def test_leak_recorded_at_level_1(checked_engine, leak):
             engine = checked_engine(level=1, page_size=4, max_total_tokens=512, max_num_reqs=4)
-            with pytest.raises(Exception):
+            with pytest.raises(SchedulerStall, match="scheduler stalled"):
                 engine.generate(PROMPTS)  # rows run out: the engine stops, after the checker saw it
             assert checked_engine.checker(engine).violations
     """)

@@ -113,3 +113,18 @@ def test_missing_sglang_interpreter_exits_2_with_the_reason(tmp_path: Path):
                                       "--sglang-python", str(tmp_path / "none" / "python")])
     assert result.exit_code == 2 and "make sglang-env" in result.output
     assert not (tmp_path / "report.json").exists()
+
+
+def test_both_sglang_commands_share_one_exit_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvspec run --target sglang` and `kvspec sglang run` answer through one helper: an
+    unsupported spec exits 2 and says why (never passed silently), a finding 1, clean 0."""
+    from invariants.cli.sglang import print_outcome
+    from invariants.sglang.run import SGLangOutcome, SGLangStats
+
+    unsupported = SGLangOutcome(None, SGLangStats(), (), (), 0, 0.0, "not supported by the sglang target: x",
+                                unsupported=("speculative decoding",))
+    assert print_outcome("a", unsupported) == 2
+    assert "not supported by the sglang target: speculative decoding" in capsys.readouterr().err
+    assert print_outcome("a", SGLangOutcome(None, SGLangStats(steps=3), (), ("finished >= 2 (got 1)",), 5, 0.1)) == 1
+    assert "expected finished >= 2 (got 1)" in capsys.readouterr().out
+    assert print_outcome("a", SGLangOutcome(None, SGLangStats(steps=3), (), (), 5, 0.1)) == 0
