@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from invariants.ops import Idle, Submit
+from invariants.sglang import differential as differential_module
 from invariants.sglang import gaps
 from invariants.sglang.differential import differential
 from invariants.sglang.run import run_spec_on_sglang, run_trace_on_sglang
@@ -112,6 +114,36 @@ def test_a_turn_refused_after_the_session_accepted_it_is_its_live_request(catalo
     refused = [(s.inflight, s.live_reqs) for v in outcome.views for r in v.reqs if r.rid.endswith("!long")
                for s in v.sessions if r.rid.startswith(f"{s.session_id}t")]
     assert refused and all(state == (True, 1) for state in refused)
+
+
+@pytest.mark.parametrize("name, steps", [("session-control", 57), ("streaming-aborts", 160)])
+def test_differential_retires_a_request_rejected_at_submission(driver, name, steps):
+    """A request refused at submission (rejected parameters, too long) is retired by kvspec
+    before any KV is touched, so kvspec never plans SGLang's 1-token stub of it; in lockstep
+    the glue retires it at the next step as 0.5.23 retires a request refused at the door, so
+    a streaming session whose first turn was refused takes its next turn on both targets
+    (streaming-aborts: s0t1!param, then s0t2) and both targets end idle."""
+    result = differential(load_spec(f"specs/{name}.yaml"), driver=driver)
+    assert result.ok, [str(d) for d in result.unexpected[:5]]
+    assert result.steps == len(result.sglang) == steps
+
+
+def test_differential_drain_gives_sglang_the_iteration_that_retires_a_last_rejected_request(
+        driver, monkeypatch):
+    """A too-long request submitted after everything is idle leaves kvspec idle at once; the
+    drain steps once more, in which SGLang retires it, so both end idle, with no difference."""
+    real_build = differential_module.build_trace
+
+    def with_late_rejected(spec):
+        trace = real_build(spec)
+        late = Submit(rid="late!long", input_ids=[5] * 4096, max_new_tokens=4)
+        return trace.model_copy(update={"ops": [*trace.ops, Idle(), late]})
+
+    monkeypatch.setattr(differential_module, "build_trace", with_late_rejected)
+    plain = differential(load_spec(DIFF_SPEC), driver=driver)
+    monkeypatch.undo()
+    assert plain.ok, [str(d) for d in plain.unexpected[:5]]
+    assert plain.steps == differential(load_spec(DIFF_SPEC), driver=driver).steps + 1
 
 
 def test_differential_of_streaming_many_turns_has_only_declared_gaps(driver):

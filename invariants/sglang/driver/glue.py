@@ -156,6 +156,8 @@ class Glue:
         self.released = []
         self.stack.sessions.maybe_reap(now=self.now, interval=-1.0)  # every iteration, as kvspec
         mode = "anchor" if plan is None else plan["mode"]
+        if plan is not None:
+            self._retire_rejected()
         if mode == "anchor":
             new = self._admit()
             if new:
@@ -173,6 +175,21 @@ class Glue:
             raise ValueError(f"lockstep batch mode {mode!r}: the glue runs extend, decode or idle")
         self.counts["steps"] += 1
         self.now += STEP_SECONDS
+
+    def _retire_rejected(self) -> None:
+        """Lockstep: kvspec retires a request rejected at submission before any KV is touched
+        (Scheduler.add_request), so it never plans SGLang's one-token stub prefill of it; the
+        stub would finish in this iteration, so it is retired now as 0.5.23 retires a request
+        refused at the door (``Scheduler.retire_unadmitted_request``, managers/scheduler.py:3455:
+        a streaming session's turn detached, ``abort_req``). Left queued, it would keep its
+        streaming session in flight, and SGLang would refuse the session's next turn."""
+        for req in [r for r in self.waiting if r.rid in self.rejected]:
+            self.waiting.remove(req)
+            if req.session is not None and req.session.streaming:
+                req.session.abort_req()
+                req.session = None
+            req.finished_reason, req.to_finish = req.to_finish, None
+            self.counts["aborted"] += 1
 
     def _take(self, rids: list[str]) -> list[Req]:
         """The waiting requests ``rids``, matched and locked as PrefillAdder does."""
