@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds .sglang-venv: real SGLang (the pin of pyproject's `sglang` extra, 0.5.23; installed --no-deps: its declared dependencies would
+# Builds .sglang-venv: real SGLang 0.5.23 (installed --no-deps: its declared dependencies would
 # pull CUDA) with the ~20 pure-Python packages its memory classes import, plus torch's CPU
 # wheel. Recipe: research/sglang_cpu.md §1. Used by `kvspec bench anchor --sglang` and the
 # sglang target (invariants/sglang/). SGLANG_VENV picks another directory (default .sglang-venv).
@@ -11,9 +11,7 @@ test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip install --quiet"
 $PIP --upgrade pip
 $PIP torch==2.13.0
-# the pin of pyproject.toml's `sglang` extra (one place for the version the adapter targets)
-SGLANG_PIN=$("$PYTHON" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["sglang"][0])')
-$PIP --no-deps "$SGLANG_PIN"
+$PIP --no-deps sglang==0.5.23
 $PIP numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq \
     tqdm IPython aiohttp dill sentencepiece compressed-tensors gguf openai partial_json_parser \
     transformers==5.19.0
