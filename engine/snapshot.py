@@ -116,7 +116,7 @@ def _full_census(mem: KVMemory, alloc: PagedAllocator, rows: list[Req | HeldSlot
     to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
     owned, referenced = _row_refs(mem, rows, to_pages, swa=False)
     owned += [(o.label, o.slots if ps == 1 else o.slots // ps) for o in mem.tree_cache.slot_owners()]
-    return take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced)
+    return take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced, slots_per_page=ps)
 
 
 def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: bool,
@@ -133,7 +133,8 @@ def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: 
         return view
     owned, referenced = _row_refs(mem, [*live, *slots], to_pages, swa=True)
     owned += [(o.label, to_pages(o.slots)) for o in cache.slot_owners() if o.holds_swa]
-    return replace(view, census=take_census(alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced))
+    census = take_census(alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced, slots_per_page=ps)
+    return replace(view, census=census)
 
 
 def _swa_counters(alloc: SWAAllocator, cache: PrefixCache, live: list[Req], ps: int) -> PoolView:

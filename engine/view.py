@@ -25,7 +25,8 @@ class PageOwners:
 class Census:
     """Exact ownership census of one pool, by page id (page == slot when page_size is 1).
 
-    duplicates: pages owned by two or more owners (tree nodes, rows, slots).
+    duplicates: pages held twice — by two owners (tree nodes, rows, slots), or by one owner
+                in two runs or in a run longer than a page.
     dangling:   pages a live owner references while they sit in the free list.
     orphans:    allocated pages nobody references (leaked).
     free_repeats: pages listed more than once in the free list (double free).

@@ -2,17 +2,20 @@
 followed by their changes; request rows are recounted every time.
 
 Keeps, for pages ``0..num_pages``, exactly as a from-scratch count would give them:
-``occupancy`` (tree entries + free-list entries per page: a tree entry is a page an owner
-holds, counted once per owner — at page size 1, once per slot, see ``_distinct``),
-``free_count`` (free-list entries per page), the totals ``tree_entries`` and ``free_entries`` (their sums over pages),
-and ``bad`` — the pages whose occupancy is 2 or more (tree-held twice, listed twice, or
-tree-held and free). ``take`` answers a census:
+``occupancy`` (tree entries + free-list entries per page: a tree entry is one holding of a
+page by a node — ``census.holding_mask``'s entries, so a node holding a page twice, in two
+runs or in a run longer than a page, gives it two entries; at page size 1 every slot is an
+entry), ``free_count`` (free-list entries per page), the totals ``tree_entries`` and
+``free_entries`` (their sums over pages), and ``bad`` — the pages whose occupancy is 2 or
+more (tree-held twice, listed twice, or tree-held and free). ``take`` answers a census:
 
     clean fast path   no bad page (so the tree and the free list are disjoint and repeat-
-                      free, and their entry totals count distinct pages); the rows' owned
-                      pages are distinct, in range and unoccupied; no page a row reads is
-                      free; and tree + free + row-owned pages = num_pages. Then every census
-                      set is empty: no duplicate (owners disjoint), no dangling page (owned or
+                      free, no node holds a page twice, and their entry totals count
+                      distinct pages); the rows' owned entries (``holding_mask`` per row)
+                      are distinct — no row holds a page twice, no two rows share one — in
+                      range and unoccupied; no page a row reads is free; and tree + free +
+                      row-owned pages = num_pages. Then every census set is empty: no
+                      duplicate (every page held at most once), no dangling page (owned or
                       read pages are not free), no free repeat, and no orphan (three disjoint
                       sets of pages in 1..num_pages whose sizes add up to num_pages cover it).
     anything else     the from-scratch ``take_census`` (the oracle) over the same owners,
@@ -40,7 +43,7 @@ import numpy as np
 from engine.cache.base import PrefixCache, SlotOwner
 from engine.cache.tree_view_cache import NodeRegistry
 from engine.mem.allocator import PagedAllocator
-from engine.mem.census import PageRefs, take_census
+from engine.mem.census import PageRefs, holding_mask, take_census
 from engine.view import Census
 
 SMALL = 16  # changes of at most this many pages are applied one by one (fewer numpy calls)
@@ -91,7 +94,7 @@ class IncrementalCensus:
         return self.tree_entries + self.free_entries + len(own) == n
 
     def _row_pages(self, table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, np.ndarray]:
-        """Every row's owned pages (one page kept once per run within a row) and read pages."""
+        """Every row's owned pages (one entry per holding, ``holding_mask``) and read pages."""
         spans = _row_block(table, rows) if len(rows) >= SMALL else None
         if spans is None:
             owned = [table[row, start:end] for row, start, end in rows]
@@ -103,7 +106,7 @@ class IncrementalCensus:
             own, ref, lengths = spans
         if self.ps > 1:
             own, ref = own // self.ps, ref // self.ps
-            own = own[_run_starts(own, lengths)]
+            own = own[holding_mask(own, self.ps, np.cumsum([0, *lengths[:-1]]))]
         return own, ref
 
     def _from_scratch(self, table: np.ndarray, rows: Sequence[RowSpan], labels: list[str]) -> Census:
@@ -113,7 +116,7 @@ class IncrementalCensus:
         referenced: list[PageRefs] = [(label, table[row, :end].astype(np.int64) // ps)
                                       for label, (row, _, end) in zip(labels, rows)]
         owned += [(o.label, o.slots // ps) for o in self._tree_owners()]
-        return take_census(self.num_pages, self.alloc.all_free_pages(), owned, referenced)
+        return take_census(self.num_pages, self.alloc.all_free_pages(), owned, referenced, slots_per_page=ps)
 
     # ---- following the tree and the free list ----
 
@@ -257,12 +260,12 @@ class IncrementalCensus:
         return self.registry.slot_owners() if self.registry is not None else list(self.cache.slot_owners())
 
     def _distinct(self, owner: SlotOwner) -> np.ndarray:
-        """An owner's pages, each once — at page size 1 its slots as they are (a copy): a slot
-        held twice by one owner then counts twice, which only marks it bad (a census from
-        scratch), while a clean state's entries are distinct pages either way."""
+        """An owner's entries (``holding_mask``; a copy): each page it holds once in a clean
+        state, a page it holds twice twice — which marks it bad (a census from scratch)."""
         if self.ps == 1:
             return np.array(owner.slots, dtype=np.int64)
-        return np.unique(np.asarray(owner.slots, dtype=np.int64) // self.ps)
+        pages = np.asarray(owner.slots, dtype=np.int64) // self.ps
+        return pages[holding_mask(pages, self.ps, np.zeros(1, np.int64))]
 
 
 def _signed(changes: list[Signed]) -> tuple[np.ndarray, np.ndarray]:
@@ -307,13 +310,3 @@ def _row_block(table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, 
     read = cols < end[:, None]
     owned = read & (cols >= start[:, None])
     return block[owned].astype(np.int64), block[read].astype(np.int64), owned.sum(axis=1).tolist()
-
-
-def _run_starts(pages: np.ndarray, lengths: list[int]) -> np.ndarray:
-    """Mask keeping the first page of each run of equal pages within one row (the slots of
-    one page), as ``census._flatten`` does."""
-    keep = np.ones(len(pages), dtype=bool)
-    keep[1:] = pages[1:] != pages[:-1]
-    starts = np.cumsum([0, *lengths[:-1]])
-    keep[starts[starts < len(pages)]] = True
-    return keep

@@ -96,7 +96,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         held = sum(paging.ceil_align(len(row), self.ps) for row in self.rows.values())
         return PoolView(name=name, page_size=self.ps, capacity=alloc.size, free=alloc.available_size(),
                         request_owned=held,
-                        census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, owned))
+                        census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, owned,
+                                          slots_per_page=self.ps))
 
 
 TestAllocatorMachine = AllocatorMachine.TestCase

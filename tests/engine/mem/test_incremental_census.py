@@ -1,7 +1,8 @@
 """The incremental census (engine/mem/census_incremental.py) equals the from-scratch census
 after every operation of random engine runs — clean runs, and runs broken on purpose by a
-double free, a leaked page, a freed tree node, an eviction that leaks or a reset — on radix and chunk caches, page
-sizes 1 and 4, whether the census is taken after every operation or only now and then."""
+double free, a leaked page, a freed tree node, an eviction that leaks, a reset, or one
+owner (a row or a tree node) holding a page twice, in two runs or in one run longer than a
+page — on radix and chunk caches, page sizes 1 and 4, whether the census is taken after every operation or only now and then."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ OPS = st.one_of(
     st.tuples(st.just("leak"), st.integers(1, 3)),
     st.tuples(st.just("free_node"), st.integers(0, 30)),
     st.tuples(st.just("leaky_evict"), st.integers(1, 40)),
+    st.tuples(st.just("row_repeat"), st.integers(0, 30), st.integers(1, 2)),
+    st.tuples(st.just("node_repeat"), st.integers(0, 30), st.integers(1, 2)),
 )
 
 
@@ -36,9 +39,23 @@ def _engine(page_size: int, cache: str) -> Engine:
     return Engine(EngineConfig(memory=memory, enable_overlap=False))
 
 
+def _repeated(slots: np.ndarray, page_size: int, gap: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``slots`` with its first page's slots copied ``gap`` pages on (gap 1: that page's run
+    grows past a page — at page size 1 a slot twice in a row; gap 2: the page again after
+    another one), and the slots it replaced; None when ``slots`` is too short for it."""
+    at = gap * page_size
+    if len(slots) <= at:
+        return None
+    out, end = slots.copy(), min(at + page_size, len(slots))
+    out[at:end] = slots[: end - at]
+    return out, slots[at:end]
+
+
 def _apply(engine: Engine, op: tuple, rids: list[str]) -> None:
     kind, *args = op
     mem = engine.mem
+    if kind in ("row_repeat", "node_repeat"):
+        _plant_repeat(engine, kind, *args)
     if kind == "submit":
         prompt = PREFIXES[args[0]] + [(11 * i + args[1]) % 200 + 20 for i in range(args[1])]
         rids.append(engine.submit(prompt, SamplingParams(max_new_tokens=args[2], ignore_eos=True)))
@@ -67,6 +84,32 @@ def _apply(engine: Engine, op: tuple, rids: list[str]) -> None:
             cache.evict(args[0])
         finally:
             cache.allocator.free = free
+
+
+def _plant_repeat(engine: Engine, kind: str, pick: int, gap: int) -> None:
+    """One owner made to hold a page twice: a live row's owned range, or a tree node's value
+    (noted the way the cache would, ``touch``), rewritten — and the page it replaced freed,
+    so that every page total still balances (as after a double free handed out twice)."""
+    mem, ps = engine.mem, engine.mem.page_size
+    if kind == "row_repeat":
+        rows = [r for r in engine.scheduler.live_reqs() if r.req_pool_idx is not None]
+        if rows:
+            r = rows[pick % len(rows)]
+            owned = mem.req_to_token_pool.read(r.req_pool_idx, r.cache_protected_len, r.kv_allocated_len)
+            planted = _repeated(owned, ps, gap)
+            if planted is not None:
+                mem.req_to_token_pool.write(r.req_pool_idx, r.cache_protected_len, planted[0])
+                mem.allocator.free(planted[1])
+        return
+    registry = getattr(mem.tree_cache, "node_registry", None)
+    nodes = [n for n in registry().all() if n.parent is not None] if registry is not None else []
+    if nodes:
+        node = nodes[pick % len(nodes)]
+        planted = _repeated(np.asarray(node.value), ps, gap)
+        if planted is not None:
+            node.value = planted[0]
+            registry().touch(node)
+            mem.allocator.free(planted[1])
 
 
 def _scratch_census(engine: Engine) -> Census:
@@ -154,3 +197,24 @@ def test_taken_front_follows_slices_only() -> None:
     assert _taken_front(base, base) is not None and len(_taken_front(base, base)) == 0
     assert _taken_front(base, base[2:8]) is None  # the end moved
     assert _taken_front(base, np.arange(4, 11)) is None  # another buffer, equal values
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.parametrize("kind", ["row_repeat", "node_repeat"])
+@pytest.mark.parametrize("gap", [1, 2])  # one run past a page, or the page again in a second run
+def test_one_owner_holding_a_page_twice_is_a_duplicate(page_size: int, kind: str, gap: int) -> None:
+    """A row or a tree node holding one page twice is a duplicate naming that owner alone
+    ('... (twice)'), seen by the incremental census as by the from-scratch one."""
+    engine = _engine(page_size, "radix")
+    rids: list[str] = []
+    _apply(engine, ("submit", 0, 20, 30), rids)
+    # a row then owns 12+ decoded tokens (3 pages at page size 4); a finished one left its
+    # pages to tree nodes no live row reads
+    _apply(engine, ("step", 14 if kind == "row_repeat" else 40), rids)
+    assert engine.state_view("step").pools[0].census == Census(num_pages=256 // page_size)
+    _apply(engine, (kind, 0, gap), rids)
+    census = engine.state_view("step").pools[0].census
+    assert census == _scratch_census(engine)
+    assert len(census.duplicates) == 1 and len(census.duplicates[0].owners) == 1
+    assert census.duplicates[0].owners[0].endswith(" (twice)")
+    assert not census.orphans and not census.dangling  # only the census's duplicates show it
