@@ -1,4 +1,5 @@
-"""`kvspec run SPEC`: one scenario spec (optionally one matrix cell of it), checked."""
+"""`kvspec run SPEC`: one scenario spec, one matrix cell of it (`--set AXIS=VALUE`), or its
+matrix filtered by axis values (`--matrix`), checked."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from invariants.cli.app import app
 from invariants.loader import load_catalog
 
 if TYPE_CHECKING:
+    from invariants.matrix import Cell
     from invariants.spec import Spec
 
 
@@ -33,18 +35,23 @@ def run_command(
     target: Annotated[Target, typer.Option(help="kvspec's engine, or real SGLang's memory classes.")] = Target.kvspec,
     sglang_python: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv).")] = None,
+    matrix: Annotated[bool, typer.Option(
+        help="Run the spec's matrix cells instead; each --set AXIS=VALUE then filters them.")] = False,
+    full: Annotated[bool, typer.Option(help="With --matrix: the full product, not all pairs.")] = False,
 ) -> None:
     """Run one scenario spec with the checker after every event; exit 1 on a violation,
     an unmet goal, a failed response oracle or an engine error (2: the spec is invalid)."""
     from invariants.runner import run_spec
     from invariants.spec import SpecError, load_spec, parse_overrides
 
+    level = 2 if strict else 1
+    if matrix:
+        raise typer.Exit(_run_matrix(spec, set_ or [], full, level))
     try:
         loaded = load_spec(spec, parse_overrides(set_ or []))
     except SpecError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    level = 2 if strict else 1
     if target is Target.sglang:
         raise typer.Exit(_run_on_sglang(loaded, level, sglang_python))
     outcome = run_spec(loaded, load_catalog(), level=level)
@@ -73,3 +80,48 @@ def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
         typer.echo(f"sglang target: {exc}", err=True)
         return 2
     return print_outcome(spec.name, outcome)
+
+
+def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:
+    """The spec's cells (pairwise, or the product) whose value on every filtered axis is the
+    one asked for (a cell's value on an axis its spec does not vary is the spec's own)."""
+    from invariants.matrix import spec_cells
+    from invariants.matrix_axes import AXIS_NAMES, axis_label, axis_values
+    from invariants.spec import SpecError, load_spec, parse_overrides
+
+    filters = {key: axis_label(value) for key, value in parse_overrides(sets).items()}
+    unknown = sorted(set(filters) - set(AXIS_NAMES))
+    if unknown:
+        raise SpecError(f"--matrix: --set filters cells by axis ({', '.join(AXIS_NAMES)}); "
+                        f"not an axis: {', '.join(unknown)}")
+    cells = spec_cells(load_spec(path), full)
+    return [cell for cell in cells
+            if all(axis_label(axis_values(cell.spec.engine.model_dump())[k]) == v for k, v in filters.items())]
+
+
+def _run_matrix(path: Path, sets: list[str], full: bool, level: int) -> int:
+    """Each matching cell checked, one line each, failures with their replay command:
+    0 all passed, 1 one failed, 2 invalid spec or filter, or no cell matches."""
+    from invariants.runner import run_spec
+    from invariants.spec import SpecError
+
+    try:
+        cells = _matching_cells(path, sets, full)
+    except SpecError as exc:
+        typer.echo(str(exc), err=True)
+        return 2
+    if not cells:
+        typer.echo(f"{path}: no matrix cell matches {' '.join(sets)}", err=True)
+        return 2
+    catalog, failed = load_catalog(), 0
+    for cell in cells:
+        out = run_spec(cell.spec, catalog, level=level)
+        failed += not out.ok
+        typer.echo(f"{'ok' if out.ok else 'FAILED':6} {cell.name}: {out.stats.iterations} steps, "
+                   f"{out.checks} checks, {len(out.violations)} violations, {out.seconds:.2f}s")
+        if not out.ok:
+            findings = [*map(str, out.violations[:3]), *(f"expected {g}" for g in out.unmet)]
+            for line in [f"replay: {cell.replay}", *findings, *([f"error: {out.error}"] if out.error else [])]:
+                typer.echo(f"       {line}")
+    typer.echo(f"{len(cells) - failed}/{len(cells)} cells passed")
+    return 1 if failed else 0
