@@ -40,6 +40,10 @@ class Census:
     free_repeats: tuple[int, ...] = ()
 
 
+# The ownership partition of DESIGN.md: every slot of a pool is in exactly one of these.
+POOL_BUCKETS: tuple[str, ...] = ("free", "evictable", "protected", "session_held", "request_owned")
+
+
 @dataclass(frozen=True, slots=True)
 class PoolView:
     """One KV pool ("full", or "swa" when hybrid); all sizes in tokens.

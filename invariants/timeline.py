@@ -13,9 +13,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.view import StateView
+from engine.view import POOL_BUCKETS, StateView
 
-BUCKETS: tuple[str, ...] = ("free", "evictable", "protected", "session_held", "request_owned")
 NO_PARTS: frozenset[str] = frozenset()  # counters only: what the plots need
 MAX_MARKS = 500  # distinct (step, invariant) marks kept per run; the rest are counted
 MESSAGE_CHARS = 240
@@ -28,7 +27,7 @@ class PoolSeries:
     name: str
     capacity: int
     steps: list[int] = field(default_factory=list)
-    buckets: dict[str, list[int]] = field(default_factory=lambda: {b: [] for b in BUCKETS})
+    buckets: dict[str, list[int]] = field(default_factory=lambda: {b: [] for b in POOL_BUCKETS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +61,7 @@ class Timeline:
             if series is None:
                 series = self.pools[pool.name] = PoolSeries(pool.name, pool.capacity)
             series.steps.append(view.step)
-            for bucket in BUCKETS:
+            for bucket in POOL_BUCKETS:
                 series.buckets[bucket].append(getattr(pool, bucket))
 
     def mark(self, violations: Iterable[Any]) -> None:

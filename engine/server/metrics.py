@@ -20,9 +20,8 @@ from prometheus_client.core import Metric as PromMetric
 
 from engine.engine import Engine
 from engine.server.monitor import Metric
-from engine.view import Census, PoolView
+from engine.view import POOL_BUCKETS, Census, PoolView
 
-BUCKETS = ("free", "evictable", "protected", "session_held", "request_owned")
 STAT_COUNTERS = {"iterations": "steps", "forward_ct": "forwards", "finished_reqs": "finished_requests",
                  "aborted_reqs": "aborted_requests", "retracted_reqs": "retracted_requests",
                  "chunked_prefills": "chunked_prefills", "cached_tokens": "cached_tokens",
@@ -42,7 +41,7 @@ def census_summary(census: Census) -> dict[str, Any]:
 
 
 def pool_summary(pool: PoolView) -> dict[str, Any]:
-    buckets = {name: getattr(pool, name) for name in BUCKETS}
+    buckets = {name: getattr(pool, name) for name in POOL_BUCKETS}
     return {"name": pool.name, "page_size": pool.page_size, "capacity": pool.capacity, **buckets,
             "balanced": sum(buckets.values()) == pool.capacity, "census": census_summary(pool.census)}
 
@@ -66,7 +65,7 @@ def engine_state(engine: Engine) -> dict[str, Any]:
 def engine_metrics(state: dict[str, Any]) -> list[Metric]:
     """Metric families of an ``engine_state`` snapshot."""
     pools = state["pools"]
-    bucket_samples = tuple(({"pool": p["name"], "bucket": b}, float(p[b])) for p in pools for b in BUCKETS)
+    bucket_samples = tuple(({"pool": p["name"], "bucket": b}, float(p[b])) for p in pools for b in POOL_BUCKETS)
     return [
         Metric("kvspec_pool_tokens", "KV slots per pool and ownership bucket", "gauge", bucket_samples),
         Metric("kvspec_pool_capacity_tokens", "KV slots per pool", "gauge",

@@ -22,7 +22,7 @@ from engine.engine import Engine
 from engine.hooks import SimClock
 from engine.request import SamplingParams
 from engine.sched.sessions import SessionError
-from engine.view import SELECTIVE, StateView
+from engine.view import POOL_BUCKETS, SELECTIVE, StateView
 from invariants.ops import (
     Abort,
     AdvanceClock,
@@ -49,7 +49,6 @@ from invariants.sglang.trace_driver import (
 from invariants.sglang.views import pool_buckets, to_state_view
 from invariants.spec import Spec
 
-BUCKETS = ("free", "evictable", "protected", "session_held", "request_owned")
 POOL_PARTS = frozenset({SELECTIVE, "pools"})
 
 
@@ -220,7 +219,7 @@ def _buckets(view: StateView) -> dict[str, int]:
 def _pool(row: dict[str, int], bucket: str) -> dict[str, int]:
     """The buckets of the pool ``bucket`` belongs to, by plain name."""
     prefix = bucket.rpartition(".")[0]
-    return {b: row.get(f"{prefix}.{b}" if prefix else b, -1) for b in BUCKETS}
+    return {b: row.get(f"{prefix}.{b}" if prefix else b, -1) for b in POOL_BUCKETS}
 
 
 def differential(spec: Spec, python: str | None = None, *, fault: dict[str, Any] | None = None,

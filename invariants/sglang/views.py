@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from engine.mem.census import take_census
-from engine.view import PoolView, StateView, view_to_dict
+from engine.view import POOL_BUCKETS, PoolView, StateView, view_to_dict
 from invariants.schema import build_view, unknown_view_keys
 
 
@@ -37,8 +37,7 @@ def to_state_view(raw: dict[str, Any]) -> StateView:
 
 def pool_buckets(pool: PoolView) -> dict[str, int]:
     """The five ownership buckets of one pool (what differential mode compares)."""
-    return {"free": pool.free, "evictable": pool.evictable, "protected": pool.protected,
-            "session_held": pool.session_held, "request_owned": pool.request_owned}
+    return {name: getattr(pool, name) for name in POOL_BUCKETS}
 
 
 def buckets(view: StateView) -> dict[str, int]:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from engine.engine import Engine
 from engine.mem.req_to_token import ReqToTokenPool
+from engine.view import POOL_BUCKETS
 from invariants.checker import Level
 from invariants.cli import app
 from invariants.matrix import ROOT
@@ -27,7 +28,7 @@ from invariants.report_files import junit_xml
 from invariants.report_run import CellResult, ReportCell, memory_report_cells, run_cell
 from invariants.report_svg import VIOLATION_COLOUR, thin
 from invariants.spec import load_spec
-from invariants.timeline import BUCKETS, Timeline
+from invariants.timeline import Timeline
 
 SWA_SPEC = ROOT / "specs" / "swa-hybrid.yaml"
 FILES = ("report.json", "junit.xml", "report.md", "report.html")
@@ -56,7 +57,7 @@ def test_timeline_records_every_pool_at_every_step() -> None:
     assert set(timeline.pools) == {"full", "swa"}
     for series in timeline.pools.values():
         assert series.steps == list(range(1, steps + 1))
-        totals = [sum(series.buckets[b][i] for b in BUCKETS) for i in range(steps)]
+        totals = [sum(series.buckets[b][i] for b in POOL_BUCKETS) for i in range(steps)]
         assert totals == [series.capacity] * steps
         assert max(series.buckets["request_owned"]) > 0
 
