@@ -19,7 +19,7 @@ from invariants.checker import Checker, CheckerHook, Level
 from invariants.dsl import make_env
 from invariants.fastpath import SetMemo
 from invariants.loader import load_catalog
-from tests.engine.mem.test_incremental_census import OPS, _apply
+from tests.engine.mem.census_ops import OPS, apply_op
 
 CATALOG = load_catalog()
 
@@ -71,7 +71,7 @@ def test_broken_runs_give_the_same_violations(page_size: int, ops: list[tuple]) 
     rids: list[str] = []
     for op in ops:
         try:
-            _lock_one_node(engine, op[1]) if op[0] == "lock_one" else _apply(engine, op, rids)
+            _lock_one_node(engine, op[1]) if op[0] == "lock_one" else apply_op(engine, op, rids)
         except Exception:  # a broken state may stop the engine itself; the records stand
             break
     assert _records(fast) == _records(slow)
