@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.request import Req, SamplingParams
 from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_catalog
-from tests.engine.sched.sched_support import driving, step_with_forced_retract
+from tests.engine.sched.sched_support import SteppingRules, driving
 
 CATALOG = load_catalog()
 TOTAL_TOKENS = 512  # a few long requests fill it: the cache evicts, decode retracts
@@ -46,7 +46,7 @@ def make_prompt(length: int, shared: int, seed: int) -> list[int]:
     return head + np.random.default_rng(seed).integers(0, 256, length - len(head)).tolist()
 
 
-class EngineMachine(RuleBasedStateMachine):
+class EngineMachine(SteppingRules):
     """The engine under random traffic; every event is checked by the strict catalog."""
 
     @initialize(ps=st.sampled_from([1, 4, 16]), radix=st.booleans(), overlap=st.booleans(),
@@ -110,19 +110,6 @@ class EngineMachine(RuleBasedStateMachine):
         if phase == "chunked":
             return [] if sched.chunked_req is None else [sched.chunked_req]
         return [self.engine.requests[rid] for rid in self.rids]
-
-    @rule(n=st.integers(1, 8))
-    @driving
-    def step(self, n: int) -> None:
-        for _ in range(n):
-            self.engine.step()
-
-    @rule()
-    @driving
-    def force_retract(self) -> None:
-        """One step with SGLANG_TEST_RETRACT due now: if it decodes with more than one request
-        running, it retracts."""
-        step_with_forced_retract(self.engine)
 
     @rule()
     @driving

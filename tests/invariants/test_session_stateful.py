@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
@@ -25,7 +25,7 @@ from engine.model.tokenizer import BOS_ID
 from engine.request import SamplingParams
 from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_catalog
-from tests.engine.sched.sched_support import driving, step_with_forced_retract
+from tests.engine.sched.sched_support import SteppingRules, driving
 
 CATALOG = load_catalog()
 CONTEXT_LEN = 384  # inputs of >= 378 tokens are too long (pre-abort, status 400)
@@ -40,7 +40,7 @@ def tokens(length: int, seed: int, bos: bool) -> list[int]:
     return ([BOS_ID] if bos else []) + body
 
 
-class SessionMachine(RuleBasedStateMachine):
+class SessionMachine(SteppingRules):
     """Sessions under random traffic; every event is checked by the strict catalog."""
 
     @initialize(ps=st.sampled_from([1, 4, 16]), cache=st.sampled_from(["radix", "chunk", "swa"]),
@@ -139,17 +139,6 @@ class SessionMachine(RuleBasedStateMachine):
     def close(self, pick: int) -> None:
         sids = self._open()
         assert self.engine.close_session(sids[pick % len(sids)])
-
-    @rule(n=st.integers(1, 8))
-    @driving
-    def step(self, n: int) -> None:
-        for _ in range(n):
-            self.engine.step()
-
-    @rule()
-    @driving
-    def force_retract(self) -> None:
-        step_with_forced_retract(self.engine)
 
     @rule()
     @driving

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 from allpairspy import AllPairs
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
@@ -112,6 +114,26 @@ def driving(method: F) -> F:
         self.broken = False
 
     return wrapper  # type: ignore[return-value]
+
+
+class SteppingRules(RuleBasedStateMachine):
+    """The rules every engine state machine shares: step a few times, and one step with a
+    retract forced (subclasses provide ``self.engine``)."""
+
+    engine: Engine
+
+    @rule(n=st.integers(1, 8))
+    @driving
+    def step(self, n: int) -> None:
+        for _ in range(n):
+            self.engine.step()
+
+    @rule()
+    @driving
+    def force_retract(self) -> None:
+        """One step with SGLANG_TEST_RETRACT due now: if it decodes with more than one request
+        running, it retracts."""
+        step_with_forced_retract(self.engine)
 
 
 def step_with_forced_retract(engine: Engine) -> None:
