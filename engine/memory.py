@@ -143,8 +143,9 @@ class KVMemory:
         out = self.allocator.alloc_decode(seq_lens, last_locs)
         if out is None:
             raise KVOutOfMemory(f"decode of {len(reqs)} requests does not fit")
-        for req, loc in zip(reqs, out.tolist()):
-            pool.req_to_token[req.req_pool_idx, req.kv_allocated_len] = loc
+        pool.write_points(np.array([r.req_pool_idx for r in reqs], dtype=np.int64),
+                          np.array(seq_lens, dtype=np.int64) - 1, out)
+        for req in reqs:
             req.kv_committed_len += 1
             req.kv_allocated_len += 1
         return out

@@ -184,8 +184,9 @@ class ViewMemo:
         alloc, kept = mem.allocator, self._census
         if isinstance(alloc, SWAAllocator):
             return None
-        if kept is None or kept.alloc is not alloc or kept.cache is not mem.tree_cache:
-            kept = self._census = IncrementalCensus(alloc, mem.tree_cache)
+        if kept is None or kept.alloc is not alloc or kept.cache is not mem.tree_cache or (
+                kept.rows is not None and kept.rows.pool is not mem.req_to_token_pool):
+            kept = self._census = IncrementalCensus(alloc, mem.tree_cache, mem.req_to_token_pool)
         return kept
 
 

@@ -37,6 +37,7 @@ every operation of random runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -44,6 +45,8 @@ from engine.cache.base import PrefixCache, SlotOwner
 from engine.cache.tree_view_cache import NodeRegistry
 from engine.mem.allocator import PagedAllocator
 from engine.mem.census import PageRefs, holding_mask, take_census
+from engine.mem.census_rows import ALL_PAGES, RowCounts
+from engine.mem.req_to_token import ReqToTokenPool
 from engine.view import Census
 
 SMALL = 16  # changes of at most this many pages are applied one by one (fewer numpy calls)
@@ -55,10 +58,15 @@ class IncrementalCensus:
     """Census of a non-SWA pool; the cache's tree owners are followed through its node
     registry (a cache without one must have no owners, else every census is from scratch)."""
 
-    def __init__(self, allocator: PagedAllocator, cache: PrefixCache) -> None:
+    def __init__(self, allocator: PagedAllocator, cache: PrefixCache, pool: ReqToTokenPool | None = None) -> None:
         self.alloc, self.cache = allocator, cache
         self.registry = self._registry()
         self.ps, self.num_pages = allocator.page_size, allocator.num_pages
+        # page size 1 with the rows' table: the rows' counts are kept too (census_rows.py)
+        self.rows = RowCounts(pool, self.num_pages) if pool is not None and self.ps == 1 else None
+        self.row_bad: set[int] = set()  # pages where the rows' counts conflict (see _conflicts)
+        self._moved: list[np.ndarray] = []  # pages whose tree/free counts moved since
+        self._moved_all = True
         self._stale = True  # recount everything at the next census
         self._clean_census = Census(num_pages=self.num_pages)  # frozen: one serves every clean view
         self._scratch = np.zeros(self.num_pages + 1, dtype=np.int64)
@@ -73,10 +81,12 @@ class IncrementalCensus:
             self._follow()
         if self._stale:
             self._recount()
-        own, ref = self._row_pages(table, rows)
-        if self._clean(own, ref):
-            return self._clean_census
-        return self._from_scratch(table, rows, labels())
+        if self.rows is not None:
+            spans = np.fromiter(chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
+            clean = self._rows_clean(self.rows.update(spans))
+        else:
+            clean = self._clean(*self._row_pages(table, rows))
+        return self._clean_census if clean else self._from_scratch(table, rows, labels())
 
     # ---- the fast path's test ----
 
@@ -92,6 +102,31 @@ class IncrementalCensus:
         if (marks[own] != order).any() or self.occupancy[own].any() or self.free_count[ref].any():
             return False
         return self.tree_entries + self.free_entries + len(own) == n
+
+    def _rows_clean(self, changed: np.ndarray | None) -> bool:
+        """``_clean`` from the kept row counts: no conflict on any page, and every page
+        counted once (``changed``: the pages whose row counts moved; None: not countable)."""
+        if changed is None or self._stale:
+            self._moved_all = True  # the conflicts are recomputed once all counts are kept again
+            return False
+        moved, self._moved = self._moved, []
+        if changed is ALL_PAGES or self._moved_all:
+            self._moved_all = False
+            self.row_bad = set(np.flatnonzero(self._conflicts(slice(None))).tolist())
+        else:
+            pages = np.concatenate([changed, *moved]) if moved else changed
+            conflict = self._conflicts(pages)
+            if self.row_bad or conflict.any():
+                self.row_bad.difference_update(pages[~conflict].tolist())
+                self.row_bad.update(pages[conflict].tolist())
+        entries = self.tree_entries + self.free_entries + self.rows.own_entries
+        return not self.bad and not self.row_bad and entries == self.num_pages
+
+    def _conflicts(self, at: np.ndarray | slice) -> np.ndarray:
+        """Pages owned by two row entries, owned by a row and held by the tree or the free
+        list, or read by a row while free."""
+        own, read = self.rows.own_count[at], self.rows.read_count[at]
+        return (own >= 2) | (own >= 1) & (self.occupancy[at] >= 1) | (read >= 1) & (self.free_count[at] >= 1)
 
     def _row_pages(self, table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, np.ndarray]:
         """Every row's owned pages (one entry per holding, ``holding_mask``) and read pages."""
@@ -180,6 +215,8 @@ class IncrementalCensus:
         if int(touched.min()) < 1 or int(touched.max()) > self.num_pages:
             self._stale = True  # an id out of range: every census goes from scratch
             return
+        if self.rows is not None:
+            self._moved.append(touched)
         np.add.at(self.occupancy, touched, np.concatenate([tree_signs, free_signs]))
         np.add.at(self.free_count, free_pages, free_signs)
         self.tree_entries += int(tree_signs.sum())
@@ -197,6 +234,8 @@ class IncrementalCensus:
         occupancy, free_count, bad, n = self.occupancy, self.free_count, self.bad, self.num_pages
         for is_free, changes in ((False, tree), (True, free)):
             for pages, sign in changes:
+                if self.rows is not None:
+                    self._moved.append(pages)
                 for page in pages.tolist():
                     if not 1 <= page <= n:
                         self._stale = True  # an id out of range: every census goes from scratch
@@ -216,7 +255,7 @@ class IncrementalCensus:
 
     def _recount(self) -> None:
         """Count the tree and the free list from scratch; stale if an id is out of range."""
-        n, self._stale = self.num_pages, False
+        n, self._stale, self._moved_all = self.num_pages, False, True
         self._tree_pages: dict[int, np.ndarray] = {}
         owners = self._tree_owners()  # first: it may log (or replace the log)
         self._log = self.registry.owner_log if self.registry is not None else None
@@ -239,6 +278,7 @@ class IncrementalCensus:
 
     def _recount_free(self) -> None:
         """Count the free list from scratch (the tree's counts kept); stale if out of range."""
+        self._moved_all = True
         free = self.alloc.all_free_pages().astype(np.int64, copy=False)
         self._free_head, self._released = self.alloc.free_pages, self.alloc.release_pages
         self._released_at = len(self._released)

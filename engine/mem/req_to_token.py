@@ -2,16 +2,35 @@
 
 Keeps: every row in ``1..size`` is either in ``free_rows`` exactly once or owned; row 0 is
 reserved (a padding row, never handed out). Free order: lowest rows first at start, freed
-rows reused first-in first-out.
+rows reused first-in first-out. The table is written only through ``write`` and
+``write_points`` (``req_to_token`` is a read-only view: any other write raises), which
+tell every ``WriteTracker`` the first position written per row — what lets a census
+recount only what changed (``engine/mem/census_rows.py``); with no tracker, nothing is kept.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 
 import numpy as np
 
 from engine.errors import KVAccountingError
+
+
+NOT_DIRTY = np.iinfo(np.int64).max
+
+
+class WriteTracker:
+    """Per row of a table, the first position written since the last ``take``."""
+
+    def __init__(self, rows: int) -> None:
+        self.dirty_from = np.zeros(rows, dtype=np.int64)  # every row dirty at first
+
+    def take(self) -> np.ndarray:
+        """The positions since the last call (``NOT_DIRTY``: unwritten); then all clean."""
+        dirty, self.dirty_from = self.dirty_from, np.full(len(self.dirty_from), NOT_DIRTY, np.int64)
+        return dirty
 
 
 class ReqToTokenPool:
@@ -21,9 +40,15 @@ class ReqToTokenPool:
         self.size = size
         self.max_context_len = max_context_len
         self.strict = strict
-        # int32 because kernels read it directly as a tensor
-        self.req_to_token = np.zeros((size + 1, max_context_len), dtype=np.int32)
+        self._trackers: list[weakref.ref[WriteTracker]] = []
+        self._new_table(max_context_len)  # (a tracker's reader sees a new table and recounts)
         self.clear()
+
+    def _new_table(self, width: int) -> None:
+        # int32 because kernels read it directly as a tensor
+        self._table = np.zeros((self.size + 1, width), dtype=np.int32)
+        self.req_to_token = self._table.view()
+        self.req_to_token.flags.writeable = False
 
     def clear(self) -> None:
         self.free_rows: deque[int] = deque(range(1, self.size + 1))
@@ -38,7 +63,7 @@ class ReqToTokenPool:
         if len(self.free_rows) != self.size:
             raise KVAccountingError("widen of a request-row table with rows in use")
         self.max_context_len = max_context_len
-        self.req_to_token = np.zeros((self.size + 1, max_context_len), dtype=np.int32)
+        self._new_table(max_context_len)
 
     def available_size(self) -> int:
         return len(self.free_rows)
@@ -63,7 +88,26 @@ class ReqToTokenPool:
 
     def write(self, row: int, start: int, slots: np.ndarray) -> None:
         """Write ``slots`` into positions ``[start, start + len(slots))`` of ``row``."""
-        self.req_to_token[row, start : start + len(slots)] = slots
+        self._table[row, start : start + len(slots)] = slots
+        for ref in self._trackers:
+            tracker = ref()
+            if tracker is not None and start < tracker.dirty_from[row]:
+                tracker.dirty_from[row] = start
+
+    def write_points(self, rows: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> None:
+        """Write ``slots[i]`` at position ``positions[i]`` of ``rows[i]``."""
+        self._table[rows, positions] = slots
+        for ref in self._trackers:
+            tracker = ref()
+            if tracker is not None:
+                np.minimum.at(tracker.dirty_from, rows, positions)
+
+    def track_writes(self) -> WriteTracker:
+        """A tracker of this table's writes from now on (kept while the caller keeps it)."""
+        self._trackers = [ref for ref in self._trackers if ref() is not None]
+        tracker = WriteTracker(self.size + 1)
+        self._trackers.append(weakref.ref(tracker))
+        return tracker
 
     def read(self, row: int, start: int, end: int) -> np.ndarray:
         """Slot ids of positions ``[start, end)`` of ``row`` as int64 (a copy)."""

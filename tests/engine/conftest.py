@@ -77,7 +77,7 @@ class Stack:
         last = int(self.pool.req_to_token[req.req_pool_idx, pos - 1])
         out = self.allocator.alloc_decode([pos + 1], [last])
         assert out is not None, f"out of KV for {req.rid}"
-        self.pool.req_to_token[req.req_pool_idx, pos] = out[0]
+        self.pool.write(req.req_pool_idx, pos, out[:1])
         req.kv_committed_len = req.kv_allocated_len = pos + 1
         return int(out[0])
 

@@ -3,6 +3,8 @@ owned twice and another is leaked; the exact census names both page ids."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from engine.config import MemoryConfig
 from engine.memory import KVMemory
 from engine.request import Req
@@ -42,7 +44,7 @@ def test_page_owned_twice_and_page_leaked_balance_the_sum_but_not_the_census() -
     table = mem.req_to_token_pool.req_to_token
     shared = int(table[a.req_pool_idx, 7])
     leaked = int(table[b.req_pool_idx, 7])
-    table[b.req_pool_idx, 7] = shared
+    mem.req_to_token_pool.write(b.req_pool_idx, 7, np.array([shared]))
     found = violated(mem, [a, b])
     assert "pool.busy_sum" not in found
     assert set(found) == {"census.no_duplicates", "census.no_orphans"}
@@ -54,7 +56,7 @@ def test_paged_double_ownership_is_reported_by_page_id() -> None:
     """With page size 4 the census works in pages: b's second page replaced by a's."""
     mem, a, b = two_running_requests(page_size=4)
     table = mem.req_to_token_pool.req_to_token
-    table[b.req_pool_idx, 4:8] = table[a.req_pool_idx, 4:8]
+    mem.req_to_token_pool.write(b.req_pool_idx, 4, table[a.req_pool_idx, 4:8])
     shared_page = int(table[a.req_pool_idx, 4]) // 4
     found = violated(mem, [a, b])
     assert "pool.busy_sum" not in found

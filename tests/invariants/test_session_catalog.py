@@ -111,8 +111,8 @@ def test_kv_check_catches_a_slot_row_naming_other_kv() -> None:
     engine = _engine(1, True, True, CheckerHook(Checker(CATALOG, Level.STRICT)))
     sid = engine.open_session(1000, streaming=True)
     _turn(engine, sid, PROMPT)
-    row = engine.mem.req_to_token_pool.req_to_token[engine.mem.tree_cache.slots[sid].req_pool_idx]
-    row[41], row[42] = row[42], row[41]
+    pool, slot_row = engine.mem.req_to_token_pool, engine.mem.tree_cache.slots[sid].req_pool_idx
+    pool.write(slot_row, 41, pool.req_to_token[slot_row, [42, 41]].copy())
     with pytest.raises(InvariantViolation) as caught:
         engine.open_session(10)
     assert caught.value.violation.invariant == "session.slot_kv_is_last_turn"

@@ -82,7 +82,7 @@ class SimDriver:
         out = self.alloc.alloc_decode([p + 1 for p in prefix], last)
         assert out is not None, "test pool too small"
         for r, p, loc in zip(reqs, prefix, out.tolist()):
-            self.pool.req_to_token[r.req_pool_idx, p] = loc
+            self.pool.write(r.req_pool_idx, p, np.array([loc]))
         ids = [r.output_ids[-1] for r in reqs]
         held = [r.output_ids[len(r.output_ids) - lag :] if lag else [] for r in reqs]
         for r in reqs:

@@ -82,8 +82,7 @@ def test_row_pointing_at_the_wrong_slot_is_reported(driver: MakeDriver) -> None:
     d = driver()
     a = d.generate("a", [1, 2, 3, 4, 5], 1)
     s3 = d.slot(a, 3)
-    d.pool.req_to_token[a.req_pool_idx, 1] = s3
-    d.pool.req_to_token[a.req_pool_idx, 2] = 0
+    d.pool.write(a.req_pool_idx, 1, np.array([s3, 0]))
     d.decode([a])
     assert d.sim.take_integrity_failures() == [
         IntegrityFailure("a", 1, s3, "full", _fp(2, 1), _fp(4, 3)),
@@ -108,7 +107,7 @@ def test_row_that_misses_the_written_slot_is_reported_at_once(driver: MakeDriver
     d = driver()
     a = d.generate("a", [1, 2, 3], 1)
     pos, tok, row = a.kv_committed_len, a.output_ids[-1], a.req_pool_idx
-    d.pool.req_to_token[row, pos] = 101  # the row names 101, the forward writes 100
+    d.pool.write(row, pos, np.array([101]))  # the row names 101, the forward writes 100
     batch = ForwardBatch(ForwardMode.DECODE, [a], np.array([tok]), np.array([pos]), np.array([100]),
                          np.array([row]), np.array([pos]), np.array([1]), np.array([pos + 1]),
                          d.pool.req_to_token)

@@ -1,0 +1,156 @@
+"""The request rows' part of a page-size-1 census, kept across censuses: per page, how many
+row entries own it and how many rows read it, recounted only where rows changed.
+
+Keeps, for the live rows of the last ``update`` (each ``(row, owned from, allocated)``):
+``own_count[p]`` = the entries of ``table[row, start:end]`` equal to ``p`` over the rows,
+``read_count[p]`` = those of ``table[row, :end]``, ``own_entries`` = Σ own_count — exactly
+what counting every row from scratch gives. ``shadow`` holds each counted row's contents
+as they were counted (what is subtracted when they change).
+
+Why recounting only part of each row is exact: the table is written only through
+``ReqToTokenPool.write``/``write_points`` (``req_to_token`` is read-only), which tell
+this census's ``WriteTracker`` the first position written per row (a new table — ``widen``
+— is recounted). For a row counted as ``[s0, e0)`` and
+now ``[s1, e1)``, first written at ``d`` since, positions below ``P = min(d, e0, e1)`` hold
+what was counted and are read both times; owned positions in ``[max(s0, s1), P)`` are owned
+both times. So the old counts lose ``[P, e0)`` (reads) and ``[s0, e0)`` minus the stable
+owned range, and gain ``[P, e1)`` and ``[s1, e1)`` minus it — read from the table and
+copied into ``shadow``. A row no longer live loses all it counted; a new row (or one freed
+and handed out again: its writes start at 0) gains all.
+
+``update`` answers False — the caller then takes the census from scratch — when the rows
+cannot be kept by row (a row listed twice, a span outside the table) or a value is outside
+``1..num_pages``; the counts then recount from scratch at the next update.
+tests/engine/mem/test_census_rows.py checks the counts against a recount after random
+writes and span changes; tests/engine/mem/test_incremental_census.py the whole census.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.mem.req_to_token import ReqToTokenPool
+
+ALL_PAGES = np.empty(0, np.int64)  # ``update``'s answer after a recount: every page changed
+
+
+class RowCounts:
+    """The row entries per page of a page-size-1 pool of ``num_pages`` pages."""
+
+    def __init__(self, pool: ReqToTokenPool, num_pages: int) -> None:
+        self.pool, self.num_pages = pool, num_pages
+        self.writes = pool.track_writes()
+        self._table: np.ndarray | None = None  # the table counted (None: recount)
+
+    def update(self, spans: np.ndarray) -> np.ndarray | None:
+        """Bring the counts to these rows (``spans``: int64 [rows, 3] of (row, owned from,
+        allocated)); the pages whose counts changed (``ALL_PAGES``, by identity, after a
+        recount), or None when the rows cannot be counted (census from scratch)."""
+        dirty, table = self.writes.take(), self.pool.req_to_token
+        live = _live_rows(spans, table.shape)
+        if live is None:
+            self._table = None
+            return None
+        changed = self._recount(table, spans) if self._table is not table else self._follow(table, spans, live, dirty)
+        if changed is None:
+            self._table = None
+        return changed
+
+    def _recount(self, table: np.ndarray, spans: np.ndarray) -> np.ndarray | None:
+        rows, start, end = spans.T
+        self.shadow = np.zeros_like(table)
+        self.start = np.zeros(len(table), dtype=np.int64)
+        self.end = np.zeros(len(table), dtype=np.int64)
+        self.own_count = np.zeros(self.num_pages + 1, dtype=np.int64)
+        self.read_count = np.zeros(self.num_pages + 1, dtype=np.int64)
+        self.own_entries, self._table = 0, table
+        if self._add(table, rows, start, end, (rows, start, end), np.zeros_like(rows)) is None:
+            return None
+        return ALL_PAGES
+
+    def _follow(self, table: np.ndarray, spans: np.ndarray, live: np.ndarray, dirty: np.ndarray) -> np.ndarray | None:
+        """Subtract what changed since the last update, add what is there now."""
+        rows, s1, e1 = spans.T
+        gone = np.flatnonzero(~live & (self.end > 0))
+        removed = _NONE
+        if len(gone):  # rows no longer live lose all they counted
+            g1 = self.end[gone]
+            removed = self._subtract((gone, self.start[gone], g1), (gone, np.zeros_like(gone), g1))
+            self.start[gone] = self.end[gone] = 0
+        s0, e0 = self.start[rows], self.end[rows]
+        stable = np.minimum(np.minimum(dirty[rows], e0), e1)  # P: read, and unchanged, below it
+        if (stable == e0).all() and (s1 == s0).all():  # only grown (decode): [e0, e1) more
+            added = self._add(table, rows, s1, e1, None, e0)
+        else:
+            both = np.maximum(s0, s1)  # owned both times: [both, stable)
+            cut_lo, cut_hi = np.minimum(both, stable), stable  # the kept range (empty: lo == hi)
+            # [s, e) without the kept range: [s, min(cut_lo, e)) and [max(cut_hi, s), e)
+            removed = np.concatenate([removed, self._subtract(
+                (np.concatenate([rows, rows]), np.concatenate([s0, np.maximum(cut_hi, s0)]),
+                 np.concatenate([np.minimum(cut_lo, e0), e0])), (rows, stable, e0))])
+            added = self._add(table, rows, s1, e1, (
+                np.concatenate([rows, rows]), np.concatenate([s1, np.maximum(cut_hi, s1)]),
+                np.concatenate([np.minimum(cut_lo, e1), e1])), stable)
+        return None if added is None else np.concatenate([removed, added])
+
+    def _subtract(self, own: Ranges, reads: Ranges) -> np.ndarray:
+        """Take the counted (``shadow``) entries of these ranges off the counts."""
+        entries, split = _entries(self.shadow, own, reads)
+        np.subtract.at(self.own_count, entries[:split], 1)
+        np.subtract.at(self.read_count, entries[split:], 1)
+        self.own_entries -= split
+        return entries
+
+    def _add(self, table: np.ndarray, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
+             own: Ranges | None, read_from: np.ndarray) -> np.ndarray | None:
+        """Count the table's entries of the owned ranges (None: the read ones) and of each
+        row's ``[read_from, end)`` (None: a value out of range), copy those reads into
+        ``shadow``, and record the rows' new spans."""
+        read_rows, read_pos = _positions(rows, read_from, end)
+        read = table[read_rows, read_pos].astype(np.int64)
+        if len(read) and (int(read.min()) < 1 or int(read.max()) > self.num_pages):
+            return None  # the owned ranges lie inside the read ones: one test covers both
+        owned = read if own is None else _entries(table, own)[0]
+        self.shadow[read_rows, read_pos] = read
+        self.start[rows], self.end[rows] = start, end
+        np.add.at(self.own_count, owned, 1)
+        np.add.at(self.read_count, read, 1)
+        self.own_entries += len(owned)
+        return read if own is None else np.concatenate([owned, read])
+
+
+Ranges = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows, and [lo, hi) positions of each
+
+
+def _live_rows(spans: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The mask of the rows listed — if each is in the table, listed once, with
+    0 <= owned from <= allocated <= width; else None."""
+    live = np.zeros(shape[0], dtype=bool)
+    if not len(spans):
+        return live
+    rows, start, end = spans.T
+    if int(spans.min()) < 0 or int(rows.max()) >= shape[0] or int(end.max()) > shape[1] or (start > end).any():
+        return None
+    live[rows] = True
+    return live if np.count_nonzero(live) == len(rows) else None
+
+
+def _positions(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (row, position) of the ranges ``[lo, hi)`` (empty where ``hi <= lo``), in order."""
+    lengths = np.maximum(hi - lo, 0)
+    ends = np.cumsum(lengths)
+    if not len(ends) or ends[-1] == 0:
+        return _NONE, _NONE
+    return np.repeat(rows, lengths), np.arange(ends[-1]) + np.repeat(lo - ends + lengths, lengths)
+
+
+def _entries(table: np.ndarray, first: Ranges, then: Ranges | None = None) -> tuple[np.ndarray, int]:
+    """The table's entries over the ``first`` ranges and then the ``then`` ranges, as
+    int64, and how many of them the ``first`` ranges gave."""
+    rows, lo, hi = first if then is None else (np.concatenate(p) for p in zip(first, then))
+    split = int(np.maximum(first[2] - first[1], 0).sum())
+    at_rows, at_pos = _positions(rows, lo, hi)
+    return (table[at_rows, at_pos].astype(np.int64) if len(at_rows) else _NONE), split
+
+
+_NONE = np.empty(0, np.int64)

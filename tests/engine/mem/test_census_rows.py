@@ -1,0 +1,104 @@
+"""The rows' page counts kept across censuses (engine/mem/census_rows.py) are the counts of
+the live rows' current contents — after any writes, span changes, rows dropped and rows
+handed out again — and every page whose counts moved is reported as changed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.mem.census_rows import ALL_PAGES, RowCounts
+from engine.mem.req_to_token import ReqToTokenPool
+
+ROWS, WIDTH, PAGES = 6, 12, 40
+
+
+def _expected(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    own, read = np.zeros(PAGES + 2, np.int64), np.zeros(PAGES + 2, np.int64)  # 0 and PAGES+1: out of range
+    for row, (start, end) in spans.items():
+        np.add.at(own, pool.req_to_token[row, start:end].astype(np.int64), 1)
+        np.add.at(read, pool.req_to_token[row, :end].astype(np.int64), 1)
+    return own, read
+
+
+def _spans_array(spans: dict[int, tuple[int, int]]) -> np.ndarray:
+    return np.array([(row, s, e) for row, (s, e) in spans.items()], dtype=np.int64).reshape(-1, 3)
+
+
+WRITE = st.tuples(st.just("write"), st.integers(1, ROWS), st.integers(0, WIDTH - 1),
+                  st.lists(st.integers(1, PAGES), min_size=1, max_size=4))
+POINTS = st.tuples(st.just("points"), st.lists(st.integers(1, ROWS), min_size=1, max_size=3, unique=True),
+                   st.integers(0, WIDTH - 1), st.integers(1, PAGES))
+SPAN = st.tuples(st.just("span"), st.integers(1, ROWS), st.integers(0, WIDTH), st.integers(0, WIDTH))
+BAD = st.tuples(st.just("write"), st.integers(1, ROWS), st.integers(0, WIDTH - 1),
+                st.lists(st.sampled_from([0, PAGES + 1]), min_size=1, max_size=1))
+DROP = st.tuples(st.just("drop"), st.integers(1, ROWS))
+LOOK = st.tuples(st.just("look"))
+OPS = st.lists(st.one_of(WRITE, POINTS, SPAN, SPAN, DROP, LOOK, LOOK, BAD), min_size=1, max_size=40)
+
+
+def _apply(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]], op: tuple) -> None:
+    if op[0] == "write":
+        _, row, start, slots = op
+        pool.write(row, start, np.array(slots[: WIDTH - start], dtype=np.int64))
+    elif op[0] == "points":
+        _, rows, pos, slot = op
+        pool.write_points(np.array(rows), np.full(len(rows), pos), np.full(len(rows), slot))
+    elif op[0] == "span":
+        _, row, a, b = op
+        spans[row] = (min(a, b), max(a, b))
+    elif op[0] == "drop":
+        spans.pop(op[1], None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+def test_counts_equal_a_recount(ops: list[tuple]) -> None:
+    """After every look, own/read counts equal counting the live rows' contents from
+    scratch; pages whose counts moved are among those reported; a row reading a page
+    outside 1..num_pages makes the rows uncountable (None)."""
+    pool = ReqToTokenPool(ROWS, WIDTH)
+    for row in range(1, ROWS + 1):  # every position valid at first (an unwritten one reads 0)
+        pool.write(row, 0, (np.arange(WIDTH) * row) % PAGES + 1)
+    counts, spans = RowCounts(pool, PAGES), {1: (0, 3), 2: (2, 5)}
+    before = None
+    for op in [*ops, ("look",)]:
+        _apply(pool, spans, op)
+        if op[0] != "look":
+            continue
+        changed = counts.update(_spans_array(spans))
+        own, read = _expected(pool, spans)
+        if read[0] or read[PAGES + 1]:
+            assert changed is None
+            before = None
+            continue
+        assert changed is not None
+        own, read = own[: PAGES + 1], read[: PAGES + 1]
+        assert np.array_equal(counts.own_count, own) and np.array_equal(counts.read_count, read)
+        assert counts.own_entries == int(own.sum())
+        if before is not None and changed is not ALL_PAGES:
+            moved = np.flatnonzero((before[0] != own) | (before[1] != read))
+            assert set(moved.tolist()) <= set(changed.tolist())
+        before = (own, read)
+
+
+def test_a_row_listed_twice_or_out_of_the_table_is_not_countable() -> None:
+    """Counts are kept by row: two owners on one row, or a span past the row's width,
+    answer None (the census then goes from scratch)."""
+    pool = ReqToTokenPool(ROWS, WIDTH)
+    pool.write(1, 0, np.arange(1, 5))
+    counts = RowCounts(pool, PAGES)
+    assert counts.update(np.array([[1, 0, 4], [1, 2, 4]])) is None
+    assert counts.update(np.array([[1, 0, WIDTH + 1]])) is None
+    assert counts.update(np.array([[1, 0, 4]])) is ALL_PAGES
+    assert counts.read_count[1:5].tolist() == [1, 1, 1, 1]
+
+
+def test_the_table_is_written_only_through_the_pool() -> None:
+    """``req_to_token`` is read-only: a write that bypasses ``write`` (which the census
+    could not follow) raises instead of going unseen."""
+    pool = ReqToTokenPool(ROWS, WIDTH)
+    with pytest.raises(ValueError, match="read-only"):
+        pool.req_to_token[1, 0] = 3
