@@ -1,5 +1,7 @@
 """The census of one KV pool kept across views: the tree's ownership and the free list are
-followed by their changes; request rows are recounted every time.
+followed by their changes; so are the request rows at page size 1 (``census_rows.py``:
+only the positions written or re-spanned since are recounted), else they are recounted
+every time.
 
 Keeps, for pages ``0..num_pages``, exactly as a from-scratch count would give them:
 ``occupancy`` (tree entries + free-list entries per page: a tree entry is one holding of a
@@ -28,6 +30,12 @@ How the counts follow the state (each fallback below recounts from scratch, O(po
   end; its arrays are read-only) and ``release_pages`` only grows by appending (the
   allocator never assigns into it); any other change seen — a merge, a clear, a replaced
   list, a different last entry — recounts the free list (the tree's counts are kept).
+- rows (page size 1): ``RowCounts`` keeps per page the row entries that own it and the
+  rows that read it; ``row_bad`` — the pages where those conflict with each other or with
+  the tree and the free list (``_conflicts``) — is updated on every page whose counts moved
+  (the rows' changed pages, and the tree and free-list pages applied since), and
+  recomputed over all pages after any recount. So the fast path's row conditions read:
+  ``row_bad`` empty and tree + free + row-owned entries = num_pages.
 - an id outside ``1..num_pages`` or a count below zero makes every census from scratch
   until the next recount finds the state in range.
 tests/engine/mem/test_incremental_census.py checks ``take`` against ``take_census`` after
