@@ -13,7 +13,7 @@ that forward (``StateView.integrity``); any other runner contributes none.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +38,7 @@ from engine.view import (
 SESSION_SECTIONS = frozenset({"slots", "sessions"})
 PER_REQUEST_SECTIONS = frozenset({"pools", "req_pool", "reqs"}) | SESSION_SECTIONS  # need live_reqs
 _new_sched_view = positional_builder(SchedView)
+NOWHERE = ReqPlaces()
 
 
 @runtime_checkable
@@ -230,19 +231,29 @@ class Engine(SessionAPI):
         this iteration's releases, and the failed KV reads of its forward. ``parts`` names
         the costly parts to build (``OPTIONAL_PARTS``: the census, the tree's nodes) and,
         with ``view.SELECTIVE``, the only sections to build (``view.wanted_sections``)."""
-        sched, batch, sections = self.scheduler, self.scheduler.cur_batch, wanted_sections(parts)
+        sched, sections = self.scheduler, wanted_sections(parts)
         if sections & PER_REQUEST_SECTIONS:
-            places = ReqPlaces(set(sched.waiting_queue), set(sched.running_batch.reqs),
-                               set(batch.reqs) if batch is not None else frozenset())
-            owning = self._owning(sched.live_reqs())
+            places, owning = self._places(), self._owning(sched.live_reqs())
         else:  # no section that lists requests or rows: skip finding them
-            places, owning = ReqPlaces(), []
+            places, owning = NOWHERE, []
         extra = {"response": self._response} if event == "response" else {}
         view = memory_view(self.mem, event, sched.stats.iterations, owning, places, parts, self._view_memo,
                            sched=self._sched_view(), integrity=self.integrity, **extra)
         if sections & SESSION_SECTIONS:
             view = self._session_parts(event, view, owning)  # and, at ``response``, the response
         return view if sched.eagle is None else sched.eagle.annotate(view)  # EAGLE's fields
+
+    def _places(self) -> ReqPlaces:
+        """Where the scheduler holds each request. A decode step's batch is the running batch
+        (or lists the same requests): it shares the running batch's set."""
+        sched, batch = self.scheduler, self.scheduler.cur_batch
+        running = sched.running_batch.reqs
+        in_running = set(running)
+        if batch is None:
+            in_batch: Collection[Req] = ()
+        else:  # list equality compares each Req by identity
+            in_batch = in_running if batch.reqs == running else set(batch.reqs)
+        return ReqPlaces(set(sched.waiting_queue) if sched.waiting_queue else (), in_running, in_batch)
 
     def _sched_view(self) -> SchedView:
         sched, batch = self.scheduler, self.scheduler.cur_batch

@@ -34,7 +34,6 @@ from engine.view import (
 )
 
 NOT_TAKEN = Census(taken=False)
-_new_req_view = positional_builder(ReqView)
 _new_state_view = positional_builder(StateView)
 # StateView's fields after (event, step, page_size), in order, with their (frozen) defaults
 _SECTION_DEFAULTS = tuple((f.name, getattr(StateView(), f.name)) for f in fields(StateView))[3:]
@@ -201,31 +200,34 @@ def _row_label(r: Req | HeldSlot) -> str:
 
 
 class ReqViewCache:
-    """The last ReqView built for each request, handed out again while every field it was
-    built from reads the same (a ReqView is a value: an equal one is as good as a new one)."""
+    """The last ReqView built for each request, handed out again — the very same object —
+    while every field it was built from reads the same (a ReqView is a value: an equal one
+    is as good as a new one, and an unchanged one is recognised by identity downstream)."""
 
     __slots__ = ("_last",)
 
     def __init__(self) -> None:
         # keyed by the Req itself (it hashes by identity, and the key keeps it alive)
-        self._last: dict[Req, tuple[tuple[object, ...], ReqView]] = {}
+        self._last: dict[Req, ReqView] = {}
 
     def views(self, reqs: list[Req], places: ReqPlaces) -> tuple[ReqView, ...]:
-        last, kept, out, new_view = self._last, {}, [], _new_req_view
+        last, out, new = self._last, [], tuple.__new__
         waiting, running, batch = places
+        same = batch is running  # a decode step: the batch is the running batch (one lookup)
         for r in reqs:
+            run = r in running
             # ReqView's fields, in order (the EAGLE ones at their defaults: ``annotate`` sets them)
             fields = (
                 r.rid, -1 if r.req_pool_idx is None else r.req_pool_idx, len(r.fill_ids), r.kv_committed_len,
                 r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, r.is_chunked,
                 r.kv_committed_freed, r.kv_overallocated_freed, len(r.origin_input_ids), len(r.output_ids),
                 r.finished_reason is not None, r.to_finish is not None, r.is_retracted, r in waiting,
-                r in running, r in batch, -1, 0,
+                run, run if same else r in batch, -1, 0,
             )  # fmt: skip
-            entry = last.get(r)
-            if entry is None or entry[0] != fields:
-                entry = (fields, new_view(*fields))
-            kept[r] = entry
-            out.append(entry[1])
-        self._last = kept
+            view = last.get(r)
+            if view != fields:  # a ReqView equals the plain tuple of its fields (None never does)
+                view = last[r] = new(ReqView, fields)
+            out.append(view)
+        if len(last) != len(reqs):  # else its keys are exactly ``reqs``: each one is a key
+            self._last = dict(zip(reqs, out))
         return tuple(out)

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields
 from types import CodeType, MappingProxyType
 from typing import Any
 
-from engine.view import NodeView, PageOwners, PoolView, ReqView, StateView, view_field_names
+from engine.view import (
+    NodeView,
+    PageOwners,
+    PoolView,
+    ReqView,
+    StateView,
+    is_record,
+    record_fields,
+    view_field_names,
+)
 
 FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType({
     "sum": sum, "len": len, "all": all, "any": any, "min": min, "max": max,
@@ -303,10 +312,10 @@ def render_value(value: Any) -> str:
     """A short human rendering: census witnesses read 'page 7 owned by tree:n3, req:r1@row2'."""
     if isinstance(value, PageOwners):
         return f"page {value.page} owned by {', '.join(value.owners) or 'nobody'}"
+    if is_record(value):  # before sequences: a ReqView is a (named) tuple
+        return _short(value)
     if isinstance(value, (tuple, list, set, frozenset)):
         return _render_sequence(value)
-    if is_dataclass(value):
-        return _short(value)
     return str(value)
 
 
@@ -333,5 +342,5 @@ def _short(value: Any) -> str:
         return f"req {value.rid or '?'}@row{value.req_pool_idx}"
     if isinstance(value, StateView):
         return f"view(step {value.step}, {value.event})"
-    first = fields(value)[0].name
+    first = record_fields(value)[0]
     return f"{type(value).__name__}({first}={getattr(value, first)!r})"

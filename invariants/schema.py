@@ -7,13 +7,12 @@ load) and a fixture view names only StateView fields (DESIGN.md "Invariant YAML"
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import fields, is_dataclass
 from functools import cache
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from engine.view import StateView
+from engine.view import StateView, is_record, record_fields
 
 EVENTS: tuple[str, ...] = ("schedule", "forward", "process", "step", "idle", "session", "response")
 Event = Literal["schedule", "forward", "process", "step", "idle", "session", "response"]
@@ -69,7 +68,8 @@ def _state_adapter() -> TypeAdapter[StateView]:
 
 
 def unknown_view_keys(data: Any, cls: type = StateView, loc: Loc = ()) -> Iterator[tuple[Loc, str]]:
-    """(location, reason) for every key that is not a field of its view dataclass.
+    """(location, reason) for every key that is not a field of its view record (a dataclass,
+    or the NamedTuple ReqView).
 
     pydantic ignores extra keys on stdlib dataclasses, and view.py is frozen, so walk it here.
     """
@@ -78,13 +78,13 @@ def unknown_view_keys(data: Any, cls: type = StateView, loc: Loc = ()) -> Iterat
     hints = get_type_hints(cls)
     for key, value in data.items():
         if key not in hints:
-            names = ", ".join(f.name for f in fields(cls))
+            names = ", ".join(record_fields(cls))
             yield loc + (key,), f"unknown key '{key}' in {cls.__name__} (fields: {names})"
             continue
         hint = hints[key]
-        if is_dataclass(hint):
+        if is_record(hint):
             yield from unknown_view_keys(value, hint, loc + (key,))
-        elif get_origin(hint) is tuple and is_dataclass(get_args(hint)[0]) and isinstance(value, list):
+        elif get_origin(hint) is tuple and is_record(get_args(hint)[0]) and isinstance(value, list):
             for i, item in enumerate(value):
                 yield from unknown_view_keys(item, get_args(hint)[0], loc + (key, i))
 

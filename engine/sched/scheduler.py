@@ -26,7 +26,7 @@ is finished before any prefill (SGLang prefills a 1-token stand-in).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 
 from engine.config import EngineConfig
@@ -343,18 +343,23 @@ class Scheduler:
     def live_reqs(self) -> list[Req]:
         """Requests that may own KV: waiting ones with a row, the in-flight chunk, the
         running batch and every launched batch (deduplicated, in that order)."""
-        return list(dict.fromkeys(self._candidates()))  # a Req hashes by identity
-
-    def _candidates(self) -> Iterator[Req]:
-        yield from (r for r in self.waiting_queue if r.req_pool_idx is not None)
+        found = [r for r in self.waiting_queue if r.req_pool_idx is not None]
         if self.chunked_req is not None:
-            yield self.chunked_req
-        yield from self.running_batch.reqs
-        for batch in (self.cur_batch, self.last_batch):
-            if batch is not None:
-                yield from batch.reqs
-        for queued, _ in self.result_queue:
-            yield from queued.reqs
+            found.append(self.chunked_req)
+        found += self.running_batch.reqs
+        seen = set(found)  # a Req hashes (and compares) by identity
+        if len(seen) != len(found):
+            found = list(dict.fromkeys(found))
+        listed = [self.running_batch.reqs]
+        for batch in (self.cur_batch, self.last_batch, *(q for q, _ in self.result_queue)):
+            # a list equal to one already taken adds nothing (a decode step's batch is the
+            # running batch, and the overlap queue holds a copy of it)
+            if batch is not None and batch.reqs not in listed:
+                listed.append(batch.reqs)
+                if more := list(dict.fromkeys([r for r in batch.reqs if r not in seen])):
+                    seen.update(more)
+                    found += more
+        return found
 
     def flush_cache(self) -> bool:
         """Drop the whole prefix cache and reset the pools — only when fully idle."""

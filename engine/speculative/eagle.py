@@ -225,4 +225,4 @@ class EagleWorker:
         state = self.states.get(r.rid)
         if state is None or r.req_pool_idx < 0 or state.req.finished():  # a rid reused later
             return r
-        return replace(r, spec_seq_len=state.seq_len, spec_accept_len=state.accept_len)
+        return r._replace(spec_seq_len=state.seq_len, spec_accept_len=state.accept_len)  # a NamedTuple

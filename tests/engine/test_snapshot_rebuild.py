@@ -1,8 +1,10 @@
-"""The optimised snapshot (incremental tree nodes and census owners, interned request views)
-equals a straightforward rebuild at every event of real engine runs, radix and SWA radix."""
+"""The optimised snapshot (incremental tree nodes and census owners, interned request views,
+the live list and places without generators) equals a straightforward rebuild at every event
+of real engine runs, radix and SWA radix, with and without the overlap schedule."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,11 +32,27 @@ def _ref_req_view(r: Req, places: ReqPlaces) -> ReqView:
     )  # fmt: skip
 
 
+def _ref_live_reqs(sched: Any) -> list[Req]:
+    """The live requests as ``Scheduler.live_reqs`` listed them through a generator."""
+    def candidates() -> Iterator[Req]:
+        yield from (r for r in sched.waiting_queue if r.req_pool_idx is not None)
+        if sched.chunked_req is not None:
+            yield sched.chunked_req
+        yield from sched.running_batch.reqs
+        for batch in (sched.cur_batch, sched.last_batch):
+            if batch is not None:
+                yield from batch.reqs
+        for queued, _ in sched.result_queue:
+            yield from queued.reqs
+    return list(dict.fromkeys(candidates()))
+
+
 class Compare:
     """At every event: tree nodes, census owners and request views equal a rebuild."""
 
     def __init__(self) -> None:
         self.events = 0
+        self.queued = 0  # events with a batch in the overlap result queue
 
     def on_event(self, event: str, engine: Any) -> None:
         self.events += 1
@@ -50,22 +68,22 @@ class Compare:
         sched, batch = engine.scheduler, engine.scheduler.cur_batch
         places = ReqPlaces(set(sched.waiting_queue), set(sched.running_batch.reqs),
                            set(batch.reqs) if batch is not None else frozenset())  # fmt: skip
-        views = {v.rid: v for v in engine.state_view(event).reqs}
-        for r in sched.live_reqs():
-            if r.rid in views:
-                ref = _ref_req_view(r, places)
-                got = views[r.rid]
-                assert [(getattr(got, f), type(getattr(got, f))) for f in ReqView.__slots__] == [
-                    (getattr(ref, f), type(getattr(ref, f))) for f in ReqView.__slots__]
+        live = _ref_live_reqs(sched)
+        assert sched.live_reqs() == live  # the same requests (Req compares by identity), in order
+        self.queued += bool(sched.result_queue)
+        got = engine.state_view(event).reqs
+        ref = tuple(_ref_req_view(r, places) for r in live)
+        assert [[(getattr(v, f), type(getattr(v, f))) for f in ReqView._fields] for v in got] == [
+            [(getattr(v, f), type(getattr(v, f))) for f in ReqView._fields] for v in ref]
 
 
-@pytest.mark.parametrize("hybrid", [False, True])
-def test_views_equal_a_rebuild_through_engine_runs(hybrid: bool) -> None:
+@pytest.mark.parametrize(("hybrid", "overlap"), [(False, True), (True, True), (False, False)])
+def test_views_equal_a_rebuild_through_engine_runs(hybrid: bool, overlap: bool) -> None:
     memory = MemoryConfig(max_total_tokens=384, swa_tokens=384, sliding_window=16) if hybrid else MemoryConfig(max_total_tokens=384)
     compare = Compare()
-    engine = Engine(EngineConfig(memory=memory), observers=[compare])
+    engine = Engine(EngineConfig(memory=memory, enable_overlap=overlap), observers=[compare])
     prompts = [[1, 2, 3, 4] * k + [k] * 7 for k in range(1, 10)] + [[1, 2, 3, 4] * 6]
     engine.generate(prompts)
     engine.generate([[1, 2, 3, 4] * 5 + [9] * 60, [5] * 90])
-    assert compare.events > 50
+    assert compare.events > 50 and (compare.queued > 0) == overlap
     assert isinstance(engine.mem.tree_cache, SWARadixCache) == hybrid
