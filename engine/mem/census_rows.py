@@ -79,7 +79,8 @@ class RowCounts:
             self.start[gone] = self.end[gone] = 0
         s0, e0 = self.start[rows], self.end[rows]
         stable = np.minimum(np.minimum(dirty[rows], e0), e1)  # P: read, and unchanged, below it
-        if (stable == e0).all() and (s1 == s0).all():  # only grown (decode): [e0, e1) more
+        if (stable == e0).all() and ((s1 == s0) | (e0 == 0)).all():
+            # only grown (decode) or new: reads [e0, e1) more, of which it owns those >= s1
             added = self._add(table, rows, s1, e1, None, e0)
         else:
             both = np.maximum(s0, s1)  # owned both times: [both, stable)
@@ -103,20 +104,20 @@ class RowCounts:
 
     def _add(self, table: np.ndarray, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
              own: Ranges | None, read_from: np.ndarray) -> np.ndarray | None:
-        """Count the table's entries of the owned ranges (None: the read ones) and of each
-        row's ``[read_from, end)`` (None: a value out of range), copy those reads into
-        ``shadow``, and record the rows' new spans."""
+        """Count the table's entries of the owned ranges (None: the positions at or past
+        each row's start among the reads) and of each row's ``[read_from, end)`` (None: a
+        value out of range), copy those reads into ``shadow``, and record the new spans."""
         read_rows, read_pos = _positions(rows, read_from, end)
         read = table[read_rows, read_pos].astype(np.int64)
         if len(read) and (int(read.min()) < 1 or int(read.max()) > self.num_pages):
             return None  # the owned ranges lie inside the read ones: one test covers both
-        owned = read if own is None else _entries(table, own)[0]
         self.shadow[read_rows, read_pos] = read
         self.start[rows], self.end[rows] = start, end
+        owned = read[read_pos >= self.start[read_rows]] if own is None else _entries(table, own)[0]
         np.add.at(self.own_count, owned, 1)
         np.add.at(self.read_count, read, 1)
         self.own_entries += len(owned)
-        return read if own is None else np.concatenate([owned, read])
+        return np.concatenate([owned, read])
 
 
 Ranges = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows, and [lo, hi) positions of each
