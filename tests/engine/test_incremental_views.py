@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.mem.census_incremental import _row_block
-from engine.request import SamplingParams
-from engine.snapshot import ReqPlaces, ReqViewCache
+from engine.mem import paging
+from engine.request import Req, SamplingParams
+from engine.snapshot import ReqPlaces, ReqViewCache, _held_total
 from engine.view import SELECTIVE, NodeView, ReqView, StateView, positional_builder
 
 
@@ -97,3 +98,13 @@ def test_the_census_row_block_equals_the_row_slices(width: int, spans: list[tupl
     owned = [table[r, s:e] for r, s, e in spans]
     assert np.array_equal(block[0], np.concatenate(owned)) and block[2] == [len(o) for o in owned]
     assert np.array_equal(block[1], np.concatenate([table[r, :e] for r, _, e in spans]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([1, 4, 16]), st.lists(st.tuples(st.integers(-3, 300), st.integers(-3, 300)), max_size=12))
+def test_request_owned_is_the_sum_of_held_lengths(page_size: int, lengths: list[tuple[int, int]]) -> None:
+    """The pool view's request_owned (summed inline) is Σ paging.held_len over the live rows —
+    broken lengths (negative, protected past allocated) included."""
+    live = [Req(f"r{i}", [1], kv_allocated_len=a, cache_protected_len=p) for i, (a, p) in enumerate(lengths)]
+    expected = sum(paging.held_len(r.kv_allocated_len, r.cache_protected_len, page_size) for r in live)
+    assert _held_total(live, page_size) == expected
