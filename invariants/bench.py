@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import gc
 import math
-import os
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from importlib import import_module
+from itertools import pairwise
 from typing import Any
 
 from rich.table import Table
@@ -29,6 +27,7 @@ from engine.model.tokenizer import NUM_BYTES
 from engine.request import SamplingParams
 from invariants.checker import Checker, InvariantViolation, Level, ViewSource
 from invariants.loader import load_catalog
+from invariants.machine import machine_info
 from invariants.rule import Rule
 from invariants.workload import TraceRequest, TraceShape, make_trace
 
@@ -237,7 +236,7 @@ def summarize_cell(batch: int, pool: int, mode: str, samples: list[RunSample]) -
     return {
         "batch": batch, "pool_tokens": pool, "mode": mode, "runs": len(samples), "timed_steps": samples[0].steps,
         "steps_per_s": statistics.median(rates), "steps_per_s_min": min(rates), "steps_per_s_max": max(rates),
-        "us_per_step": statistics.median(per_step),
+        "us_per_step": statistics.median(per_step), "us_per_step_runs": per_step,
         "p99_us_per_step": every[min(len(every) - 1, int(0.99 * len(every)))] / 1e3,
         "checker_us_per_step": statistics.median((s.view_ns + s.rules_ns) / s.steps / 1e3 for s in samples),
         "views_per_step": sum(s.views for s in samples) / steps,
@@ -314,16 +313,25 @@ def _cell(cells: Sequence[dict[str, Any]], batch: int, pool: int, mode: str) -> 
 
 
 def ratios(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """µs/step of each checked mode ÷ µs/step with the checker off, per (batch, pool)."""
+    """µs/step of each checked mode ÷ µs/step with the checker off, per (batch, pool): the
+    median over rounds of the ratio within a round (the modes of a round run back to back,
+    so a slower spell of the shared machine cancels out); of the medians without rounds."""
     out = []
     for batch, pool in dict.fromkeys((c["batch"], c["pool_tokens"]) for c in cells):
         off = _cell(cells, batch, pool, "off")
         row: dict[str, Any] = {"batch": batch, "pool_tokens": pool}
         for mode in ("sums", "full"):
             cell = _cell(cells, batch, pool, mode)
-            row[f"{mode}_over_off"] = cell["us_per_step"] / off["us_per_step"] if cell and off else None
+            row[f"{mode}_over_off"] = _paired_ratio(cell, off) if cell and off else None
         out.append(row)
     return out
+
+
+def _paired_ratio(cell: dict[str, Any], off: dict[str, Any]) -> float:
+    pairs = list(zip(cell.get("us_per_step_runs", ()), off.get("us_per_step_runs", ())))
+    if pairs and len(pairs) == len(cell["us_per_step_runs"]) == len(off["us_per_step_runs"]):
+        return statistics.median(mode / base for mode, base in pairs)
+    return float(cell["us_per_step"] / off["us_per_step"])
 
 
 def targets(result: dict[str, Any]) -> dict[str, Any]:
@@ -350,34 +358,9 @@ def census_growth(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
                         if c["batch"] == batch and c["mode"] == "full" and not c.get("error")
                         and c.get("census_us_per_step"))
         exponents[str(batch)] = [round(math.log(c2 / c1) / math.log(p2 / p1), 3)
-                                 for (p1, c1), (p2, c2) in zip(points, points[1:])]
+                                 for (p1, c1), (p2, c2) in pairwise(points)]
     measured = [e for es in exponents.values() for e in es]
     return {"met": all(e <= 1.0 for e in measured) if measured else None, "exponents": exponents}
-
-
-def machine_info() -> dict[str, Any]:
-    """The machine the numbers belong to."""
-    info: dict[str, Any] = {
-        "platform": platform.platform(), "machine": platform.machine(), "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
-        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-    }
-    if hasattr(os, "sched_getaffinity"):
-        info["cpus_usable"] = len(os.sched_getaffinity(0))
-    for package in ("numpy", "torch"):
-        try:
-            info[package] = import_module(package).__version__
-        except ImportError:
-            info[package] = None
-    return info
-
-
-def _cpu_model() -> str:
-    with suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def summary_table(result: dict[str, Any]) -> Table:

@@ -13,7 +13,7 @@ from invariants.loader import load_catalog
 
 CELL_KEYS = {
     "batch", "pool_tokens", "mode", "runs", "timed_steps", "steps_per_s", "steps_per_s_min",
-    "steps_per_s_max", "us_per_step", "p99_us_per_step", "checker_us_per_step", "views_per_step",
+    "steps_per_s_max", "us_per_step", "us_per_step_runs", "p99_us_per_step", "checker_us_per_step", "views_per_step",
     "view_us_per_step", "census_us_per_step", "rules_us_per_step", "mean_running", "mean_launched",
     "decode_share", "tree_nodes_at_end", "starved", "integrity_failures", "error",
 }
