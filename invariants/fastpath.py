@@ -11,7 +11,8 @@ Keeps the checker's results unchanged; only the cost of a passing event drops:
   the language are pure (no assignment, no call but the side-effect-free FUNCTIONS), so the
   conjunction is true exactly when every rule passes. When it is false or raises, the
   checker evaluates every rule on its own, as before, and records what it finds — so a
-  failing or broken rule is reported exactly as without the fast path.
+  failing or broken rule is reported exactly as without the fast path. Inside its loops,
+  what reads no loop variable is evaluated once per event (``hoist.py``).
 - **Tree-node rules over the changed nodes only** (``NodeMemo``). A rule ``for_each:
   tree.nodes as n`` whose WHERE and EXPR read nothing but ``n``, constants, functions and
   attribute chains of the view (``tree.page_size``, ``tree.kind``) — its "context" — decides
@@ -46,6 +47,7 @@ from types import CodeType
 from typing import Any
 
 from invariants.dsl import FUNCTIONS, STATE_NAMES, compile_tree
+from invariants.hoist import Hoister
 from invariants.rule import Rule, RuleShape
 
 FRESH = "_fresh"  # the DSL forbids names starting with "_": no rule can read or shadow it
@@ -189,6 +191,7 @@ class EventFastPath:
     sums: tuple[SumMemo | SetMemo, ...] = ()
     rule_ids: tuple[str, ...] = ()
     graced: tuple[str, ...] = ()  # rules with a for_steps grace (their streak ends on a pass)
+    hoisted: tuple[tuple[str, CodeType], ...] = ()  # the fused test's loop invariants (hoist.py)
     passes: int = 0
     ns: int = 0
 
@@ -198,6 +201,8 @@ class EventFastPath:
         try:
             for memo in self.sums:
                 env[memo.name] = memo.value(env)
+            for name, code in self.hoisted:
+                env[name] = eval(code, env)
             if self.fused is not None and not eval(self.fused, env):
                 return False
             return all(memo.passes(env) for memo in self.memos.values())
@@ -218,13 +223,13 @@ def build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
             memos[rule.id] = memo
         else:
             plain.append(rule.shape)
-    sums = _SumTerms(label)
-    tests = [sums.visit(test) for test in _fuse(plain)]
+    sums, hoister = _SumTerms(label), Hoister(label)
+    tests = [hoister.visit(sums.visit(test)) for test in _fuse(plain)]
     fused = None
     if tests:
         fused = compile_tree(tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests), f"fused:{label}")
     return EventFastPath(fused, memos, tuple(sums.memos), tuple(r.id for r in rules),
-                         tuple(r.id for r in rules if r.for_steps))
+                         tuple(r.id for r in rules if r.for_steps), tuple(hoister.hoisted))
 
 
 class _SumTerms(ast.NodeTransformer):
