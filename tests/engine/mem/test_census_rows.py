@@ -4,11 +4,14 @@ handed out again — and every page whose counts moved is reported as changed.""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.mem import census_rows
 from engine.mem.census_rows import ALL_PAGES, RowCounts
 from engine.mem.req_to_token import ReqToTokenPool
 
@@ -35,8 +38,9 @@ SPAN = st.tuples(st.just("span"), st.integers(1, ROWS), st.integers(0, WIDTH), s
 BAD = st.tuples(st.just("write"), st.integers(1, ROWS), st.integers(0, WIDTH - 1),
                 st.lists(st.sampled_from([0, PAGES + 1]), min_size=1, max_size=1))
 DROP = st.tuples(st.just("drop"), st.integers(1, ROWS))
+DECODE = st.tuples(st.just("decode"), st.integers(1, PAGES))  # every live row grows by one
 LOOK = st.tuples(st.just("look"))
-OPS = st.lists(st.one_of(WRITE, POINTS, SPAN, SPAN, DROP, LOOK, LOOK, BAD), min_size=1, max_size=40)
+OPS = st.lists(st.one_of(WRITE, POINTS, SPAN, SPAN, DROP, LOOK, LOOK, BAD, DECODE, DECODE), min_size=1, max_size=40)
 
 
 def _apply(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]], op: tuple) -> None:
@@ -51,14 +55,26 @@ def _apply(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]], op: tuple) -
         spans[row] = (min(a, b), max(a, b))
     elif op[0] == "drop":
         spans.pop(op[1], None)
+    elif op[0] == "decode":
+        grown = [(row, end) for row, (_, end) in spans.items() if end < WIDTH]
+        if grown:
+            rows, ends = (np.array(x) for x in zip(*grown))
+            pool.write_points(rows, ends, (rows * op[1] + ends) % PAGES + 1)
+            spans.update({row: (spans[row][0], end + 1) for row, end in grown})
 
 
 @settings(max_examples=300, deadline=None)
-@given(OPS)
-def test_counts_equal_a_recount(ops: list[tuple]) -> None:
+@given(OPS, st.sampled_from([0, census_rows.SMALL_ROWS]))
+def test_counts_equal_a_recount(ops: list[tuple], small_rows: int) -> None:
     """After every look, own/read counts equal counting the live rows' contents from
     scratch; pages whose counts moved are among those reported; a row reading a page
-    outside 1..num_pages makes the rows uncountable (None)."""
+    outside 1..num_pages makes the rows uncountable (None) — with the few-rows decode path
+    and without it."""
+    with patch.object(census_rows, "SMALL_ROWS", small_rows):
+        _check_ops(ops)
+
+
+def _check_ops(ops: list[tuple]) -> None:
     pool = ReqToTokenPool(ROWS, WIDTH)
     for row in range(1, ROWS + 1):  # every position valid at first (an unwritten one reads 0)
         pool.write(row, 0, (np.arange(WIDTH) * row) % PAGES + 1)
