@@ -12,7 +12,7 @@ Keeps the checker's results unchanged; only the cost of a passing event drops:
   conjunction is true exactly when every rule passes. When it is false or raises, the
   checker evaluates every rule on its own, as before, and records what it finds — so a
   failing or broken rule is reported exactly as without the fast path. Inside its loops,
-  what reads no loop variable is evaluated once per event (``hoist.py``).
+  what reads no loop variable is evaluated once per event (``fusion.py``).
 - **Tree-node rules over the changed nodes only** (``NodeMemo``). A rule ``for_each:
   tree.nodes as n`` whose WHERE and EXPR read nothing but ``n``, constants, functions and
   attribute chains of the view (``tree.page_size``, ``tree.kind``) — its "context" — decides
@@ -47,12 +47,13 @@ from types import CodeType
 from typing import Any
 
 from invariants.dsl import FUNCTIONS, STATE_NAMES, compile_tree
-from invariants.hoist import Hoister
+from invariants.fusion import Hoister, fuse
 from invariants.rule import Rule, RuleShape
 
+MAX_BUILT = 64  # fast paths kept compiled (per rule objects and event)
 FRESH = "_fresh"  # the DSL forbids names starting with "_": no rule can read or shadow it
-ELEMENT = "_e"
 _SCALARS = (int, float, str, bool, type(None))
+_BUILT: dict[tuple[tuple[int, ...], str], tuple[tuple[Rule, ...], EventFastPath | None]] = {}
 
 
 @dataclass(slots=True, eq=False)
@@ -65,6 +66,9 @@ class NodeMemo:
     seen: Any = None
     values: tuple[Any, ...] | None = None
     passed: bool = False
+
+    def fresh(self) -> NodeMemo:
+        return NodeMemo(self.context, self.over_fresh, self.full)
 
     def passes(self, env: dict[str, Any]) -> bool:
         """Whether the rule passes (over the fresh nodes only when that is enough)."""
@@ -114,6 +118,9 @@ class SumMemo:
     values: tuple[Any, ...] | None = None
     total: int = 0
 
+    def fresh(self) -> SumMemo:
+        return SumMemo(self.name, self.context, self.full, self.over)
+
     def value(self, env: dict[str, Any]) -> Any:
         nodes, values = env["tree"].nodes, _context_values(self.context, env)
         if self.seen is not None and values is not None and values == self.values:
@@ -148,6 +155,9 @@ class SetMemo:
     seen: Any = None
     values: tuple[Any, ...] | None = None
     counts: dict[Any, int] = field(default_factory=dict)
+
+    def fresh(self) -> SetMemo:
+        return SetMemo(self.name, self.context, self.full, self.over)
 
     def value(self, env: dict[str, Any]) -> set[Any]:
         nodes, values = env["tree"].nodes, _context_values(self.context, env)
@@ -195,6 +205,11 @@ class EventFastPath:
     passes: int = 0
     ns: int = 0
 
+    def fresh(self) -> EventFastPath:
+        """A copy that shares the compiled code and starts with no memory of any view."""
+        return EventFastPath(self.fused, {rule_id: m.fresh() for rule_id, m in self.memos.items()},
+                             tuple(m.fresh() for m in self.sums), self.rule_ids, self.graced, self.hoisted)
+
     def all_pass(self, env: dict[str, Any]) -> bool:
         """True only if every rule of the event passes on ``env``; False means "evaluate
         each rule" (some rule fails or raises, or the memos cannot tell)."""
@@ -212,7 +227,19 @@ class EventFastPath:
 
 def build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
     """The fast path of these rules (none of which reads ``prev``); None if some rule was
-    built without its trees."""
+    built without its trees. Compiled once per rule objects and label (the last few kept:
+    a checker is built per run), each caller getting its own fresh memos."""
+    key = (tuple(map(id, rules)), label)
+    built = _BUILT.pop(key, None)
+    if built is None:
+        built = (tuple(rules), _build_fast_path(rules, label))  # the rules: their ids stay theirs
+    _BUILT[key] = built
+    while len(_BUILT) > MAX_BUILT:
+        del _BUILT[next(iter(_BUILT))]  # the least recently used
+    return None if built[1] is None else built[1].fresh()
+
+
+def _build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
     memos: dict[str, NodeMemo] = {}
     plain: list[RuleShape] = []
     for rule in rules:
@@ -224,7 +251,7 @@ def build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
         else:
             plain.append(rule.shape)
     sums, hoister = _SumTerms(label), Hoister(label)
-    tests = [hoister.visit(sums.visit(test)) for test in _fuse(plain)]
+    tests = [hoister.visit(sums.visit(test)) for test in fuse(plain)]
     fused = None
     if tests:
         fused = compile_tree(tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests), f"fused:{label}")
@@ -287,33 +314,6 @@ def _set_memo(node: ast.SetComp, name: str, label: str) -> SetMemo | None:
     values = ast.Tuple([_copy(c) for c in context], ast.Load())
     return SetMemo(name, compile_tree(values, f"context:{label}"), compile_tree(full, f"set:{label}"),
                    compile_tree(over, f"set:{label}"))
-
-
-def _fuse(shapes: Sequence[RuleShape]) -> list[ast.expr]:
-    """One test per iterable: the rules ``for_each`` over the same expression share one
-    loop, their variables renamed to ELEMENT (a rule's variable cannot be rebound inside
-    it, and ELEMENT cannot be written in the language); the other rules as they are."""
-    loops: dict[str, tuple[ast.expr, list[ast.expr]]] = {}
-    tests: list[ast.expr] = []
-    for shape in shapes:
-        if shape.iterable is None or shape.var is None:
-            tests.append(copy.deepcopy(shape.holds))  # the caller rewrites it in place
-            continue
-        holds = _Rename(shape.var).visit(copy.deepcopy(shape.holds))
-        loops.setdefault(ast.dump(shape.iterable), (shape.iterable, []))[1].append(holds)
-    for iterable, holds in loops.values():
-        body = holds[0] if len(holds) == 1 else ast.BoolOp(ast.And(), holds)
-        gen = ast.comprehension(ast.Name(ELEMENT, ast.Store()), iterable, [], 0)
-        tests.append(ast.Call(ast.Name("all", ast.Load()), [ast.GeneratorExp(body, [gen])], []))
-    return tests
-
-
-class _Rename(ast.NodeTransformer):
-    def __init__(self, var: str) -> None:
-        self.var = var
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        return ast.Name(ELEMENT, node.ctx) if node.id == self.var else node
 
 
 def node_memo(rule: Rule) -> NodeMemo | None:

@@ -136,3 +136,17 @@ def test_node_sets_are_kept_by_set_memos() -> None:
             for memo in memos:
                 assert memo.value(env) == set(eval(memo.full, env))  # the memo's own compiled comprehension
     assert any(memo.value(env) for memo in memos)
+
+
+def test_checkers_of_the_same_rules_share_code_not_memory() -> None:
+    """A checker's fast paths are compiled once per rule objects and event, but each
+    checker's memos start empty: what one checker saw never vouches for another's views."""
+    first = Checker(CATALOG, Level.STRICT)
+    engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=512)), observers=[CheckerHook(first)])
+    engine.generate([[5] * 40, [6] * 30])
+    second = Checker(CATALOG, Level.STRICT)
+    used, fresh = first._fast["step"], second._fast["step"]
+    assert fresh.fused is used.fused and fresh.memos.keys() == used.memos.keys()
+    assert any(m.seen is not None for m in used.memos.values())
+    assert all(m.seen is None and not m.passed for m in fresh.memos.values())
+    assert all(m.seen is None for m in fresh.sums) and fresh.passes == 0
