@@ -201,7 +201,7 @@ class EventFastPath:
     sums: tuple[SumMemo | SetMemo, ...] = ()
     rule_ids: tuple[str, ...] = ()
     graced: tuple[str, ...] = ()  # rules with a for_steps grace (their streak ends on a pass)
-    hoisted: tuple[tuple[str, CodeType], ...] = ()  # the fused test's loop invariants (hoist.py)
+    hoisted: tuple[tuple[str, ...], CodeType] | None = None  # the fused test's loop invariants
     passes: int = 0
     ns: int = 0
 
@@ -216,8 +216,9 @@ class EventFastPath:
         try:
             for memo in self.sums:
                 env[memo.name] = memo.value(env)
-            for name, code in self.hoisted:
-                env[name] = eval(code, env)
+            if self.hoisted is not None:
+                names, code = self.hoisted
+                env.update(zip(names, eval(code, env)))
             if self.fused is not None and not eval(self.fused, env):
                 return False
             return all(memo.passes(env) for memo in self.memos.values())
@@ -256,7 +257,7 @@ def _build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
     if tests:
         fused = compile_tree(tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests), f"fused:{label}")
     return EventFastPath(fused, memos, tuple(sums.memos), tuple(r.id for r in rules),
-                         tuple(r.id for r in rules if r.for_steps), tuple(hoister.hoisted))
+                         tuple(r.id for r in rules if r.for_steps), hoister.compiled())
 
 
 class _SumTerms(ast.NodeTransformer):

@@ -36,13 +36,13 @@ COMPREHENSIONS = (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
 
 
 class Hoister(ast.NodeTransformer):
-    """Replaces the maximal loop-invariant sub-expressions of the trees it visits by names;
-    ``hoisted`` lists each name with its compiled expression, in first-seen order (an
-    expression met twice gets one name)."""
+    """Replaces the maximal loop-invariant sub-expressions of the trees it visits by names
+    (an expression met twice gets one name); ``hoisted`` lists them, in first-seen order,
+    and ``compiled`` evaluates them all at once."""
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.hoisted: list[tuple[str, CodeType]] = []
+        self.hoisted: list[tuple[str, ast.expr]] = []
         self._names: dict[str, str] = {}  # ast.dump of an expression -> its name
         self._bound: list[set[str]] = []  # the variables of the comprehensions around
         self._free: dict[int, tuple[ast.AST, frozenset[str]]] = {}  # free_names' memo
@@ -75,8 +75,16 @@ class Hoister(ast.NodeTransformer):
         name = self._names.get(key)
         if name is None:
             name = self._names[key] = f"{HOISTED}{len(self.hoisted)}"
-            self.hoisted.append((name, compile_tree(copy.deepcopy(node), f"hoisted:{self.label}")))
+            self.hoisted.append((name, copy.deepcopy(node)))
         return ast.Name(name, ast.Load())
+
+    def compiled(self) -> tuple[tuple[str, ...], CodeType] | None:
+        """The names, and one code object giving the tuple of their values (one evaluation
+        per event, not one per name); None when nothing was hoisted."""
+        if not self.hoisted:
+            return None
+        names, trees = zip(*self.hoisted)
+        return names, compile_tree(ast.Tuple(list(trees), ast.Load()), f"hoisted:{self.label}")
 
 
 def free_names(node: ast.AST, memo: dict[int, tuple[ast.AST, frozenset[str]]] | None = None) -> frozenset[str]:
