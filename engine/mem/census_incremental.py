@@ -214,6 +214,9 @@ class IncrementalCensus:
 
     def _apply(self, tree: list[Signed], free: list[Signed]) -> None:
         """Add the signed changes to the counts, the totals and the bad pages."""
+        if not self.bad and not tree and len(free) == 1 and free[0][1] == -1:
+            self._take_free(free[0][0])
+            return
         if sum(len(pages) for pages, _ in tree) + sum(len(pages) for pages, _ in free) <= SMALL:
             self._apply_each(tree, free)
             return
@@ -236,6 +239,16 @@ class IncrementalCensus:
         if self.bad:
             self.bad.difference_update(touched[occupancy < 2].tolist())
         self.bad.update(touched[occupancy >= 2].tolist())
+
+    def _take_free(self, pages: np.ndarray) -> None:
+        """``_apply`` when pages were only taken off the free list (a decode step): with no
+        bad page, every free page is held once, by the free list, so these are distinct,
+        in range (counted when listed) and drop to no holder — no page turns bad."""
+        self.occupancy[pages] -= 1
+        self.free_count[pages] -= 1
+        self.free_entries -= len(pages)
+        if self.rows is not None:
+            self._moved.append(pages)
 
     def _apply_each(self, tree: list[Signed], free: list[Signed]) -> None:
         """``_apply`` one page at a time (a few pages: cheaper than the array passes)."""
