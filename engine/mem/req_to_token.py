@@ -88,6 +88,8 @@ class ReqToTokenPool:
 
     def write(self, row: int, start: int, slots: np.ndarray) -> None:
         """Write ``slots`` into positions ``[start, start + len(slots))`` of ``row``."""
+        if start < 0:  # a slice would wrap around the row (and the trackers lose it)
+            raise KVAccountingError(f"write at negative position {start} of request row {row}")
         self._table[row, start : start + len(slots)] = slots
         for ref in self._trackers:
             tracker = ref()
@@ -96,6 +98,8 @@ class ReqToTokenPool:
 
     def write_points(self, rows: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> None:
         """Write ``slots[i]`` at position ``positions[i]`` of ``rows[i]``."""
+        if len(positions) and int(np.min(positions)) < 0:  # numpy would wrap it around the row
+            raise KVAccountingError(f"write at negative position {int(np.min(positions))} of a request row")
         self._table[rows, positions] = slots
         for ref in self._trackers:
             tracker = ref()

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.errors import KVAccountingError
 from engine.mem import census_rows
 from engine.mem.census_rows import ALL_PAGES, RowCounts
 from engine.mem.req_to_token import ReqToTokenPool
@@ -118,3 +119,14 @@ def test_the_table_is_written_only_through_the_pool() -> None:
     pool = ReqToTokenPool(ROWS, WIDTH)
     with pytest.raises(ValueError, match="read-only"):
         pool.req_to_token[1, 0] = 3
+
+
+def test_a_write_at_a_negative_position_is_refused() -> None:
+    """Position -1 would wrap to the row's last entry while the tracker recorded -1: both
+    writes refuse it (KVAccountingError) and the table is unchanged."""
+    pool = ReqToTokenPool(ROWS, WIDTH)
+    with pytest.raises(KVAccountingError, match="negative position -1"):
+        pool.write(1, -1, np.array([3]))
+    with pytest.raises(KVAccountingError, match="negative position -1"):
+        pool.write_points(np.array([1]), np.array([-1]), np.array([3]))
+    assert not pool.req_to_token.any()
