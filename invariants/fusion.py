@@ -14,9 +14,11 @@ test would have evaluated it. Evaluating it up front may evaluate what a short c
 would have skipped; if that raises, ``EventFastPath.all_pass`` answers "evaluate each rule",
 which records what the rules record on their own — only slower.
 
-Worth hoisting: anything but a constant or a bare name (whose lookup costs what the hoisted
-name's does). The first iterable of a comprehension is evaluated once already (in the
-enclosing scope) and is left where it is. tests/invariants/test_fusion.py.
+Worth hoisting: anything but a constant, a bare name (whose lookup costs what the hoisted
+name's does) and a bare generator (used up by its first reader). The first iterable of a
+comprehension is evaluated once already (in the enclosing scope) and is left where it is.
+``fuse`` works on copies: a rule's own trees are never rewritten (its fast paths at other
+events are built from them again). tests/invariants/test_fusion.py.
 """
 
 from __future__ import annotations
@@ -114,7 +116,10 @@ def _targets(target: ast.expr) -> set[str]:
 
 
 def _worth_hoisting(node: ast.AST) -> bool:
-    return isinstance(node, ast.expr) and not isinstance(node, (ast.Constant, ast.Name, ast.Starred, ast.Slice))
+    # a generator is used up by its first reader: hoisted, every later element would see it
+    # empty (its parts are hoisted instead; a call consuming it gives a value, and is)
+    return isinstance(node, ast.expr) and not isinstance(
+        node, (ast.Constant, ast.Name, ast.Starred, ast.Slice, ast.GeneratorExp))
 
 
 def fuse(shapes: Sequence[RuleShape]) -> list[ast.expr]:
@@ -128,7 +133,7 @@ def fuse(shapes: Sequence[RuleShape]) -> list[ast.expr]:
             tests.append(copy.deepcopy(shape.holds))  # the caller rewrites it in place
             continue
         holds = _Rename(shape.var).visit(copy.deepcopy(shape.holds))
-        loops.setdefault(ast.dump(shape.iterable), (shape.iterable, []))[1].append(holds)
+        loops.setdefault(ast.dump(shape.iterable), (copy.deepcopy(shape.iterable), []))[1].append(holds)
     for iterable, holds in loops.values():
         body = holds[0] if len(holds) == 1 else ast.BoolOp(ast.And(), holds)
         gen = ast.comprehension(ast.Name(ELEMENT, ast.Store()), iterable, [], 0)

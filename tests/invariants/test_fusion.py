@@ -83,3 +83,51 @@ invariants:
       pass: {event: step, view: {reqs: [{rid: r1, kv_committed_len: 1}]}}
       fail: {event: step, view: {sched: {max_running_requests: 1}, reqs: [{rid: r2, kv_committed_len: 9}]}}
 """
+
+
+def test_a_generator_is_not_hoisted_alone() -> None:
+    """A generator is used up by its first reader: ``r.x not in (q.y for q in reqs)`` keeps
+    it in the loop (hoisted, every element after the first would find it empty)."""
+    source = "all((r.x not in (q.y + k.z for q in reqs) for r in reqs))"
+    assert _hoist(source) == ("all((r.x not in (q.y + _h0 for q in reqs) for r in reqs))", ["_h0"])
+
+
+def _check_both(tmp_path: Path, text: str, event: str, view: StateView) -> tuple[list, list]:
+    path = tmp_path / "cat.yaml"
+    path.write_text(text)
+    rules = load_catalog([path]).rules
+    fast, slow = Checker(rules, Level.RECORD), Checker(rules, Level.RECORD, fast_path=False)
+    for checker in (fast, slow):
+        checker.check(event, view)
+    return ([(v.invariant, v.witnesses) for v in fast.violations],
+            [(v.invariant, v.witnesses) for v in slow.violations])
+
+
+def test_membership_in_a_generator_gives_the_rules_answer(tmp_path: Path) -> None:
+    """r2's committed length is in the generator's values: the fast path records it too."""
+    rule = RAISING_RULE.replace("test.guarded", "test.in_gen").replace(
+        'r.kv_committed_len < 5 or (r.rid == "r3" and sched.max_running_requests // 0 > 0)',
+        "r.kv_committed_len not in (q.kv_committed_len + 8 for q in reqs)")
+    view = StateView(event="step", reqs=(ReqView(rid="r1", kv_committed_len=1), ReqView(rid="r2", kv_committed_len=9)))
+    fast, slow = _check_both(tmp_path, rule, "step", view)
+    assert fast == slow == [("test.in_gen", ("req r2",))]
+
+
+def test_a_rules_own_trees_are_not_rewritten(tmp_path: Path) -> None:
+    """Building the fused tests of two events leaves each rule's iterable as written (a
+    rewritten one would name another event's hoisted value), and both events give the
+    rules' records."""
+    rule = RAISING_RULE.replace("test.guarded", "test.filtered").replace("when: [step]", "when: [schedule, step]").replace(
+        "for_each: reqs as r", 'for_each: "[q for q in reqs if q.kv_committed_len > sched.max_running_requests] as r"')
+    path = tmp_path / "cat.yaml"
+    path.write_text(rule)
+    rules = load_catalog([path]).rules
+    before = [ast.unparse(r.shape.iterable) for r in rules]
+    fast, slow = Checker(rules, Level.RECORD), Checker(rules, Level.RECORD, fast_path=False)
+    view = StateView(event="step", sched=SchedView(max_running_requests=4),
+                     reqs=(ReqView(rid="r1", kv_committed_len=1), ReqView(rid="r2", kv_committed_len=9)))
+    for event in ("schedule", "step"):
+        for checker in (fast, slow):
+            checker.check(event, view)
+    assert [(v.event, v.witnesses) for v in fast.violations] == [(v.event, v.witnesses) for v in slow.violations]
+    assert len(slow.violations) == 2 and [ast.unparse(r.shape.iterable) for r in rules] == before
