@@ -115,7 +115,7 @@ class IncrementalCensus:
         """``_clean`` from the kept row counts: no conflict on any page, and every page
         counted once (``changed``: the pages whose row counts moved; None: not countable)."""
         if changed is None or self._stale:
-            self._moved_all = True  # the conflicts are recomputed once all counts are kept again
+            self._moved, self._moved_all = [], True  # all conflicts recomputed once counts are kept
             return False
         moved, self._moved = self._moved, []
         if changed is ALL_PAGES or self._moved_all:

@@ -143,7 +143,7 @@ class RowCounts:
         read_rows, read_pos = _positions(rows, read_from, end)
         read = table[read_rows, read_pos].astype(np.int64)
         if len(read) and (int(read.min()) < 1 or int(read.max()) > self.num_pages):
-            return None  # the owned ranges lie inside the read ones: one test covers both
+            return None  # owned entries are read ones: new here, or checked when first counted
         self.shadow[read_rows, read_pos] = read
         self.start[rows], self.end[rows] = start, end
         owned = read[read_pos >= self.start[read_rows]] if own is None else _entries(table, own)[0]
