@@ -254,18 +254,20 @@ def summarize_cell(batch: int, pool: int, mode: str, samples: list[RunSample]) -
 def run_cells(batch: int, pool: int, rules: dict[str, tuple[Rule, ...]], trace: list[TraceRequest],
               settings: BenchSettings, shape: TraceShape) -> list[dict[str, Any]]:
     """Every mode's (batch, pool) cell: an untimed run (a first run is slower), then
-    ``settings.runs`` rounds of one run per mode — a drift in the shared machine's speed
-    touches every mode alike; a violation makes that mode's cell an error cell."""
+    ``settings.runs`` rounds of one run per mode, the order rotated each round — a drift in
+    the shared machine's speed touches every mode alike; a violation makes that mode's cell
+    an error cell."""
     with suppress(InvariantViolation):  # (the timed runs report it)
         run_once(batch, pool, max(rules.values(), key=len), trace, replace(settings, steps=settings.warmup), shape)
     samples: dict[str, list[RunSample]] = {mode: [] for mode in rules}
     errors: dict[str, str] = {}
-    for _ in range(settings.runs):
-        for mode, mode_rules in rules.items():
+    modes = list(rules)
+    for round_ in range(settings.runs):
+        for mode in modes[round_ % len(modes):] + modes[: round_ % len(modes)]:
             if mode in errors:
                 continue
             try:
-                samples[mode].append(run_once(batch, pool, mode_rules, trace, settings, shape))
+                samples[mode].append(run_once(batch, pool, rules[mode], trace, settings, shape))
             except InvariantViolation as exc:
                 errors[mode] = f"InvariantViolation: {exc}"
     return [{"batch": batch, "pool_tokens": pool, "mode": mode, "error": errors[mode]} if mode in errors

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import CodeType
@@ -54,6 +55,7 @@ MAX_BUILT = 64  # fast paths kept compiled (per rule objects and event)
 FRESH = "_fresh"  # the DSL forbids names starting with "_": no rule can read or shadow it
 _SCALARS = (int, float, str, bool, type(None))
 _BUILT: dict[tuple[tuple[int, ...], str], tuple[tuple[Rule, ...], EventFastPath | None]] = {}
+_BUILT_LOCK = threading.Lock()
 
 
 @dataclass(slots=True, eq=False)
@@ -231,12 +233,13 @@ def build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
     built without its trees. Compiled once per rule objects and label (the last few kept:
     a checker is built per run), each caller getting its own fresh memos."""
     key = (tuple(map(id, rules)), label)
-    built = _BUILT.pop(key, None)
-    if built is None:
-        built = (tuple(rules), _build_fast_path(rules, label))  # the rules: their ids stay theirs
-    _BUILT[key] = built
-    while len(_BUILT) > MAX_BUILT:
-        del _BUILT[next(iter(_BUILT))]  # the least recently used
+    with _BUILT_LOCK:  # checkers may be built from several threads
+        built = _BUILT.pop(key, None)
+        if built is None:
+            built = (tuple(rules), _build_fast_path(rules, label))  # the rules: their ids stay theirs
+        _BUILT[key] = built
+        while len(_BUILT) > MAX_BUILT:
+            del _BUILT[next(iter(_BUILT))]  # the least recently used
     return None if built[1] is None else built[1].fresh()
 
 

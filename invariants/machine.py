@@ -1,4 +1,4 @@
-"""The machine a benchmark's numbers belong to (written into every benchmark's JSON)."""
+"""The machine a benchmark's numbers belong to (written into `kvspec bench sim`'s JSON)."""
 
 from __future__ import annotations
 
