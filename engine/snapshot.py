@@ -71,7 +71,7 @@ def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = (),
         built["tree"] = _tree_view(mem, nodes="nodes" in parts)
     if "reqs" in sections:
         built["reqs"] = (memo.req_views if memo is not None else ReqViewCache()).views(reqs, places)
-    return _new_state_view(event, step, mem.page_size, *(built.get(name, default) for name, default in _SECTION_DEFAULTS))
+    return _new_state_view(event, step, mem.page_size, *[built.get(name, default) for name, default in _SECTION_DEFAULTS])
 
 
 def _pool_views(mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from types import CodeType, MappingProxyType
 from typing import Any
 
@@ -29,6 +30,7 @@ FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType({
     "set": set, "abs": abs, "sorted": sorted,
 })
 STATE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(StateView))
+_state_fields = attrgetter(*STATE_NAMES)  # every StateView field, in order, in one call
 ATTRIBUTES: frozenset[str] = view_field_names()
 MAX_SHOWN = 8  # elements of a sequence shown in a rendered message
 
@@ -238,8 +240,7 @@ def make_env(view: StateView, prev: StateView | None = None,
              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The evaluation globals: view fields, `prev`, the function table, no builtins."""
     env: dict[str, Any] = {"__builtins__": {}, **FUNCTIONS, "prev": prev}
-    for name in STATE_NAMES:  # in globals, so comprehension bodies resolve them
-        env[name] = getattr(view, name)
+    env.update(zip(STATE_NAMES, _state_fields(view)))  # in globals: comprehension bodies resolve them
     if extra:
         env.update(extra)
     return env
