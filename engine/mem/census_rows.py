@@ -10,15 +10,18 @@ as they were counted (what is subtracted when they change).
 Why recounting only part of each row is exact: the table is written only through
 ``ReqToTokenPool.write``/``write_points`` (``req_to_token`` is read-only), which tell
 this census's ``WriteTracker`` the first position written per row (a new table — ``widen``
-— is recounted). For a row counted as ``[s0, e0)`` and
-now ``[s1, e1)``, first written at ``d`` since, positions below ``P = min(d, e0, e1)`` hold
+— is recounted). For a row counted as ``[s0, e0)`` and now ``[s1, e1)``, first written at
+``d`` since, positions below ``P = min(d, e0, e1)`` hold
 what was counted and are read both times; owned positions in ``[max(s0, s1), P)`` are owned
 both times. So the old counts lose ``[P, e0)`` (reads) and ``[s0, e0)`` minus the stable
 owned range, and gain ``[P, e1)`` and ``[s1, e1)`` minus it — read from the table and
 copied into ``shadow``. A row no longer live loses all it counted; a new row (or one freed
-and handed out again: its writes start at 0) gains all.
+and handed out again: its writes start at 0) gains all. With a few rows (``SMALL_ROWS``)
+the same arithmetic runs row by row for what a scheduler step does — rows new, gone, grown,
+rewritten from ``P``, their start moved up (``s1 >= s0``, ``e1 >= e0``: then the stable
+owned range is ``[s1, P)``) — and anything else takes the array passes.
 
-``update`` answers False — the caller then takes the census from scratch — when the rows
+``update`` answers None — the caller then takes the census from scratch — when the rows
 cannot be kept by row (a row listed twice, a span outside the table) or a value is outside
 ``1..num_pages``; the counts then recount from scratch at the next update.
 tests/engine/mem/test_census_rows.py checks the counts against a recount after random
@@ -32,7 +35,7 @@ import numpy as np
 from engine.mem.req_to_token import ReqToTokenPool
 
 ALL_PAGES = np.empty(0, np.int64)  # ``update``'s answer after a recount: every page changed
-SMALL_ROWS = 16  # at most this many rows: the decode case is counted row by row
+SMALL_ROWS = 16  # at most this many rows: a step's changes are counted row by row
 
 
 class RowCounts:
@@ -49,9 +52,9 @@ class RowCounts:
         recount), or None when the rows cannot be counted (census from scratch)."""
         dirty, table = self.writes.take(), self.pool.req_to_token
         if self._table is table and len(spans) <= SMALL_ROWS:
-            grown = self._grow_few(table, spans.tolist(), dirty)
-            if grown is not None:
-                return grown
+            changed = self._follow_few(table, spans.tolist(), dirty)
+            if changed is not None:
+                return changed
         live = _live_rows(spans, table.shape)
         if live is None:
             self._table = None
@@ -61,33 +64,80 @@ class RowCounts:
             self._table = None
         return changed
 
-    def _grow_few(self, table: np.ndarray, spans: list[list[int]], dirty: np.ndarray) -> np.ndarray | None:
-        """``_follow``'s decode case one row at a time (a few rows: cheaper than its array
-        passes): every counted row listed once, same start, unwritten below its old end,
-        grown by at most one position (owned and read). None, with nothing changed, for
-        any other case."""
-        grown: list[tuple[int, int]] = []
-        if np.count_nonzero(self.end) != len(spans) or len({row for row, _, _ in spans}) != len(spans):
-            return None  # a row gone, new, or listed twice
-        width = table.shape[1]
+    def _follow_few(self, table: np.ndarray, spans: list[list[int]], dirty: np.ndarray) -> np.ndarray | None:
+        """``_follow`` one row at a time (a few rows: cheaper than its array passes) for the
+        changes a scheduler step makes: a row new, gone, or grown — its end not shrunk, its
+        start moved up at most (a prefix published to the tree), rewritten from ``P`` =
+        min(first position written, old end) on. None, with nothing changed, otherwise."""
+        plan = self._plan_few(table, spans, dirty)
+        if plan is None:
+            return None
+        gone, rows = plan
+        changed = [self._drop(row) for row in gone]
+        grown: list[int] = []  # the new slot of each row grown by one (the usual decode case)
+        for row, s0, e0, s1, e1, p, new in rows:
+            if p < e0:  # rewritten from p: what was counted there goes
+                changed.append(self._take(self.read_count, self.shadow[row, p:e0]))
+                self._take(self.own_count, self.shadow[row, max(s0, p):e0])
+            if s1 > s0:  # a prefix below p the row no longer owns: [s0, min(s1, p))
+                changed.append(self._take(self.own_count, self.shadow[row, s0:min(s1, p)]))
+            if isinstance(new, int):
+                self._count_one(row, p, s1, new)
+                grown.append(new)
+            elif len(new):
+                self.shadow[row, p:e1] = new
+                np.add.at(self.read_count, new, 1)
+                owned = new[max(s1 - p, 0):]
+                np.add.at(self.own_count, owned, 1)
+                self.own_entries += len(owned)
+                changed.append(new)
+            self.start[row], self.end[row] = s1, e1
+        return np.concatenate([np.array(grown, dtype=np.int64), *changed])
+
+    def _count_one(self, row: int, pos: int, start: int, slot: int) -> None:
+        self.shadow[row, pos] = slot
+        self.read_count[slot] += 1
+        if pos >= start:
+            self.own_count[slot] += 1
+            self.own_entries += 1
+
+    def _plan_few(self, table: np.ndarray, spans: list[list[int]], dirty: np.ndarray) -> FewPlan | None:
+        """The rows gone, and per listed row (row, s0, e0, s1, e1, P, the reads from P on:
+        one slot or an array), if ``_follow_few`` can count them; reads only."""
+        listed = {row for row, _, _ in spans}
+        if len(listed) != len(spans):
+            return None  # a row listed twice
+        plan: list[tuple[int, int, int, int, int, int, int | np.ndarray]] = []
         for row, s1, e1 in spans:
-            if not 0 <= row < len(table):
+            if not (0 <= row < len(table) and 0 <= s1 <= e1 <= table.shape[1]):
                 return None
             e0 = int(self.end[row])
-            if e0 == 0 or s1 != self.start[row] or dirty[row] < e0 or e1 not in (e0, e0 + 1) or e1 > width:
+            s0 = int(self.start[row]) if e0 else 0
+            if s1 < s0 or e1 < e0:
                 return None
-            if e1 > e0:
-                grown.append((row, e0))
-        slots = [int(table[row, pos]) for row, pos in grown]
-        if not all(1 <= slot <= self.num_pages for slot in slots):
-            return None
-        for (row, pos), slot in zip(grown, slots):
-            self.shadow[row, pos] = slot
-            self.end[row] = pos + 1
-            self.own_count[slot] += 1
-            self.read_count[slot] += 1
-        self.own_entries += len(slots)
-        return np.array(slots, dtype=np.int64)
+            p = min(int(dirty[row]), e0)
+            new: int | np.ndarray = int(table[row, p]) if p == e0 == e1 - 1 else table[row, p:e1].astype(np.int64)
+            low, high = (new, new) if isinstance(new, int) else (new.min(initial=1), new.max(initial=1))
+            if low < 1 or high > self.num_pages:
+                return None
+            plan.append((row, s0, e0, s1, e1, p, new))
+        return [row for row in np.flatnonzero(self.end).tolist() if row not in listed], plan
+
+    def _drop(self, row: int) -> np.ndarray:
+        """Take a row no longer live off the counts; its counted pages."""
+        s0, e0 = int(self.start[row]), int(self.end[row])
+        pages = self._take(self.read_count, self.shadow[row, :e0])
+        self._take(self.own_count, pages[s0:])
+        self.start[row] = self.end[row] = 0
+        return pages
+
+    def _take(self, counts: np.ndarray, entries: np.ndarray) -> np.ndarray:
+        """Subtract counted entries (own entries too when ``counts`` is own_count)."""
+        pages = entries.astype(np.int64)
+        np.subtract.at(counts, pages, 1)
+        if counts is self.own_count:
+            self.own_entries -= len(pages)
+        return pages
 
     def _recount(self, table: np.ndarray, spans: np.ndarray) -> np.ndarray | None:
         rows, start, end = spans.T
@@ -154,6 +204,7 @@ class RowCounts:
 
 
 Ranges = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows, and [lo, hi) positions of each
+FewPlan = tuple[list[int], list[tuple[int, int, int, int, int, int, "int | np.ndarray"]]]
 
 
 def _live_rows(spans: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -8,7 +8,7 @@ from unittest.mock import patch
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import KVAccountingError
@@ -40,8 +40,9 @@ BAD = st.tuples(st.just("write"), st.integers(1, ROWS), st.integers(0, WIDTH - 1
                 st.lists(st.sampled_from([0, PAGES + 1]), min_size=1, max_size=1))
 DROP = st.tuples(st.just("drop"), st.integers(1, ROWS))
 DECODE = st.tuples(st.just("decode"), st.integers(1, PAGES))  # every live row grows by one
+PUBLISH = st.tuples(st.just("publish"), st.integers(1, ROWS))  # a row's KV all goes to the tree
 LOOK = st.tuples(st.just("look"))
-OPS = st.lists(st.one_of(WRITE, POINTS, SPAN, SPAN, DROP, LOOK, LOOK, BAD, DECODE, DECODE), min_size=1, max_size=40)
+OPS = st.lists(st.one_of(WRITE, POINTS, SPAN, SPAN, DROP, LOOK, LOOK, BAD, DECODE, DECODE, PUBLISH), min_size=1, max_size=40)
 
 
 def _apply(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]], op: tuple) -> None:
@@ -56,6 +57,8 @@ def _apply(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]], op: tuple) -
         spans[row] = (min(a, b), max(a, b))
     elif op[0] == "drop":
         spans.pop(op[1], None)
+    elif op[0] == "publish" and op[1] in spans:
+        spans[op[1]] = (spans[op[1]][1], spans[op[1]][1])
     elif op[0] == "decode":
         grown = [(row, end) for row, (_, end) in spans.items() if end < WIDTH]
         if grown:
@@ -66,6 +69,7 @@ def _apply(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]], op: tuple) -
 
 @settings(max_examples=300, deadline=None)
 @given(OPS, st.sampled_from([0, census_rows.SMALL_ROWS]))
+@example([("look",), ("decode", 3), ("publish", 1), ("look",)], census_rows.SMALL_ROWS)  # grown, owned by the tree
 def test_counts_equal_a_recount(ops: list[tuple], small_rows: int) -> None:
     """After every look, own/read counts equal counting the live rows' contents from
     scratch; pages whose counts moved are among those reported; a row reading a page
