@@ -45,7 +45,6 @@ every operation of random runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import chain
 
 import numpy as np
 
@@ -53,12 +52,11 @@ from engine.cache.base import PrefixCache, SlotOwner
 from engine.cache.tree_view_cache import NodeRegistry
 from engine.mem.allocator import PagedAllocator
 from engine.mem.census import PageRefs, holding_mask, take_census
-from engine.mem.census_rows import ALL_PAGES, RowCounts
+from engine.mem.census_rows import ALL_PAGES, RowCounts, RowSpan
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.view import Census
 
 SMALL = 16  # changes of at most this many pages are applied one by one (fewer numpy calls)
-RowSpan = tuple[int, int, int]  # (row, owned from, allocated): the row reads [0, allocated)
 Signed = tuple[np.ndarray, int]  # pages, and +1 (now counted) or -1 (no longer)
 
 
@@ -90,8 +88,7 @@ class IncrementalCensus:
         if self._stale:
             self._recount()
         if self.rows is not None:
-            spans = np.fromiter(chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
-            clean = self._rows_clean(self.rows.update(spans))
+            clean = self._rows_clean(self.rows.update(rows))
         else:
             clean = self._clean(*self._row_pages(table, rows))
         return self._clean_census if clean else self._from_scratch(table, rows, labels())

@@ -30,10 +30,14 @@ writes and span changes; tests/engine/mem/test_incremental_census.py the whole c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import chain
+
 import numpy as np
 
 from engine.mem.req_to_token import ReqToTokenPool
 
+RowSpan = tuple[int, int, int]  # (row, owned from, allocated): the row reads [0, allocated)
 ALL_PAGES = np.empty(0, np.int64)  # ``update``'s answer after a recount: every page changed
 SMALL_ROWS = 16  # at most this many rows: a step's changes are counted row by row
 
@@ -46,15 +50,16 @@ class RowCounts:
         self.writes = pool.track_writes()
         self._table: np.ndarray | None = None  # the table counted (None: recount)
 
-    def update(self, spans: np.ndarray) -> np.ndarray | None:
-        """Bring the counts to these rows (``spans``: int64 [rows, 3] of (row, owned from,
-        allocated)); the pages whose counts changed (``ALL_PAGES``, by identity, after a
-        recount), or None when the rows cannot be counted (census from scratch)."""
+    def update(self, rows: Sequence[RowSpan] | np.ndarray) -> np.ndarray | None:
+        """Bring the counts to these rows (each (row, owned from, allocated)); the pages whose
+        counts changed (``ALL_PAGES``, by identity, after a recount), or None when the rows
+        cannot be counted (census from scratch)."""
         dirty, table = self.writes.take(), self.pool.req_to_token
-        if self._table is table and len(spans) <= SMALL_ROWS:
-            changed = self._follow_few(table, spans.tolist(), dirty)
+        if self._table is table and len(rows) <= SMALL_ROWS:
+            changed = self._follow_few(table, rows, dirty)
             if changed is not None:
                 return changed
+        spans = _as_spans(rows)
         live = _live_rows(spans, table.shape)
         if live is None:
             self._table = None
@@ -64,7 +69,8 @@ class RowCounts:
             self._table = None
         return changed
 
-    def _follow_few(self, table: np.ndarray, spans: list[list[int]], dirty: np.ndarray) -> np.ndarray | None:
+    def _follow_few(self, table: np.ndarray, spans: Sequence[RowSpan] | np.ndarray,
+                    dirty: np.ndarray) -> np.ndarray | None:
         """``_follow`` one row at a time (a few rows: cheaper than its array passes) for the
         changes a scheduler step makes: a row new, gone, or grown — its end not shrunk, its
         start moved up at most (a prefix published to the tree), rewritten from ``P`` =
@@ -101,7 +107,7 @@ class RowCounts:
             self.own_count[slot] += 1
             self.own_entries += 1
 
-    def _plan_few(self, table: np.ndarray, spans: list[list[int]], dirty: np.ndarray) -> FewPlan | None:
+    def _plan_few(self, table: np.ndarray, spans: Sequence[RowSpan] | np.ndarray, dirty: np.ndarray) -> FewPlan | None:
         """The rows gone, and per listed row (row, s0, e0, s1, e1, P, the reads from P on:
         one slot or an array), if ``_follow_few`` can count them; reads only."""
         listed = {row for row, _, _ in spans}
@@ -205,6 +211,13 @@ class RowCounts:
 
 Ranges = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows, and [lo, hi) positions of each
 FewPlan = tuple[list[int], list[tuple[int, int, int, int, int, int, "int | np.ndarray"]]]
+
+
+def _as_spans(rows: Sequence[RowSpan] | np.ndarray) -> np.ndarray:
+    """The rows as an int64 [rows, 3] array (one pass over the tuples, no per-row array)."""
+    if isinstance(rows, np.ndarray):
+        return rows.astype(np.int64, copy=False).reshape(-1, 3)
+    return np.fromiter(chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
 
 
 def _live_rows(spans: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
