@@ -100,17 +100,11 @@ def _full_pool_view(mem: KVMemory, live: list[Req], census: bool, slots: list[He
     return PoolView(
         name="full", page_size=ps, capacity=alloc.size, free=alloc.available_size(),
         evictable=cache.evictable_size(), protected=cache.protected_size(),
-        request_owned=_held_total(live, ps),
+        request_owned=paging.total_held_len([r.kv_allocated_len for r in live],
+                                            [r.cache_protected_len for r in live], ps),
         session_held=sum(paging.held_len(s.kv_allocated_len, s.cache_protected_len, ps) for s in slots),
         census=_full_census(mem, alloc, [*live, *slots], memo) if census else NOT_TAKEN,
     )
-
-
-def _held_total(live: list[Req], ps: int) -> int:
-    """Σ ``paging.held_len`` over the live rows, inlined (it runs per request per view)."""
-    if ps == 1:
-        return sum([r.kv_allocated_len for r in live]) - sum([r.cache_protected_len for r in live])
-    return sum([-(-r.kv_allocated_len // ps) * ps - r.cache_protected_len for r in live])
 
 
 def _full_census(mem: KVMemory, alloc: PagedAllocator, rows: list[Req | HeldSlot], memo: ViewMemo | None) -> Census:

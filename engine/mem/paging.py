@@ -9,6 +9,8 @@ Notation: ``ps`` = page size in tokens; page ``p`` holds slots ``[p*ps, (p+1)*ps
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def ceil_align(x: int, ps: int) -> int:
     """Smallest multiple of ``ps`` that is ``>= x``.
@@ -107,6 +109,16 @@ def held_len(allocated_len: int, protected_len: int, ps: int) -> int:
     post: protected_len > allocated_len or __return__ >= 0
     """
     return ceil_align(allocated_len, ps) - protected_len
+
+
+def total_held_len(allocated_lens: Sequence[int], protected_lens: Sequence[int], ps: int) -> int:
+    """Σ ``held_len`` over rows, without a call per row (a view sums it per live request).
+
+    pre: len(allocated_lens) == len(protected_lens) and ps > 0
+    post: __return__ == sum(held_len(a, p, ps) for a, p in zip(allocated_lens, protected_lens))
+    """
+    aligned = allocated_lens if ps == 1 else [-(-a // ps) * ps for a in allocated_lens]
+    return sum(aligned) - sum(protected_lens)
 
 
 def held_swa_len(allocated_len: int, protected_len: int, swa_evicted_len: int, ps: int) -> int:

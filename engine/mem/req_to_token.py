@@ -17,7 +17,6 @@ import numpy as np
 
 from engine.errors import KVAccountingError
 
-
 NOT_DIRTY = np.iinfo(np.int64).max
 
 

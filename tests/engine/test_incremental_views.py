@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
-from engine.mem.census_incremental import _row_block
 from engine.mem import paging
+from engine.mem.census_incremental import _row_block
 from engine.request import Req, SamplingParams
-from engine.snapshot import ReqPlaces, ReqViewCache, _held_total
+from engine.snapshot import ReqPlaces, ReqViewCache
 from engine.view import SELECTIVE, NodeView, ReqView, StateView, positional_builder
 
 
@@ -103,8 +103,9 @@ def test_the_census_row_block_equals_the_row_slices(width: int, spans: list[tupl
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from([1, 4, 16]), st.lists(st.tuples(st.integers(-3, 300), st.integers(-3, 300)), max_size=12))
 def test_request_owned_is_the_sum_of_held_lengths(page_size: int, lengths: list[tuple[int, int]]) -> None:
-    """The pool view's request_owned (summed inline) is Σ paging.held_len over the live rows —
+    """A pool view's request_owned (paging.total_held_len) is Σ paging.held_len over the rows —
     broken lengths (negative, protected past allocated) included."""
     live = [Req(f"r{i}", [1], kv_allocated_len=a, cache_protected_len=p) for i, (a, p) in enumerate(lengths)]
     expected = sum(paging.held_len(r.kv_allocated_len, r.cache_protected_len, page_size) for r in live)
-    assert _held_total(live, page_size) == expected
+    allocated, protected = [r.kv_allocated_len for r in live], [r.cache_protected_len for r in live]
+    assert paging.total_held_len(allocated, protected, page_size) == expected
