@@ -57,11 +57,11 @@ def test_release_from_the_committed_page_start_is_caught() -> None:
 
 def test_aborted_request_that_is_not_released_is_caught() -> None:
     """The abort leak of #22273: a running request finished by an abort is retired without
-    releasing its KV. req.finished_released fires at the very process event, before the
-    leaked pages fall out of every batch and unbalance the sums."""
+    releasing its KV. req.finished_released fires at the step event of that very iteration,
+    before the leaked pages fall out of every batch and unbalance the sums."""
     with mutant("22273-abort-not-released").patch():
         found = _first_violation(abort_after=6)
-    assert found is not None and (found.invariant, found.event) == ("req.finished_released", "process")
+    assert found is not None and (found.invariant, found.event) == ("req.finished_released", "step")
     assert "finished but still holds row" in found.message
 
 
