@@ -16,10 +16,11 @@ what was counted and are read both times; owned positions in ``[max(s0, s1), P)`
 both times. So the old counts lose ``[P, e0)`` (reads) and ``[s0, e0)`` minus the stable
 owned range, and gain ``[P, e1)`` and ``[s1, e1)`` minus it — read from the table and
 copied into ``shadow``. A row no longer live loses all it counted; a new row (or one freed
-and handed out again: its writes start at 0) gains all. With a few rows (``SMALL_ROWS``)
-the same arithmetic runs row by row for what a scheduler step does — rows new, gone, grown,
+and handed out again: its writes start at 0) gains all. Up to ``SMALL_ROWS`` rows the same
+arithmetic runs row by row for what a scheduler step does — rows new, gone, grown,
 rewritten from ``P``, their start moved up (``s1 >= s0``, ``e1 >= e0``: then the stable
-owned range is ``[s1, P)``) — and anything else takes the array passes.
+owned range is ``[s1, P)``) — with the rows a decode step grows by one slot counted in one
+gather; anything else takes the array passes.
 
 ``update`` answers None — the caller then takes the census from scratch — when the rows
 cannot be kept by row (a row listed twice, a span outside the table) or a value is outside
@@ -39,7 +40,9 @@ from engine.mem.req_to_token import ReqToTokenPool
 
 RowSpan = tuple[int, int, int]  # (row, owned from, allocated): the row reads [0, allocated)
 ALL_PAGES = np.empty(0, np.int64)  # ``update``'s answer after a recount: every page changed
-SMALL_ROWS = 16  # at most this many rows: a step's changes are counted row by row
+# at most this many rows: a step's changes are counted row by row (measured: faster up to
+# about 80 rows on the bench's workloads; the array passes' cost barely grows with the rows)
+SMALL_ROWS = 64
 
 
 class RowCounts:
@@ -49,6 +52,10 @@ class RowCounts:
         self.pool, self.num_pages = pool, num_pages
         self.writes = pool.track_writes()
         self._table: np.ndarray | None = None  # the table counted (None: recount)
+        # per table row, the span counted (plain lists: the row-by-row path reads them)
+        self.start: list[int] = []
+        self.end: list[int] = []
+        self._listed: set[int] = set()  # the rows of the last update (every row counted)
 
     def update(self, rows: Sequence[RowSpan] | np.ndarray) -> np.ndarray | None:
         """Bring the counts to these rows (each (row, owned from, allocated)); the pages whose
@@ -56,7 +63,7 @@ class RowCounts:
         cannot be counted (census from scratch)."""
         dirty, table = self.writes.take(), self.pool.req_to_token
         if self._table is table and len(rows) <= SMALL_ROWS:
-            changed = self._follow_few(table, rows, dirty)
+            changed = self._follow_by_row(table, rows.tolist() if isinstance(rows, np.ndarray) else rows, dirty)
             if changed is not None:
                 return changed
         spans = _as_spans(rows)
@@ -64,74 +71,95 @@ class RowCounts:
         if live is None:
             self._table = None
             return None
-        changed = self._recount(table, spans) if self._table is not table else self._follow(table, spans, live, dirty)
+        recount = self._table is not table
+        counted = (np.zeros(len(table), np.int64), np.zeros(len(table), np.int64)) if recount else (
+            np.array(self.start, np.int64), np.array(self.end, np.int64))
+        changed = (self._recount(table, spans, counted) if recount
+                   else self._follow(table, spans, live, dirty, counted))
+        self.start, self.end = counted[0].tolist(), counted[1].tolist()
+        self._listed = set(spans[:, 0].tolist())
         if changed is None:
             self._table = None
         return changed
 
-    def _follow_few(self, table: np.ndarray, spans: Sequence[RowSpan] | np.ndarray,
-                    dirty: np.ndarray) -> np.ndarray | None:
-        """``_follow`` one row at a time (a few rows: cheaper than its array passes) for the
-        changes a scheduler step makes: a row new, gone, or grown — its end not shrunk, its
-        start moved up at most (a prefix published to the tree), rewritten from ``P`` =
-        min(first position written, old end) on. None, with nothing changed, otherwise."""
-        plan = self._plan_few(table, spans, dirty)
+    def _follow_by_row(self, table: np.ndarray, spans: Sequence[RowSpan], dirty: np.ndarray) -> np.ndarray | None:
+        """``_follow`` one row at a time for the changes a scheduler step makes — a row new,
+        gone, or grown (its end not shrunk, its start moved up at most: a prefix published
+        to the tree, rewritten from ``P`` = min(first position written, old end) on) — with
+        the rows grown by one slot (a decode step's) counted in one gather. None, with
+        nothing changed, otherwise."""
+        plan = self._plan_by_row(table, spans, dirty.tolist())
         if plan is None:
             return None
-        gone, rows = plan
-        changed = [self._drop(row) for row in gone]
-        grown: list[int] = []  # the new slot of each row grown by one (the usual decode case)
+        listed, grown, rows = plan
+        changed = [self._drop(row) for row in self._listed - listed]
         for row, s0, e0, s1, e1, p, new in rows:
             if p < e0:  # rewritten from p: what was counted there goes
                 changed.append(self._take(self.read_count, self.shadow[row, p:e0]))
                 self._take(self.own_count, self.shadow[row, max(s0, p):e0])
             if s1 > s0:  # a prefix below p the row no longer owns: [s0, min(s1, p))
                 changed.append(self._take(self.own_count, self.shadow[row, s0:min(s1, p)]))
-            if isinstance(new, int):
-                self._count_one(row, p, s1, new)
-                grown.append(new)
-            elif len(new):
-                self.shadow[row, p:e1] = new
-                np.add.at(self.read_count, new, 1)
-                owned = new[max(s1 - p, 0):]
-                np.add.at(self.own_count, owned, 1)
-                self.own_entries += len(owned)
-                changed.append(new)
+            self.shadow[row, p:e1] = new
+            np.add.at(self.read_count, new, 1)
+            owned = new[max(s1 - p, 0):]
+            np.add.at(self.own_count, owned, 1)
+            self.own_entries += len(owned)
+            changed.append(new)
             self.start[row], self.end[row] = s1, e1
-        return np.concatenate([np.array(grown, dtype=np.int64), *changed])
+        if grown is not None:
+            changed.append(self._count_grown(*grown))
+        self._listed = listed
+        return np.concatenate(changed) if changed else _NONE
 
-    def _count_one(self, row: int, pos: int, start: int, slot: int) -> None:
-        self.shadow[row, pos] = slot
-        self.read_count[slot] += 1
-        if pos >= start:
-            self.own_count[slot] += 1
-            self.own_entries += 1
-
-    def _plan_few(self, table: np.ndarray, spans: Sequence[RowSpan] | np.ndarray, dirty: np.ndarray) -> FewPlan | None:
-        """The rows gone, and per listed row (row, s0, e0, s1, e1, P, the reads from P on:
-        one slot or an array), if ``_follow_few`` can count them; reads only."""
-        listed = {row for row, _, _ in spans}
-        if len(listed) != len(spans):
-            return None  # a row listed twice
-        plan: list[tuple[int, int, int, int, int, int, int | np.ndarray]] = []
+    def _plan_by_row(self, table: np.ndarray, spans: Sequence[RowSpan], dirty: list[int]) -> ByRowPlan | None:
+        """The rows listed; the rows grown by one slot (rows, positions, their slots); and per
+        other changed row (row, s0, e0, s1, e1, P, the reads from P on) — if
+        ``_follow_by_row`` can count them. Reads only."""
+        start, end, n = self.start, self.end, self.num_pages
+        height, width = table.shape
+        listed: set[int] = set()
+        grow_rows: list[int] = []
+        grow_at: list[int] = []
+        rows: list[tuple[int, int, int, int, int, int, np.ndarray]] = []
         for row, s1, e1 in spans:
-            if not (0 <= row < len(table) and 0 <= s1 <= e1 <= table.shape[1]):
-                return None
-            e0 = int(self.end[row])
-            s0 = int(self.start[row]) if e0 else 0
+            if not (0 <= row < height and 0 <= s1 <= e1 <= width) or row in listed:
+                return None  # a span outside the table, or a row listed twice
+            listed.add(row)
+            e0 = end[row]
+            s0 = start[row] if e0 else s1  # nothing counted: as if counted from s1
+            p = min(dirty[row], e0)
             if s1 < s0 or e1 < e0:
                 return None
-            p = min(int(dirty[row]), e0)
-            new: int | np.ndarray = int(table[row, p]) if p == e0 == e1 - 1 else table[row, p:e1].astype(np.int64)
-            low, high = (new, new) if isinstance(new, int) else (new.min(initial=1), new.max(initial=1))
-            if low < 1 or high > self.num_pages:
+            if p == e0 and s1 == s0 and (e1 == e0 or e1 == e0 + 1 and e0):
+                if e1 > e0:  # grown by one slot, which it owns (a counted row: s1 = s0 <= e0)
+                    grow_rows.append(row)
+                    grow_at.append(e0)
+                continue
+            new = table[row, p:e1].astype(np.int64)
+            if len(new) and (int(new.min()) < 1 or int(new.max()) > n):
                 return None
-            plan.append((row, s0, e0, s1, e1, p, new))
-        return [row for row in np.flatnonzero(self.end).tolist() if row not in listed], plan
+            rows.append((row, s0, e0, s1, e1, p, new))
+        if not grow_rows:
+            return listed, None, rows
+        slots = table[grow_rows, grow_at].astype(np.int64)
+        if int(slots.min()) < 1 or int(slots.max()) > n:
+            return None
+        return listed, (grow_rows, grow_at, slots), rows
+
+    def _count_grown(self, rows: list[int], at: list[int], slots: np.ndarray) -> np.ndarray:
+        """Count the one new (owned) slot of each of these rows; the slots."""
+        self.shadow[rows, at] = slots
+        np.add.at(self.read_count, slots, 1)
+        np.add.at(self.own_count, slots, 1)
+        self.own_entries += len(slots)
+        end = self.end
+        for row, pos in zip(rows, at):
+            end[row] = pos + 1
+        return slots
 
     def _drop(self, row: int) -> np.ndarray:
         """Take a row no longer live off the counts; its counted pages."""
-        s0, e0 = int(self.start[row]), int(self.end[row])
+        s0, e0 = self.start[row], self.end[row]
         pages = self._take(self.read_count, self.shadow[row, :e0])
         self._take(self.own_count, pages[s0:])
         self.start[row] = self.end[row] = 0
@@ -145,32 +173,33 @@ class RowCounts:
             self.own_entries -= len(pages)
         return pages
 
-    def _recount(self, table: np.ndarray, spans: np.ndarray) -> np.ndarray | None:
+    def _recount(self, table: np.ndarray, spans: np.ndarray, counted: Counted) -> np.ndarray | None:
         rows, start, end = spans.T
         self.shadow = np.zeros_like(table)
-        self.start = np.zeros(len(table), dtype=np.int64)
-        self.end = np.zeros(len(table), dtype=np.int64)
         self.own_count = np.zeros(self.num_pages + 1, dtype=np.int64)
         self.read_count = np.zeros(self.num_pages + 1, dtype=np.int64)
         self.own_entries, self._table = 0, table
-        if self._add(table, rows, start, end, (rows, start, end), np.zeros_like(rows)) is None:
+        if self._add(table, rows, start, end, (rows, start, end), np.zeros_like(rows), counted) is None:
             return None
         return ALL_PAGES
 
-    def _follow(self, table: np.ndarray, spans: np.ndarray, live: np.ndarray, dirty: np.ndarray) -> np.ndarray | None:
-        """Subtract what changed since the last update, add what is there now."""
+    def _follow(self, table: np.ndarray, spans: np.ndarray, live: np.ndarray, dirty: np.ndarray,
+                counted: Counted) -> np.ndarray | None:
+        """Subtract what changed since the last update, add what is there now (``counted``:
+        each table row's counted span, as arrays, brought to ``spans``)."""
         rows, s1, e1 = spans.T
-        gone = np.flatnonzero(~live & (self.end > 0))
+        start, end = counted
+        gone = np.flatnonzero(~live & (end > 0))
         removed = _NONE
         if len(gone):  # rows no longer live lose all they counted
-            g1 = self.end[gone]
-            removed = self._subtract((gone, self.start[gone], g1), (gone, np.zeros_like(gone), g1))
-            self.start[gone] = self.end[gone] = 0
-        s0, e0 = self.start[rows], self.end[rows]
+            g1 = end[gone]
+            removed = self._subtract((gone, start[gone], g1), (gone, np.zeros_like(gone), g1))
+            start[gone] = end[gone] = 0
+        s0, e0 = start[rows], end[rows]
         stable = np.minimum(np.minimum(dirty[rows], e0), e1)  # P: read, and unchanged, below it
         if (stable == e0).all() and ((s1 == s0) | (e0 == 0)).all():
             # only grown (decode) or new: reads [e0, e1) more, of which it owns those >= s1
-            added = self._add(table, rows, s1, e1, None, e0)
+            added = self._add(table, rows, s1, e1, None, e0, counted)
         else:
             both = np.maximum(s0, s1)  # owned both times: [both, stable)
             cut_lo, cut_hi = np.minimum(both, stable), stable  # the kept range (empty: lo == hi)
@@ -180,7 +209,7 @@ class RowCounts:
                  np.concatenate([np.minimum(cut_lo, e0), e0])), (rows, stable, e0))])
             added = self._add(table, rows, s1, e1, (
                 np.concatenate([rows, rows]), np.concatenate([s1, np.maximum(cut_hi, s1)]),
-                np.concatenate([np.minimum(cut_lo, e1), e1])), stable)
+                np.concatenate([np.minimum(cut_lo, e1), e1])), stable, counted)
         return None if added is None else np.concatenate([removed, added])
 
     def _subtract(self, own: Ranges, reads: Ranges) -> np.ndarray:
@@ -192,17 +221,18 @@ class RowCounts:
         return entries
 
     def _add(self, table: np.ndarray, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
-             own: Ranges | None, read_from: np.ndarray) -> np.ndarray | None:
+             own: Ranges | None, read_from: np.ndarray, counted: Counted) -> np.ndarray | None:
         """Count the table's entries of the owned ranges (None: the positions at or past
         each row's start among the reads) and of each row's ``[read_from, end)`` (None: a
-        value out of range), copy those reads into ``shadow``, and record the new spans."""
+        value out of range), copy those reads into ``shadow``, and record the new spans
+        in ``counted``."""
         read_rows, read_pos = _positions(rows, read_from, end)
         read = table[read_rows, read_pos].astype(np.int64)
         if len(read) and (int(read.min()) < 1 or int(read.max()) > self.num_pages):
             return None  # owned entries are read ones: new here, or checked when first counted
         self.shadow[read_rows, read_pos] = read
-        self.start[rows], self.end[rows] = start, end
-        owned = read[read_pos >= self.start[read_rows]] if own is None else _entries(table, own)[0]
+        counted[0][rows], counted[1][rows] = start, end
+        owned = read[read_pos >= counted[0][read_rows]] if own is None else _entries(table, own)[0]
         np.add.at(self.own_count, owned, 1)
         np.add.at(self.read_count, read, 1)
         self.own_entries += len(owned)
@@ -210,7 +240,9 @@ class RowCounts:
 
 
 Ranges = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows, and [lo, hi) positions of each
-FewPlan = tuple[list[int], list[tuple[int, int, int, int, int, int, "int | np.ndarray"]]]
+Counted = tuple[np.ndarray, np.ndarray]  # per table row, the counted span's start and end
+GrownRows = tuple[list[int], list[int], np.ndarray]  # rows, positions, their slots
+ByRowPlan = tuple[set[int], "GrownRows | None", list[tuple[int, int, int, int, int, int, np.ndarray]]]
 
 
 def _as_spans(rows: Sequence[RowSpan] | np.ndarray) -> np.ndarray:

@@ -70,6 +70,7 @@ def _apply(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]], op: tuple) -
 @settings(max_examples=300, deadline=None)
 @given(OPS, st.sampled_from([0, census_rows.SMALL_ROWS]))
 @example([("look",), ("decode", 3), ("publish", 1), ("look",)], census_rows.SMALL_ROWS)  # grown, owned by the tree
+@example([("look",), ("span", 3, 1, 1), ("look",)], census_rows.SMALL_ROWS)  # new: one slot, owned by the tree
 def test_counts_equal_a_recount(ops: list[tuple], small_rows: int) -> None:
     """After every look, own/read counts equal counting the live rows' contents from
     scratch; pages whose counts moved are among those reported; a row reading a page
