@@ -237,8 +237,10 @@ class Engine(SessionAPI):
         else:  # no section that lists requests or rows: skip finding them
             places, owning = NOWHERE, []
         extra = {"response": self._response} if event == "response" else {}
+        if "sched" in sections:
+            extra["sched"] = self._sched_view()
         view = memory_view(self.mem, event, sched.stats.iterations, owning, places, parts, self._view_memo,
-                           sched=self._sched_view(), integrity=self.integrity, **extra)
+                           integrity=self.integrity, **extra)
         if sections & SESSION_SECTIONS:
             view = self._session_parts(event, view, owning)  # and, at ``response``, the response
         return view if sched.eagle is None else sched.eagle.annotate(view)  # EAGLE's fields

@@ -280,10 +280,11 @@ class StateView:
 # every pool and the tree's node list (the checker derives which from its rules' attributes).
 OPTIONAL_PARTS: frozenset[str] = frozenset({"census", "nodes"})
 
-# The sections of a view that cost a pass over requests, rows or the tree. A ``parts`` set
-# holding SELECTIVE asks for only the sections it also names (the others stay empty, as no
-# rule at that event reads them); without SELECTIVE every section is built.
-SECTIONS: frozenset[str] = frozenset({"pools", "tree", "req_pool", "reqs", "slots", "sessions"})
+# The sections of a view that cost a pass over requests, rows or the tree, or (sched) a
+# read of the scheduler's state. A ``parts`` set holding SELECTIVE asks for only the
+# sections it also names (the others keep their defaults, as no rule at that event reads
+# them); without SELECTIVE every section is built.
+SECTIONS: frozenset[str] = frozenset({"pools", "tree", "req_pool", "reqs", "slots", "sessions", "sched"})
 SELECTIVE = "selective"
 
 
