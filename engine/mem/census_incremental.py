@@ -3,23 +3,21 @@ followed by their changes; so are the request rows at page size 1 (``census_rows
 only the positions written or re-spanned since are recounted), else they are recounted
 every time.
 
-Keeps, for pages ``0..num_pages``, exactly as a from-scratch count would give them:
-``occupancy`` (tree entries + free-list entries per page: a tree entry is one holding of a
-page by a node — ``census.holding_mask``'s entries, so a node holding a page twice, in two
-runs or in a run longer than a page, gives it two entries; at page size 1 every slot is an
-entry), ``free_count`` (free-list entries per page), the totals ``tree_entries`` and
-``free_entries`` (their sums over pages), and ``bad`` — the pages whose occupancy is 2 or
-more (tree-held twice, listed twice, or tree-held and free). ``take`` answers a census:
+Keeps, in the ledger of ``census_kernels.py``, for pages ``0..num_pages``, exactly as a
+from-scratch count would give them: per page the tree + free-list entries (``occupancy``:
+a tree entry is one holding of a page by a node — ``census.holding_mask``'s entries, so a
+node holding a page twice, in two runs or in a run longer than a page, gives it two
+entries; at page size 1 every slot is an entry), the free-list entries (``free_count``),
+at page size 1 the row-owned and row-read entries, their totals, and which pages are
+blocked (named by a census from scratch: see census_kernels.py). ``take`` answers a census:
 
-    clean fast path   no bad page (so the tree and the free list are disjoint and repeat-
-                      free, no node holds a page twice, and their entry totals count
-                      distinct pages); the rows' owned entries (``holding_mask`` per row)
-                      are distinct — no row holds a page twice, no two rows share one — in
-                      range and unoccupied; no page a row reads is free; and tree + free +
-                      row-owned pages = num_pages. Then every census set is empty: no
-                      duplicate (every page held at most once), no dangling page (owned or
-                      read pages are not free), no free repeat, and no orphan (three disjoint
-                      sets of pages in 1..num_pages whose sizes add up to num_pages cover it).
+    clean fast path   no page blocked, and tree + free + row-owned entries = num_pages (page
+                      size 1; above it the rows are checked from scratch against the kept
+                      counts: their owned entries distinct, in range and unoccupied, no page
+                      they read free). Then every census set is empty: no duplicate (every
+                      page held at most once), no dangling page (owned or read pages are not
+                      free), no free repeat, and no orphan (three disjoint sets of pages in
+                      1..num_pages whose sizes add up to num_pages cover it).
     anything else     the from-scratch ``take_census`` (the oracle) over the same owners,
                       so a broken state gets exactly its witnesses.
 
@@ -30,12 +28,8 @@ How the counts follow the state (each fallback below recounts from scratch, O(po
   end; its arrays are read-only) and ``release_pages`` only grows by appending (the
   allocator never assigns into it); any other change seen — a merge, a clear, a replaced
   list, a different last entry — recounts the free list (the tree's counts are kept).
-- rows (page size 1): ``RowCounts`` keeps per page the row entries that own it and the
-  rows that read it; ``row_bad`` — the pages where those conflict with each other or with
-  the tree and the free list (``_conflicts``) — is updated on every page whose counts moved
-  (the rows' changed pages, and the tree and free-list pages applied since), and
-  recomputed over all pages after any recount. So the fast path's row conditions read:
-  ``row_bad`` empty and tree + free + row-owned entries = num_pages.
+- rows (page size 1): ``RowCounts`` moves the rows' entries in the same ledger, so a page's
+  flag always reflects the tree, the free list and the rows together.
 - an id outside ``1..num_pages`` or a count below zero makes every census from scratch
   until the next recount finds the state in range.
 tests/engine/mem/test_incremental_census.py checks ``take`` against ``take_census`` after
@@ -52,11 +46,23 @@ from engine.cache.base import PrefixCache, SlotOwner
 from engine.cache.tree_view_cache import NodeRegistry
 from engine.mem.allocator import PagedAllocator
 from engine.mem.census import PageRefs, holding_mask, take_census
-from engine.mem.census_rows import ALL_PAGES, RowCounts, RowSpan
+from engine.mem.census_kernels import (
+    BLOCKED,
+    FREE,
+    FREE_ENTRIES,
+    OCCUPANCY,
+    OK,
+    OWNED_ENTRIES,
+    TREE_ENTRIES,
+    apply_pages,
+    new_ledger,
+    retally,
+)
+from engine.mem.census_rows import RowCounts, RowSpan
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.view import Census
 
-SMALL = 16  # changes of at most this many pages are applied one by one (fewer numpy calls)
+SMALL = 16  # rows up to this many are sliced one by one (page size above 1: fewer numpy calls)
 Signed = tuple[np.ndarray, int]  # pages, and +1 (now counted) or -1 (no longer)
 
 
@@ -68,14 +74,28 @@ class IncrementalCensus:
         self.alloc, self.cache = allocator, cache
         self.registry = self._registry()
         self.ps, self.num_pages = allocator.page_size, allocator.num_pages
+        self.ledger = self.counts, self.blocked, self.totals = new_ledger(self.num_pages)
         # page size 1 with the rows' table: the rows' counts are kept too (census_rows.py)
-        self.rows = RowCounts(pool, self.num_pages) if pool is not None and self.ps == 1 else None
-        self.row_bad: set[int] = set()  # pages where the rows' counts conflict (see _conflicts)
-        self._moved: list[np.ndarray] = []  # pages whose tree/free counts moved since
-        self._moved_all = True
+        self.rows = RowCounts(pool, self.num_pages, self.ledger) if pool is not None and self.ps == 1 else None
         self._stale = True  # recount everything at the next census
         self._clean_census = Census(num_pages=self.num_pages)  # frozen: one serves every clean view
         self._scratch = np.zeros(self.num_pages + 1, dtype=np.int64)
+
+    @property
+    def occupancy(self) -> np.ndarray:
+        return self.counts[OCCUPANCY]
+
+    @property
+    def free_count(self) -> np.ndarray:
+        return self.counts[FREE]
+
+    @property
+    def tree_entries(self) -> int:
+        return int(self.totals[TREE_ENTRIES])
+
+    @property
+    def free_entries(self) -> int:
+        return int(self.totals[FREE_ENTRIES])
 
     def take(self, table: np.ndarray, rows: Sequence[RowSpan], labels: Callable[[], list[str]]) -> Census:
         """The census of the pool with these live rows (``table``: request → token);
@@ -88,15 +108,21 @@ class IncrementalCensus:
         if self._stale:
             self._recount()
         if self.rows is not None:
-            clean = self._rows_clean(self.rows.update(rows))
+            clean = self.rows.update(rows) and self._balanced()
         else:
             clean = self._clean(*self._row_pages(table, rows))
         return self._clean_census if clean else self._from_scratch(table, rows, labels())
 
     # ---- the fast path's test ----
 
+    def _balanced(self) -> bool:
+        """No page blocked, and every page counted once (the rows' entries kept too)."""
+        totals = self.totals
+        return (not self._stale and not totals[BLOCKED]
+                and int(totals[TREE_ENTRIES] + totals[FREE_ENTRIES] + totals[OWNED_ENTRIES]) == self.num_pages)
+
     def _clean(self, own: np.ndarray, ref: np.ndarray) -> bool:
-        if self._stale or self.bad:
+        if self._stale or self.totals[BLOCKED]:
             return False
         n = self.num_pages
         # a row's owned pages are a part of the pages it reads: one range test covers both
@@ -107,31 +133,6 @@ class IncrementalCensus:
         if (marks[own] != order).any() or self.occupancy[own].any() or self.free_count[ref].any():
             return False
         return self.tree_entries + self.free_entries + len(own) == n
-
-    def _rows_clean(self, changed: np.ndarray | None) -> bool:
-        """``_clean`` from the kept row counts: no conflict on any page, and every page
-        counted once (``changed``: the pages whose row counts moved; None: not countable)."""
-        if changed is None or self._stale:
-            self._moved, self._moved_all = [], True  # all conflicts recomputed once counts are kept
-            return False
-        moved, self._moved = self._moved, []
-        if changed is ALL_PAGES or self._moved_all:
-            self._moved_all = False
-            self.row_bad = set(np.flatnonzero(self._conflicts(slice(None))).tolist())
-        else:
-            pages = np.concatenate([changed, *moved]) if moved else changed
-            conflict = self._conflicts(pages)
-            if self.row_bad or conflict.any():
-                self.row_bad.difference_update(pages[~conflict].tolist())
-                self.row_bad.update(pages[conflict].tolist())
-        entries = self.tree_entries + self.free_entries + self.rows.own_entries
-        return not self.bad and not self.row_bad and entries == self.num_pages
-
-    def _conflicts(self, at: np.ndarray | slice) -> np.ndarray:
-        """Pages owned by two row entries, owned by a row and held by the tree or the free
-        list, or read by a row while free."""
-        own, read = self.rows.own_count[at], self.rows.read_count[at]
-        return (own >= 2) | (own >= 1) & (self.occupancy[at] >= 1) | (read >= 1) & (self.free_count[at] >= 1)
 
     def _row_pages(self, table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, np.ndarray]:
         """Every row's owned pages (one entry per holding, ``holding_mask``) and read pages."""
@@ -168,9 +169,12 @@ class IncrementalCensus:
             self._stale = True
             return
         free = self._free_changes()
-        if tree or free:
-            self._apply(tree, free or [])
-        if free is None and not self._stale:
+        for changes, is_free in ((tree, False), (free or [], True)):
+            for pages, sign in changes:
+                if apply_pages(pages, sign, is_free, *self.ledger) != OK:
+                    self._stale = True  # an id out of range, or a count below zero
+                    return
+        if free is None:
             self._recount_free()
 
     def _tree_changes(self) -> list[Signed] | None:
@@ -207,73 +211,12 @@ class IncrementalCensus:
         fresh = released[self._released_at:]
         self._free_head, self._released_at = head, len(released)
         self._released_last = released[-1] if released else None
-        return [(taken, -1)] * bool(len(taken)) + [(pages, 1) for pages in fresh]
-
-    def _apply(self, tree: list[Signed], free: list[Signed]) -> None:
-        """Add the signed changes to the counts, the totals and the bad pages."""
-        if not self.bad and not tree and len(free) == 1 and free[0][1] == -1:
-            self._take_free(free[0][0])
-            return
-        if sum(len(pages) for pages, _ in tree) + sum(len(pages) for pages, _ in free) <= SMALL:
-            self._apply_each(tree, free)
-            return
-        tree_pages, tree_signs = _signed(tree)
-        free_pages, free_signs = _signed(free)
-        touched = np.concatenate([tree_pages, free_pages])
-        if int(touched.min()) < 1 or int(touched.max()) > self.num_pages:
-            self._stale = True  # an id out of range: every census goes from scratch
-            return
-        if self.rows is not None:
-            self._moved.append(touched)
-        np.add.at(self.occupancy, touched, np.concatenate([tree_signs, free_signs]))
-        np.add.at(self.free_count, free_pages, free_signs)
-        self.tree_entries += int(tree_signs.sum())
-        self.free_entries += int(free_signs.sum())
-        occupancy = self.occupancy[touched]
-        if int(occupancy.min()) < 0 or (len(free_pages) and int(self.free_count[free_pages].min()) < 0):
-            self._stale = True
-            return
-        if self.bad:
-            self.bad.difference_update(touched[occupancy < 2].tolist())
-        self.bad.update(touched[occupancy >= 2].tolist())
-
-    def _take_free(self, pages: np.ndarray) -> None:
-        """``_apply`` when pages were only taken off the free list (a decode step): with no
-        bad page, every free page is held once, by the free list, so these are distinct,
-        in range (counted when listed) and drop to no holder — no page turns bad."""
-        self.occupancy[pages] -= 1
-        self.free_count[pages] -= 1
-        self.free_entries -= len(pages)
-        if self.rows is not None:
-            self._moved.append(pages)
-
-    def _apply_each(self, tree: list[Signed], free: list[Signed]) -> None:
-        """``_apply`` one page at a time (a few pages: cheaper than the array passes)."""
-        occupancy, free_count, bad, n = self.occupancy, self.free_count, self.bad, self.num_pages
-        for is_free, changes in ((False, tree), (True, free)):
-            for pages, sign in changes:
-                if self.rows is not None:
-                    self._moved.append(pages)
-                for page in pages.tolist():
-                    if not 1 <= page <= n:
-                        self._stale = True  # an id out of range: every census goes from scratch
-                        return
-                    occupancy[page] += sign
-                    count = int(occupancy[page])
-                    if is_free:
-                        free_count[page] += sign
-                        self.free_entries += sign
-                        count = min(count, int(free_count[page]))
-                    else:
-                        self.tree_entries += sign
-                    if count < 0:
-                        self._stale = True
-                        return
-                    (bad.add if occupancy[page] >= 2 else bad.discard)(page)
+        return [(taken, -1)] * bool(len(taken)) + [(pages.astype(np.int64, copy=False), 1) for pages in fresh]
 
     def _recount(self) -> None:
-        """Count the tree and the free list from scratch; stale if an id is out of range."""
-        n, self._stale, self._moved_all = self.num_pages, False, True
+        """Count the tree and the free list from scratch (the rows' counts kept); stale if an
+        id is out of range."""
+        n, self._stale = self.num_pages, False
         self._tree_pages: dict[int, np.ndarray] = {}
         owners = self._tree_owners()  # first: it may log (or replace the log)
         self._log = self.registry.owner_log if self.registry is not None else None
@@ -289,14 +232,14 @@ class IncrementalCensus:
             self._stale = True  # page 0 is reserved; ids past the pool are out of range
             return
         self._stale = self.registry is None and bool(owners)  # tree owners it cannot follow
-        self.occupancy = np.bincount(tree, minlength=n + 1)
-        self.free_count = np.zeros(n + 1, dtype=self.occupancy.dtype)
-        self.tree_entries, self.free_entries = len(tree), 0
+        self.counts[OCCUPANCY] = np.bincount(tree, minlength=n + 1)
+        self.counts[FREE] = 0
+        self.totals[TREE_ENTRIES], self.totals[FREE_ENTRIES] = len(tree), 0
         self._recount_free()
 
     def _recount_free(self) -> None:
-        """Count the free list from scratch (the tree's counts kept); stale if out of range."""
-        self._moved_all = True
+        """Count the free list from scratch (the tree's and rows' counts kept); stale if an
+        id is out of range."""
         free = self.alloc.all_free_pages().astype(np.int64, copy=False)
         self._free_head, self._released = self.alloc.free_pages, self.alloc.release_pages
         self._released_at = len(self._released)
@@ -304,11 +247,11 @@ class IncrementalCensus:
         if len(free) and (int(free.min()) < 1 or int(free.max()) > self.num_pages):
             self._stale = True
             return
-        self.occupancy -= self.free_count
-        self.free_count = np.bincount(free, minlength=self.num_pages + 1)
-        self.occupancy += self.free_count
-        self.free_entries = len(free)
-        self.bad: set[int] = set(np.flatnonzero(self.occupancy >= 2).tolist())
+        self.counts[OCCUPANCY] -= self.counts[FREE]
+        self.counts[FREE] = np.bincount(free, minlength=self.num_pages + 1)
+        self.counts[OCCUPANCY] += self.counts[FREE]
+        self.totals[FREE_ENTRIES] = len(free)
+        retally(*self.ledger)
 
     def _registry(self) -> NodeRegistry | None:
         registry = getattr(self.cache, "node_registry", None)
@@ -324,20 +267,6 @@ class IncrementalCensus:
             return np.array(owner.slots, dtype=np.int64)
         pages = np.asarray(owner.slots, dtype=np.int64) // self.ps
         return pages[holding_mask(pages, self.ps, np.zeros(1, np.int64))]
-
-
-def _signed(changes: list[Signed]) -> tuple[np.ndarray, np.ndarray]:
-    """The pages of ``changes`` and their signs, as two arrays."""
-    if not changes:
-        return _NONE, _NONE
-    if len(changes) == 1:
-        pages, sign = changes[0]
-        return pages.astype(np.int64, copy=False), np.full(len(pages), sign, np.int64)
-    pages = np.concatenate([p for p, _ in changes]).astype(np.int64, copy=False)
-    return pages, np.repeat(np.array([sign for _, sign in changes], np.int64), [len(p) for p, _ in changes])
-
-
-_NONE = np.empty(0, np.int64)
 
 
 def _taken_front(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
