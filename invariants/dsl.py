@@ -236,10 +236,14 @@ def compile_expr(source: str, names: Iterable[str], offset: int = 0, label: str 
     return Expr(source, tree, compile_tree(tree, label), reads, attrs)
 
 
+_BASE_ENV: dict[str, Any] = {"__builtins__": {}, **FUNCTIONS}  # copied per view (validated code writes no global)
+
+
 def make_env(view: StateView, prev: StateView | None = None,
              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The evaluation globals: view fields, `prev`, the function table, no builtins."""
-    env: dict[str, Any] = {"__builtins__": {}, **FUNCTIONS, "prev": prev}
+    env = _BASE_ENV.copy()
+    env["prev"] = prev
     env.update(zip(STATE_NAMES, _state_fields(view)))  # in globals: comprehension bodies resolve them
     if extra:
         env.update(extra)
