@@ -62,7 +62,7 @@ from engine.mem.census_rows import RowCounts, RowSpan
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.view import Census
 
-SMALL = 16  # rows up to this many are sliced one by one (page size above 1: fewer numpy calls)
+SMALL = 16  # fewer rows than this are sliced one by one (page size above 1: fewer numpy calls)
 Signed = tuple[np.ndarray, int]  # pages, and +1 (now counted) or -1 (no longer)
 
 
