@@ -19,7 +19,7 @@ def machine_info() -> dict[str, Any]:
     }
     if hasattr(os, "sched_getaffinity"):
         info["cpus_usable"] = len(os.sched_getaffinity(0))
-    for package in ("numpy", "torch"):
+    for package in ("numpy", "numba", "torch"):
         try:
             info[package] = import_module(package).__version__
         except ImportError:
