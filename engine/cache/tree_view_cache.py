@@ -130,6 +130,9 @@ class NodeRegistry(Generic[N]):
         if self._owner_dirty:
             owners = self._owners
             for node in self._owner_dirty:
+                # counted by value from here on (census_incremental.py keeps what it counted):
+                # a later in-place write would go unseen, so it raises instead
+                node.value.flags.writeable = False
                 if self.swa:
                     owners[node.id] = SlotOwner(f"tree:n{node.id}", node.value, not node.swa_tombstone)
                 else:

@@ -164,3 +164,16 @@ def test_one_owner_holding_a_page_twice_is_a_duplicate(page_size: int, kind: str
     assert len(census.duplicates) == 1 and len(census.duplicates[0].owners) == 1
     assert census.duplicates[0].owners[0].endswith(" (twice)")
     assert not census.orphans and not census.dangling  # only the census's duplicates show it
+
+
+def test_a_counted_node_value_is_read_only() -> None:
+    """The incremental census keeps the slots it counted for each tree node; a node's value
+    written in place afterwards (not rebuilt, so not logged) would go unseen — so once
+    counted, a node's value is read-only and such a write raises."""
+    engine = census_engine(1, "radix")
+    engine.submit([5] * 10, SamplingParams(max_new_tokens=4, ignore_eos=True))
+    engine.run_until_idle()
+    assert engine.state_view("step").pools[0].census == Census(num_pages=256)
+    node = next(n for n in engine.mem.tree_cache.node_registry().all() if len(n.value))
+    with pytest.raises(ValueError, match="read-only"):
+        node.value[0] = 1
