@@ -33,7 +33,15 @@ from itertools import chain
 
 import numpy as np
 
-from engine.mem.census_kernels import OK, OWNED, OWNED_ENTRIES, READ, follow_rows, new_ledger, retally
+from engine.mem.census_kernels import (
+    OK,
+    OWNED,
+    OWNED_ENTRIES,
+    READ,
+    follow_rows,
+    new_ledger,
+    retally,
+)
 from engine.mem.req_to_token import ReqToTokenPool
 
 RowSpan = tuple[int, int, int]  # (row, owned from, allocated): the row reads [0, allocated)

@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.mem.census import take_census
-from engine.mem.census_kernels import BLOCKED, FREE_ENTRIES, OK, OWNED_ENTRIES, TREE_ENTRIES, apply_pages, new_ledger
+from engine.mem.census_kernels import (
+    BLOCKED,
+    FREE_ENTRIES,
+    OK,
+    OWNED_ENTRIES,
+    TREE_ENTRIES,
+    apply_pages,
+    new_ledger,
+)
 from engine.mem.census_rows import RowCounts
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.view import Census
@@ -42,7 +50,7 @@ def test_blocked_pages_are_those_a_census_names(nodes: list[list[int]], free: li
     read = [(f"row{r}", pool.read(r, 0, e)) for r, _, e in spans]
     census = take_census(PAGES, np.array(free, np.int64), owned, read, slots_per_page=1)
     named = {w.page for w in (*census.duplicates, *census.dangling)} | set(census.free_repeats)
-    counts, blocked, totals = ledger
+    _, blocked, totals = ledger
     assert set(np.flatnonzero(blocked).tolist()) == named and totals[BLOCKED] == len(named)
     entries = totals[TREE_ENTRIES] + totals[FREE_ENTRIES] + totals[OWNED_ENTRIES]
     assert (not totals[BLOCKED] and entries == PAGES) == (census == Census(num_pages=PAGES))
