@@ -171,7 +171,7 @@ class IncrementalCensus:
         free = self._free_changes()
         for changes, is_free in ((tree, False), (free or [], True)):
             for pages, sign in changes:
-                if apply_pages(pages, sign, is_free, *self.ledger) != OK:
+                if apply_pages(pages, sign, is_free, self.ledger) != OK:
                     self._stale = True  # an id out of range, or a count below zero
                     return
         if free is None:
@@ -251,7 +251,7 @@ class IncrementalCensus:
         self.counts[FREE] = np.bincount(free, minlength=self.num_pages + 1)
         self.counts[OCCUPANCY] += self.counts[FREE]
         self.totals[FREE_ENTRIES] = len(free)
-        retally(*self.ledger)
+        retally(self.ledger)
 
     def _registry(self) -> NodeRegistry | None:
         registry = getattr(self.cache, "node_registry", None)
@@ -262,7 +262,7 @@ class IncrementalCensus:
 
     def _distinct(self, owner: SlotOwner) -> np.ndarray:
         """An owner's entries (``holding_mask``; a copy): each page it holds once in a clean
-        state, a page it holds twice twice — which marks it bad (a census from scratch)."""
+        state, a page it holds twice twice — which blocks it (a census from scratch)."""
         if self.ps == 1:
             return np.array(owner.slots, dtype=np.int64)
         pages = np.asarray(owner.slots, dtype=np.int64) // self.ps

@@ -12,8 +12,8 @@ scratch would name it:
 
 Every kernel that moves a page's counts recomputes its flag, and ``totals[BLOCKED]`` counts
 the flags; so a census with no page blocked, in range, whose entries add up to the pool's
-pages, is clean (census_incremental.py). A kernel answers ``OK``, or why it stopped: the
-caller then recounts what it moved (a stop leaves the counts half moved).
+pages, is clean (census_incremental.py). A kernel that moves counts answers ``OK``, or why
+it stopped: the caller then recounts what it moved (a stop leaves the counts half moved).
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from numba import njit
 
 OCCUPANCY, FREE, OWNED, READ = 0, 1, 2, 3  # counts' rows: tree + free-list entries, free-list, row-owned, row-read
 TREE_ENTRIES, FREE_ENTRIES, OWNED_ENTRIES, BLOCKED = 0, 1, 2, 3  # totals
-OK, OUT_OF_RANGE, NEGATIVE, UNCOUNTABLE = 0, 1, 2, 3  # kernel answers
+START, END, LISTED = 0, 1, 2  # rows of follow_rows' ``counted``: per table row
+OK, OUT_OF_RANGE, NEGATIVE, UNCOUNTABLE = 0, 1, 2, 3  # what a kernel that moves counts answers
+Ledger = tuple[np.ndarray, np.ndarray, np.ndarray]  # counts, blocked, totals
 
 
-def new_ledger(num_pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def new_ledger(num_pages: int) -> Ledger:
     """Zero counts, flags and totals for pages ``1..num_pages``."""
     return np.zeros((4, num_pages + 1), np.int64), np.zeros(num_pages + 1, np.int64), np.zeros(4, np.int64)
 
@@ -40,15 +42,17 @@ def _is_blocked(counts: np.ndarray, page: int) -> int:
 
 
 @njit(cache=True, inline='always')
-def _reflag(counts: np.ndarray, blocked: np.ndarray, totals: np.ndarray, page: int) -> None:
+def _reflag(ledger: Ledger, page: int) -> None:
+    counts, blocked, totals = ledger
     now = _is_blocked(counts, page)
     totals[BLOCKED] += now - blocked[page]
     blocked[page] = now
 
 
 @njit(cache=True)
-def retally(counts: np.ndarray, blocked: np.ndarray, totals: np.ndarray) -> None:
+def retally(ledger: Ledger) -> None:
     """Every page's flag anew (after counts were rebuilt wholesale)."""
+    counts, blocked, totals = ledger
     flagged = 0
     for page in range(1, counts.shape[1]):
         blocked[page] = _is_blocked(counts, page)
@@ -57,9 +61,9 @@ def retally(counts: np.ndarray, blocked: np.ndarray, totals: np.ndarray) -> None
 
 
 @njit(cache=True)
-def apply_pages(pages: np.ndarray, sign: int, free: bool, counts: np.ndarray, blocked: np.ndarray,
-                totals: np.ndarray) -> int:
+def apply_pages(pages: np.ndarray, sign: int, free: bool, ledger: Ledger) -> int:
     """One entry more (``sign`` 1) or less (-1) per listed page: the tree's, or the free list's."""
+    counts, _, totals = ledger
     num_pages = counts.shape[1] - 1
     for i in range(len(pages)):
         page = pages[i]
@@ -72,20 +76,21 @@ def apply_pages(pages: np.ndarray, sign: int, free: bool, counts: np.ndarray, bl
                 return NEGATIVE
         if counts[OCCUPANCY, page] < counts[FREE, page]:  # the tree's entries of it below zero
             return NEGATIVE
-        _reflag(counts, blocked, totals, page)
+        _reflag(ledger, page)
     totals[FREE_ENTRIES if free else TREE_ENTRIES] += sign * len(pages)
     return OK
 
 
 @njit(cache=True)
 def follow_rows(table: np.ndarray, shadow: np.ndarray, spans: np.ndarray, dirty: np.ndarray,
-                start: np.ndarray, end: np.ndarray, listed: np.ndarray, stamp: int,
-                counts: np.ndarray, blocked: np.ndarray, totals: np.ndarray) -> int:
-    """Bring the rows' counts from the spans counted (``start``/``end`` per table row, their
-    entries in ``shadow``) to ``spans`` (row, owned from, allocated) over ``table``, given
-    ``dirty`` (per row, the first position written since). census_rows.py says why only
-    the positions below P = min(dirty, old end, new end) are kept."""
+                counted: np.ndarray, stamp: int, ledger: Ledger) -> int:
+    """Bring the rows' counts from the spans counted (``counted[START]``/``[END]`` per table
+    row, their entries in ``shadow``) to ``spans`` (row, owned from, allocated) over
+    ``table``, given ``dirty`` (per row, the first position written since); ``stamp`` marks
+    the rows listed (``counted[LISTED]``). census_rows.py says why only the positions below
+    P = min(dirty, old end, new end) are kept."""
     height, width = table.shape
+    start, end, listed = counted[START], counted[END], counted[LISTED]
     for i in range(spans.shape[0]):
         row, s1, e1 = spans[i, 0], spans[i, 1], spans[i, 2]
         if row < 0 or row >= height or s1 < 0 or s1 > e1 or e1 > width or listed[row] == stamp:
@@ -93,12 +98,11 @@ def follow_rows(table: np.ndarray, shadow: np.ndarray, spans: np.ndarray, dirty:
         listed[row] = stamp
     for row in range(height):
         if end[row] > 0 and listed[row] != stamp:  # no longer live: all it counted goes
-            _count(shadow, row, 0, end[row], READ, -1, counts, blocked, totals)
-            _count(shadow, row, start[row], end[row], OWNED, -1, counts, blocked, totals)
+            _count(shadow, row, 0, end[row], READ, -1, ledger)
+            _count(shadow, row, start[row], end[row], OWNED, -1, ledger)
             start[row] = end[row] = 0
     for i in range(spans.shape[0]):
-        status = _follow_row(table, shadow, spans[i, 0], spans[i, 1], spans[i, 2], dirty, start, end,
-                             counts, blocked, totals)
+        status = _follow_row(table, shadow, spans[i, 0], spans[i, 1], spans[i, 2], dirty, counted, ledger)
         if status != OK:
             return status
     return OK
@@ -106,37 +110,36 @@ def follow_rows(table: np.ndarray, shadow: np.ndarray, spans: np.ndarray, dirty:
 
 @njit(cache=True, inline='always')  # no call: each would count its arrays' references
 def _follow_row(table: np.ndarray, shadow: np.ndarray, row: int, s1: int, e1: int, dirty: np.ndarray,
-                start: np.ndarray, end: np.ndarray, counts: np.ndarray, blocked: np.ndarray,
-                totals: np.ndarray) -> int:
-    e0 = end[row]
-    s0 = start[row] if e0 > 0 else s1  # nothing counted: as if counted from s1
+                counted: np.ndarray, ledger: Ledger) -> int:
+    e0 = counted[END, row]
+    s0 = counted[START, row] if e0 > 0 else s1  # nothing counted: as if counted from s1
     stable = min(dirty[row], e0, e1)  # P: below it, what was counted is there still
     cut = min(max(s0, s1), stable)  # owned both times: [cut, P)
     # no longer counted: reads [P, e0); owned [s0, e0) less [cut, P)
-    _count(shadow, row, stable, e0, READ, -1, counts, blocked, totals)
-    _count(shadow, row, s0, min(cut, e0), OWNED, -1, counts, blocked, totals)
-    _count(shadow, row, max(stable, s0), e0, OWNED, -1, counts, blocked, totals)
-    num_pages = counts.shape[1] - 1
+    _count(shadow, row, stable, e0, READ, -1, ledger)
+    _count(shadow, row, s0, min(cut, e0), OWNED, -1, ledger)
+    _count(shadow, row, max(stable, s0), e0, OWNED, -1, ledger)
+    num_pages = ledger[0].shape[1] - 1
     for pos in range(stable, e1):
         page = table[row, pos]
         if page < 1 or page > num_pages:
             return OUT_OF_RANGE
         shadow[row, pos] = page
     # counted now: reads [P, e1); owned [s1, e1) less [cut, P)
-    _count(shadow, row, stable, e1, READ, 1, counts, blocked, totals)
-    _count(shadow, row, s1, min(cut, e1), OWNED, 1, counts, blocked, totals)
-    _count(shadow, row, max(stable, s1), e1, OWNED, 1, counts, blocked, totals)
-    start[row], end[row] = s1, e1
+    _count(shadow, row, stable, e1, READ, 1, ledger)
+    _count(shadow, row, s1, min(cut, e1), OWNED, 1, ledger)
+    _count(shadow, row, max(stable, s1), e1, OWNED, 1, ledger)
+    counted[START, row], counted[END, row] = s1, e1
     return OK
 
 
 @njit(cache=True, inline='always')  # no call: each would count its arrays' references
-def _count(shadow: np.ndarray, row: int, lo: int, hi: int, kind: int, sign: int, counts: np.ndarray,
-           blocked: np.ndarray, totals: np.ndarray) -> None:
+def _count(shadow: np.ndarray, row: int, lo: int, hi: int, kind: int, sign: int, ledger: Ledger) -> None:
     """Move the ``kind`` counts of the row's counted entries at ``[lo, hi)`` by ``sign``."""
+    counts, totals = ledger[0], ledger[2]
     for pos in range(lo, hi):
         page = shadow[row, pos]
         counts[kind, page] += sign
-        _reflag(counts, blocked, totals, page)
+        _reflag(ledger, page)
     if kind == OWNED and hi > lo:
         totals[OWNED_ENTRIES] += sign * (hi - lo)

@@ -38,6 +38,7 @@ from engine.mem.census_kernels import (
     OWNED,
     OWNED_ENTRIES,
     READ,
+    Ledger,
     follow_rows,
     new_ledger,
     retally,
@@ -45,7 +46,6 @@ from engine.mem.census_kernels import (
 from engine.mem.req_to_token import ReqToTokenPool
 
 RowSpan = tuple[int, int, int]  # (row, owned from, allocated): the row reads [0, allocated)
-Ledger = tuple[np.ndarray, np.ndarray, np.ndarray]  # counts, blocked, totals (census_kernels.py)
 
 
 class RowCounts:
@@ -79,10 +79,9 @@ class RowCounts:
         if recount:
             self._reset(table)
         self._stamp += 1
-        status = follow_rows(table, self.shadow, _as_spans(rows), dirty, self.start, self.end, self.listed,
-                             self._stamp, *self.ledger)
+        status = follow_rows(table, self.shadow, _as_spans(rows), dirty, self.counted, self._stamp, self.ledger)
         if recount:
-            retally(*self.ledger)  # the reset zeroed counts without moving their pages' flags
+            retally(self.ledger)  # the reset zeroed counts without moving their pages' flags
         if status != OK:
             self._table = None
         return status == OK
@@ -91,9 +90,7 @@ class RowCounts:
         """Count nothing, over ``table``."""
         counts, _, totals = self.ledger
         self.shadow = np.zeros_like(table)
-        self.start = np.zeros(len(table), dtype=np.int64)
-        self.end = np.zeros(len(table), dtype=np.int64)
-        self.listed = np.zeros(len(table), dtype=np.int64)
+        self.counted = np.zeros((3, len(table)), dtype=np.int64)  # per row: start, end, stamp listed
         counts[OWNED] = counts[READ] = 0
         totals[OWNED_ENTRIES] = 0
         self._table, self._stamp = table, 0

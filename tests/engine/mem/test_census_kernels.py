@@ -37,8 +37,8 @@ def test_blocked_pages_are_those_a_census_names(nodes: list[list[int]], free: li
     and the ledger is clean exactly when the census is."""
     ledger = new_ledger(PAGES)
     for node in nodes:
-        assert apply_pages(np.array(node, np.int64), 1, False, *ledger) == OK
-    assert apply_pages(np.array(free, np.int64), 1, True, *ledger) == OK
+        assert apply_pages(np.array(node, np.int64), 1, False, ledger) == OK
+    assert apply_pages(np.array(free, np.int64), 1, True, ledger) == OK
     pool = ReqToTokenPool(ROWS, WIDTH)
     spans = []
     for row, (contents, start) in enumerate(rows, start=1):
@@ -61,9 +61,9 @@ def test_moving_entries_back_unblocks() -> None:
     both ways), and a count below zero stops the kernel."""
     ledger = new_ledger(PAGES)
     pages = np.array([3], np.int64)
-    assert apply_pages(pages, 1, False, *ledger) == OK and apply_pages(pages, 1, True, *ledger) == OK
+    assert apply_pages(pages, 1, False, ledger) == OK and apply_pages(pages, 1, True, ledger) == OK
     assert ledger[1][3] == 1 and ledger[2][BLOCKED] == 1
-    assert apply_pages(pages, -1, False, *ledger) == OK
+    assert apply_pages(pages, -1, False, ledger) == OK
     assert ledger[1][3] == 0 and ledger[2][BLOCKED] == 0
-    assert apply_pages(pages, -1, False, *ledger) != OK
-    assert apply_pages(np.array([PAGES + 1], np.int64), 1, True, *ledger) != OK
+    assert apply_pages(pages, -1, False, ledger) != OK
+    assert apply_pages(np.array([PAGES + 1], np.int64), 1, True, ledger) != OK

@@ -1,6 +1,6 @@
 """The rows' page counts kept across censuses (engine/mem/census_rows.py) are the counts of
 the live rows' current contents — after any writes, span changes, rows dropped and rows
-handed out again — and every page whose counts moved is reported as changed."""
+handed out again — and the pages flagged are those the counts block."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_counts_equal_a_recount(ops: list[tuple]) -> None:
 
 def test_a_row_listed_twice_or_out_of_the_table_is_not_countable() -> None:
     """Counts are kept by row: two owners on one row, or a span past the row's width,
-    answer None (the census then goes from scratch)."""
+    are not countable: False (the census then goes from scratch)."""
     pool = ReqToTokenPool(ROWS, WIDTH)
     pool.write(1, 0, np.arange(1, 5))
     counts = RowCounts(pool, PAGES)
