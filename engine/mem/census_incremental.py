@@ -188,10 +188,12 @@ class IncrementalCensus:
         ids, self._log_at = dict.fromkeys(log[self._log_at:]), len(log)
         changes: list[Signed] = []
         for node_id in ids:
+            owner = self.registry.owner(node_id)
+            if owner is not None and self._tree_pages.get(node_id) is owner.slots:
+                continue  # rebuilt for its links or locks: the very (frozen) array counted
             old = self._tree_pages.pop(node_id, None)
             if old is not None:
                 changes.append((old, -1))
-            owner = self.registry.owner(node_id)
             if owner is not None:
                 self._tree_pages[node_id] = new = self._distinct(owner)
                 changes.append((new, 1))
@@ -261,10 +263,15 @@ class IncrementalCensus:
         return self.registry.slot_owners() if self.registry is not None else list(self.cache.slot_owners())
 
     def _distinct(self, owner: SlotOwner) -> np.ndarray:
-        """An owner's entries (``holding_mask``; a copy): each page it holds once in a clean
-        state, a page it holds twice twice — which blocks it (a census from scratch)."""
+        """An owner's entries (``holding_mask``): each page it holds once in a clean state, a
+        page it holds twice twice — which blocks it (a census from scratch). A copy, or at
+        page size 1 the owner's own array when it is frozen: read-only and owning its data
+        (tree_view_cache.py freezes node values when it builds their owners), so nothing can
+        change it — and seeing it again, by identity, means the node's slots are unchanged."""
         if self.ps == 1:
-            return np.array(owner.slots, dtype=np.int64)
+            slots = owner.slots
+            frozen = isinstance(slots, np.ndarray) and slots.base is None and not slots.flags.writeable
+            return slots if frozen and slots.dtype == np.int64 and slots.ndim == 1 else np.array(slots, dtype=np.int64)
         pages = np.asarray(owner.slots, dtype=np.int64) // self.ps
         return pages[holding_mask(pages, self.ps, np.zeros(1, np.int64))]
 
