@@ -23,7 +23,8 @@ blocked (named by a census from scratch: see census_kernels.py). ``take`` answer
 
 How the counts follow the state (each fallback below recounts from scratch, O(pool)):
 - tree: the node registry's ``owner_log`` names every node whose owner was rebuilt or
-  dropped since the last census; the old pages of each are subtracted, the new added.
+  dropped since the last census; the old pages of each are subtracted, the new added (none
+  of either when the owner holds the very frozen array counted: ``_distinct``).
 - free list: ``free_pages`` only ever shrinks from the front by slicing (same buffer, same
   end; its arrays are read-only) and ``release_pages`` only grows by appending (the
   allocator never assigns into it); any other change seen — a merge, a clear, a replaced
