@@ -53,7 +53,7 @@ class RowCounts:
     (a census's, shared with its tree and free-list counts; by default one of its own)."""
 
     def __init__(self, pool: ReqToTokenPool, num_pages: int, ledger: Ledger | None = None) -> None:
-        self.pool, self.num_pages = pool, num_pages
+        self.pool = pool
         self.ledger = ledger if ledger is not None else new_ledger(num_pages)
         self.writes = pool.track_writes()
         self._table: np.ndarray | None = None  # the table counted (None: recount)
