@@ -34,16 +34,30 @@ class MemoryConfig:
 
     def __post_init__(self) -> None:
         _require(self.page_size >= 1, "page_size", self.page_size, "must be >= 1")
-        _require(self.max_total_tokens >= self.page_size, "max_total_tokens", self.max_total_tokens,
-                 f"must hold at least one page ({self.page_size} tokens)")
+        _require(
+            self.max_total_tokens >= self.page_size,
+            "max_total_tokens",
+            self.max_total_tokens,
+            f"must hold at least one page ({self.page_size} tokens)",
+        )
         _require(self.max_num_reqs >= 1, "max_num_reqs", self.max_num_reqs, "must be >= 1")
         _require(self.context_len >= 2, "context_len", self.context_len, "must be >= 2")
-        _require(self.cache in ("radix", "chunk"), "cache", self.cache, "must be 'radix' or 'chunk'")
+        _require(
+            self.cache in ("radix", "chunk"), "cache", self.cache, "must be 'radix' or 'chunk'"
+        )
         if self.swa_tokens is not None:
-            _require(self.swa_tokens >= self.page_size, "swa_tokens", self.swa_tokens,
-                     "must hold at least one page")
-            _require(self.sliding_window is not None and self.sliding_window >= 1,
-                     "sliding_window", self.sliding_window, "a hybrid SWA pool needs a window >= 1")
+            _require(
+                self.swa_tokens >= self.page_size,
+                "swa_tokens",
+                self.swa_tokens,
+                "must hold at least one page",
+            )
+            _require(
+                self.sliding_window is not None and self.sliding_window >= 1,
+                "sliding_window",
+                self.sliding_window,
+                "a hybrid SWA pool needs a window >= 1",
+            )
 
     @property
     def is_hybrid(self) -> bool:
@@ -78,7 +92,9 @@ class EngineConfig:
     chunked_prefill_size: int | None = 8192  # None: chunked prefill off
     enable_mixed_chunk: bool = False
     enable_overlap: bool = True  # SGLang's default (disable_overlap_schedule=False)
-    enable_streaming_session: bool = False  # --enable-streaming-session (engine/cache/streaming_session.py)
+    enable_streaming_session: bool = (
+        False  # --enable-streaming-session (engine/cache/streaming_session.py)
+    )
     schedule_conservativeness: float = 1.0
     init_new_token_ratio_base: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
     min_new_token_ratio_factor: float = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
@@ -93,33 +109,79 @@ class EngineConfig:
     def __post_init__(self) -> None:
         mem = self.memory
         if self.max_running_requests is not None:
-            _require(1 <= self.max_running_requests <= mem.max_num_reqs, "max_running_requests",
-                     self.max_running_requests, f"must be in 1..memory.max_num_reqs ({mem.max_num_reqs})")
-        _require(self.max_prefill_tokens >= 1, "max_prefill_tokens", self.max_prefill_tokens, "must be >= 1")
+            _require(
+                1 <= self.max_running_requests <= mem.max_num_reqs,
+                "max_running_requests",
+                self.max_running_requests,
+                f"must be in 1..memory.max_num_reqs ({mem.max_num_reqs})",
+            )
+        _require(
+            self.max_prefill_tokens >= 1,
+            "max_prefill_tokens",
+            self.max_prefill_tokens,
+            "must be >= 1",
+        )
         if self.chunked_prefill_size is not None:
-            _require(self.chunked_prefill_size >= mem.page_size, "chunked_prefill_size",
-                     self.chunked_prefill_size, f"must hold a page ({mem.page_size} tokens) or be None")
+            _require(
+                self.chunked_prefill_size >= mem.page_size,
+                "chunked_prefill_size",
+                self.chunked_prefill_size,
+                f"must hold a page ({mem.page_size} tokens) or be None",
+            )
         _require(0.0 <= self.eos_prob <= 1.0, "eos_prob", self.eos_prob, "must be in [0, 1]")
-        _require(self.schedule_conservativeness > 0, "schedule_conservativeness",
-                 self.schedule_conservativeness, "must be > 0")
-        _require(self.new_token_ratio_decay_steps >= 1, "new_token_ratio_decay_steps",
-                 self.new_token_ratio_decay_steps, "must be >= 1")
-        _require(self.test_retract_interval >= 1, "test_retract_interval", self.test_retract_interval,
-                 "must be >= 1")
-        _require(self.retract_decode_steps >= 0, "retract_decode_steps", self.retract_decode_steps, "must be >= 0")
-        _require(self.clip_max_new_tokens >= 1, "clip_max_new_tokens", self.clip_max_new_tokens, "must be >= 1")
-        _require(self.strict_level in (0, 1, 2), "strict_level", self.strict_level, "must be 0, 1 or 2")
+        _require(
+            self.schedule_conservativeness > 0,
+            "schedule_conservativeness",
+            self.schedule_conservativeness,
+            "must be > 0",
+        )
+        _require(
+            self.new_token_ratio_decay_steps >= 1,
+            "new_token_ratio_decay_steps",
+            self.new_token_ratio_decay_steps,
+            "must be >= 1",
+        )
+        _require(
+            self.test_retract_interval >= 1,
+            "test_retract_interval",
+            self.test_retract_interval,
+            "must be >= 1",
+        )
+        _require(
+            self.retract_decode_steps >= 0,
+            "retract_decode_steps",
+            self.retract_decode_steps,
+            "must be >= 0",
+        )
+        _require(
+            self.clip_max_new_tokens >= 1,
+            "clip_max_new_tokens",
+            self.clip_max_new_tokens,
+            "must be >= 1",
+        )
+        _require(
+            self.strict_level in (0, 1, 2), "strict_level", self.strict_level, "must be 0, 1 or 2"
+        )
         _require(self.model in ("sim", "tiny"), "model", self.model, "must be 'sim' or 'tiny'")
         if self.model == "tiny":
             self.tiny.check_memory(mem)
         spec = self.speculative
         if spec is not None:  # SGLang: spec v2 runs with the overlap scheduler, v1 without
-            _require(self.enable_overlap == (spec.version == 2), "enable_overlap", self.enable_overlap,
-                     f"EAGLE v{spec.version} needs the overlap scheduler {'on' if spec.version == 2 else 'off'}")
+            _require(
+                self.enable_overlap == (spec.version == 2),
+                "enable_overlap",
+                self.enable_overlap,
+                f"EAGLE v{spec.version} needs the overlap scheduler "
+                f"{'on' if spec.version == 2 else 'off'}",
+            )
 
     @property
     def running_limit(self) -> int:
-        return self.max_running_requests if self.max_running_requests is not None else self.memory.max_num_reqs
+        return (
+            self.max_running_requests
+            if self.max_running_requests is not None
+            else self.memory.max_num_reqs
+        )
 
     @property
     def init_new_token_ratio(self) -> float:
@@ -131,7 +193,9 @@ class EngineConfig:
 
     @property
     def new_token_ratio_decay(self) -> float:
-        return (self.init_new_token_ratio - self.min_new_token_ratio) / self.new_token_ratio_decay_steps
+        return (
+            self.init_new_token_ratio - self.min_new_token_ratio
+        ) / self.new_token_ratio_decay_steps
 
     @property
     def max_req_len(self) -> int:

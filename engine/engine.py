@@ -72,20 +72,33 @@ class GenerateResult:
 
     def meta_info(self) -> dict[str, Any]:
         """SGLang's ``meta_info`` fields."""
-        return {"id": self.rid, "finish_reason": self.finish_reason.to_json(), "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens}
+        return {
+            "id": self.rid,
+            "finish_reason": self.finish_reason.to_json(),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+        }
 
 
 class Engine(SessionAPI):
     """The reference engine. ``runner`` defaults to the sim model; ``clock`` to simulated time;
     sessions (streaming with ``enable_streaming_session``): engine/session_api.py."""
 
-    def __init__(self, config: EngineConfig = EngineConfig(), *, runner: ModelRunner | None = None,
-                 clock: Clock | None = None, observers: Sequence[Observer] = ()) -> None:
+    def __init__(
+        self,
+        config: EngineConfig = EngineConfig(),
+        *,
+        runner: ModelRunner | None = None,
+        clock: Clock | None = None,
+        observers: Sequence[Observer] = (),
+    ) -> None:
         self.config = config
         self.strict_level = resolve_strict_level(config)
         self.mem = KVMemory.from_config(config.memory)
-        self.runner: ModelRunner = runner if runner is not None else default_runner(config, self.mem)
+        self.runner: ModelRunner = (
+            runner if runner is not None else default_runner(config, self.mem)
+        )
         self.clock: Clock = clock if clock is not None else SimClock()
         self.hooks = make_hooks(observers)
         self.scheduler = Scheduler(config, self.mem, self.runner, self._emit)
@@ -101,8 +114,10 @@ class Engine(SessionAPI):
 
     def _emit(self, event: str) -> None:
         if event == "forward":  # taken at every forward, observed or not
-            self.integrity = tuple(IntegrityView(f.rid, f.position, f.slot, f.pool, f.expected, f.found)
-                                   for f in self._take_integrity())
+            self.integrity = tuple(
+                IntegrityView(f.rid, f.position, f.slot, f.pool, f.expected, f.found)
+                for f in self._take_integrity()
+            )
         self.hooks.on_event(event, self)
         if event == "step":
             self.integrity = ()
@@ -115,12 +130,20 @@ class Engine(SessionAPI):
 
     # ---- requests ----
 
-    def submit(self, input_ids: Sequence[int], sampling_params: SamplingParams | None = None,
-               rid: str | None = None, *, session_params: SessionParamsLike | None = None,
-               return_logprob: bool = False, logprob_start_len: int = -1) -> str:
+    def submit(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: SamplingParams | None = None,
+        rid: str | None = None,
+        *,
+        session_params: SessionParamsLike | None = None,
+        return_logprob: bool = False,
+        logprob_start_len: int = -1,
+    ) -> str:
         """Queue a request; returns its id. A prompt over the length limit finishes at once
         (abort, status 400) without touching memory; so does a session request the session
-        rejects (``session_params``: SGLang's ``id, rid, offset, replace, drop_previous_output``)."""
+        rejects (``session_params``: SGLang's ``id, rid, offset, replace,
+        drop_previous_output``)."""
         rid = rid if rid is not None else f"req-{next(self._rids)}"
         if rid in self.requests:
             raise ValueError(f"duplicate request id {rid!r}")
@@ -131,14 +154,23 @@ class Engine(SessionAPI):
         self._collect()
         return rid
 
-    def generate(self, prompts: Sequence[Sequence[int]],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 session_params: SessionParamsLike | Sequence[SessionParamsLike] | None = None) -> list[GenerateResult]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        session_params: SessionParamsLike | Sequence[SessionParamsLike] | None = None,
+    ) -> list[GenerateResult]:
         """Submit every prompt, run until idle, return the results in prompt order."""
         per = params if isinstance(params, Sequence) else [params] * len(prompts)
-        sess = session_params if isinstance(session_params, Sequence) else [session_params] * len(prompts)
+        sess = (
+            session_params
+            if isinstance(session_params, Sequence)
+            else [session_params] * len(prompts)
+        )
         if len(per) != len(prompts) or len(sess) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(per)} sampling / {len(sess)} session params")
+            raise ValueError(
+                f"{len(prompts)} prompts but {len(per)} sampling / {len(sess)} session params"
+            )
         rids = [self.submit(p, sp, session_params=ss) for p, sp, ss in zip(prompts, per, sess)]
         self.run_until_idle()
         return [self.pop_result(rid) for rid in rids]
@@ -203,17 +235,29 @@ class Engine(SessionAPI):
             assert req.finished_reason is not None
             n = req.finished_len if req.finished_len is not None else len(req.output_ids)
             self.results[req.rid] = GenerateResult(
-                req.rid, tuple(req.output_ids[:n]), req.finished_reason, len(req.origin_input_ids), n,
-                req.cached_tokens, tuple(req.output_token_logprobs[:n]))
+                req.rid,
+                tuple(req.output_ids[:n]),
+                req.finished_reason,
+                len(req.origin_input_ids),
+                n,
+                req.cached_tokens,
+                tuple(req.output_token_logprobs[:n]),
+            )
             self._retired(req, len(req.origin_input_ids), n)
 
     def _stall_message(self) -> str:
         waiting = self.scheduler.waiting_queue
         head = waiting[0] if waiting else None
-        what = f"request {head.rid} ({len(head.origin_input_ids)} prompt tokens)" if head else "a request"
-        return (f"scheduler stalled: {len(waiting)} waiting, nothing running; {what} does not fit "
-                f"{self.mem.admittable_size()} free+evictable tokens (max_total_tokens="
-                f"{self.config.memory.max_total_tokens}, page_size={self.config.memory.page_size})")
+        what = (
+            f"request {head.rid} ({len(head.origin_input_ids)} prompt tokens)"
+            if head
+            else "a request"
+        )
+        return (
+            f"scheduler stalled: {len(waiting)} waiting, nothing running; {what} does not fit "
+            f"{self.mem.admittable_size()} free+evictable tokens (max_total_tokens="
+            f"{self.config.memory.max_total_tokens}, page_size={self.config.memory.page_size})"
+        )
 
     # ---- introspection ----
 
@@ -239,8 +283,17 @@ class Engine(SessionAPI):
         extra = {"response": self._response} if event == "response" else {}
         if "sched" in sections:
             extra["sched"] = self._sched_view()
-        view = memory_view(self.mem, event, sched.stats.iterations, owning, places, parts, self._view_memo,
-                           integrity=self.integrity, **extra)
+        view = memory_view(
+            self.mem,
+            event,
+            sched.stats.iterations,
+            owning,
+            places,
+            parts,
+            self._view_memo,
+            integrity=self.integrity,
+            **extra,
+        )
         if sections & SESSION_SECTIONS:
             view = self._session_parts(event, view, owning)  # and, at ``response``, the response
         return view if sched.eagle is None else sched.eagle.annotate(view)  # EAGLE's fields
@@ -255,20 +308,29 @@ class Engine(SessionAPI):
             in_batch: Collection[Req] = ()
         else:  # list equality compares each Req by identity
             in_batch = in_running if batch.reqs == running else set(batch.reqs)
-        return ReqPlaces(set(sched.waiting_queue) if sched.waiting_queue else (), in_running, in_batch)
+        return ReqPlaces(
+            set(sched.waiting_queue) if sched.waiting_queue else (), in_running, in_batch
+        )
 
     def _sched_view(self) -> SchedView:
         sched, batch = self.scheduler, self.scheduler.cur_batch
         chunked = () if sched.chunked_req is None else (sched.chunked_req.rid,)
         return _new_sched_view(  # every SchedView field by name (EAGLE's at their defaults)
-            overlap=sched.overlap, forward_ct=sched.forward_ct, num_waiting=len(sched.waiting_queue),
+            overlap=sched.overlap,
+            forward_ct=sched.forward_ct,
+            num_waiting=len(sched.waiting_queue),
             num_running=sched.running_batch.batch_size(),
             batch_mode="idle" if batch is None else batch.mode.value,
-            batch_size=0 if batch is None else batch.batch_size(), chunked_rids=chunked,
+            batch_size=0 if batch is None else batch.batch_size(),
+            chunked_rids=chunked,
             new_token_ratio=sched.new_token_ratio,
             batch_chunked_rids=() if batch is None else batch.truncated_rids,
-            max_running_requests=self.config.running_limit, released=tuple(sched.released),
-            reuse=() if batch is None else batch.reused, spec_mode="off", num_draft_tokens=0, spec_alloc_len=0,
+            max_running_requests=self.config.running_limit,
+            released=tuple(sched.released),
+            reuse=() if batch is None else batch.reused,
+            spec_mode="off",
+            num_draft_tokens=0,
+            spec_alloc_len=0,
         )
 
 
@@ -282,5 +344,7 @@ def default_runner(config: EngineConfig, mem: KVMemory) -> ModelRunner:
     from engine.model.fingerprint import KVFingerprints
     from engine.model.sim import SimModel
 
-    kv = KVFingerprints.for_allocator(mem.allocator, config.memory.sliding_window if config.memory.is_hybrid else None)
+    kv = KVFingerprints.for_allocator(
+        mem.allocator, config.memory.sliding_window if config.memory.is_hybrid else None
+    )
     return SimModel(config.seed, kv, config.eos_prob)

@@ -17,7 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-ENGINE_EVENTS: tuple[str, ...] = ("schedule", "forward", "process", "step", "idle", "session", "response")
+ENGINE_EVENTS: tuple[str, ...] = (
+    "schedule",
+    "forward",
+    "process",
+    "step",
+    "idle",
+    "session",
+    "response",
+)
 
 
 class Observer(Protocol):

@@ -72,7 +72,11 @@ class KVMemory:
     def admittable_size(self) -> int:
         """Tokens an admission may count on: free plus evictable, in the tighter pool."""
         cache, alloc = self.tree_cache, self.allocator
-        full = alloc.full_available_size() if isinstance(alloc, SWAAllocator) else alloc.available_size()
+        full = (
+            alloc.full_available_size()
+            if isinstance(alloc, SWAAllocator)
+            else alloc.available_size()
+        )
         room = full + cache.evictable_size()
         if isinstance(alloc, SWAAllocator):
             room = min(room, alloc.swa_available_size() + cache.swa_evictable_size())
@@ -143,8 +147,11 @@ class KVMemory:
         out = self.allocator.alloc_decode(seq_lens, last_locs)
         if out is None:
             raise KVOutOfMemory(f"decode of {len(reqs)} requests does not fit")
-        pool.write_points(np.array([r.req_pool_idx for r in reqs], dtype=np.int64),
-                          np.array(seq_lens, dtype=np.int64) - 1, out)
+        pool.write_points(
+            np.array([r.req_pool_idx for r in reqs], dtype=np.int64),
+            np.array(seq_lens, dtype=np.int64) - 1,
+            out,
+        )
         for req in reqs:
             req.kv_committed_len += 1
             req.kv_allocated_len += 1
@@ -168,18 +175,19 @@ class KVMemory:
     def evict_swa(self, req: Req) -> None:
         """Free the SWA KV that slid out of the request's window (``_evict_swa``).
 
-            [0, protected)           tree-owned: the tree frees it
-            [protected, evicted)     already freed
-            [evicted, new_cursor)    freed now
-            [new_cursor, committed)  inside the window (plus a page of slack): kept
+        [0, protected)           tree-owned: the tree frees it
+        [protected, evicted)     already freed
+        [evicted, new_cursor)    freed now
+        [new_cursor, committed)  inside the window (plus a page of slack): kept
         """
         window = self.config.sliding_window
         if not isinstance(self.allocator, SWAAllocator) or window is None:
             return
         ps = self.config.page_size
         start = max(req.swa_evicted_seqlen, req.cache_protected_len)
-        cursor = paging.swa_evict_cursor(req.swa_evicted_seqlen, req.cache_protected_len,
-                                         req.kv_committed_len, window, ps)
+        cursor = paging.swa_evict_cursor(
+            req.swa_evicted_seqlen, req.cache_protected_len, req.kv_committed_len, window, ps
+        )
         if cursor > start:
             self.allocator.free_swa(self.req_to_token_pool.read(req.req_pool_idx, start, cursor))
         req.swa_evicted_seqlen = cursor
@@ -211,12 +219,14 @@ def _take_row(pool: ReqToTokenPool, req: Req) -> int:
     return row
 
 
-def _make_cache(config: MemoryConfig, pool: ReqToTokenPool, allocator: PagedAllocator | SWAAllocator) -> PrefixCache:
+def _make_cache(
+    config: MemoryConfig, pool: ReqToTokenPool, allocator: PagedAllocator | SWAAllocator
+) -> PrefixCache:
     if config.cache == "chunk":
-        return ChunkCache(pool, allocator, config.page_size, sliding_window_size=config.sliding_window)
+        return ChunkCache(
+            pool, allocator, config.page_size, sliding_window_size=config.sliding_window
+        )
     if isinstance(allocator, SWAAllocator):
         assert config.sliding_window is not None
         return SWARadixCache(pool, allocator, config.page_size, config.sliding_window)
     return RadixCache(pool, allocator, config.page_size)
-
-

@@ -158,7 +158,9 @@ class Req:
         seq_len = len(self.fill_ids)
         if seq_len - prefix_len != self.extend_input_len:
             raise KVAccountingError(
-                f"req {self.rid}: extend {seq_len - prefix_len} != extend_input_len {self.extend_input_len}")
+                f"req {self.rid}: extend {seq_len - prefix_len} != "
+                f"extend_input_len {self.extend_input_len}"
+            )
         if not self.retracted_stain:
             self.cached_tokens += prefix_len - self.already_computed
         self.already_computed = seq_len
@@ -212,7 +214,9 @@ class Req:
     def pop_committed_kv_cache(self) -> int:
         """The committed length, marking the committed range released (once)."""
         if self.kv_committed_freed:
-            raise KVAccountingError(f"req {self.rid}: committed KV released twice ({self.kv_committed_len=})")
+            raise KVAccountingError(
+                f"req {self.rid}: committed KV released twice ({self.kv_committed_len=})"
+            )
         self.kv_committed_freed = True
         return self.kv_committed_len
 

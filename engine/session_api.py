@@ -49,17 +49,25 @@ class SessionAPI:
     _emit: Callable[[str], None]
 
     def _init_sessions(self) -> None:
-        self.sessions = SessionController(self.clock.now, self.config.enable_streaming_session, self.scheduler.abort)
+        self.sessions = SessionController(
+            self.clock.now, self.config.enable_streaming_session, self.scheduler.abort
+        )
         self._response = ResponseView()
         if self.config.enable_streaming_session:
             mem = self.mem
             mem.tree_cache = self.sessions.tree_cache = StreamingSession(
-                mem.tree_cache, mem.req_to_token_pool, mem.allocator, self.sessions)
+                mem.tree_cache, mem.req_to_token_pool, mem.allocator, self.sessions
+            )
 
     # ---- open / close ----
 
-    def open_session(self, capacity_of_str_len: int, session_id: str | None = None, streaming: bool = False,
-                     timeout: float | None = None) -> str:
+    def open_session(
+        self,
+        capacity_of_str_len: int,
+        session_id: str | None = None,
+        streaming: bool = False,
+        timeout: float | None = None,
+    ) -> str:
         """Open a session; returns its id (generated when None). Raises ``SessionError``
         (SGLang's HTTP 400) for a duplicate id, or streaming without the flag."""
         sid = self.sessions.open(capacity_of_str_len, session_id, streaming, timeout)
@@ -79,26 +87,45 @@ class SessionAPI:
 
     # ---- requests ----
 
-    def _new_req(self, rid: str, input_ids: Sequence[int], sampling_params: SamplingParams | None,
-                 session_params: SessionParamsLike | None) -> Req:
+    def _new_req(
+        self,
+        rid: str,
+        input_ids: Sequence[int],
+        sampling_params: SamplingParams | None,
+        session_params: SessionParamsLike | None,
+    ) -> Req:
         def make(ids: list[int]) -> Req:
-            return Req(rid, ids, sampling_params=sampling_params or SamplingParams(),
-                       eos_token_ids=frozenset(self.config.eos_token_ids))
+            return Req(
+                rid,
+                ids,
+                sampling_params=sampling_params or SamplingParams(),
+                eos_token_ids=frozenset(self.config.eos_token_ids),
+            )
 
         ids = [int(t) for t in input_ids]
         if session_params is None:
             return make(ids)
         params = SessionParams.of(session_params)
-        return self.sessions.create_req(rid, ids, params, make) if params.id is not None else make(ids)
+        return (
+            self.sessions.create_req(rid, ids, params, make) if params.id is not None else make(ids)
+        )
 
     @staticmethod
     def _check_logprob_start(req: Req, return_logprob: bool, logprob_start_len: int) -> None:
         """SGLang's ``handle_generate_request``: a logprob start past the prompt is a 400."""
         req.return_logprob = return_logprob
         n = len(req.origin_input_ids)
-        if return_logprob and logprob_start_len != -1 and logprob_start_len >= n and not req.finished():
-            req.set_finish_with_abort(f"logprob_start_len={logprob_start_len} is higher than the number of "
-                                      f"input tokens {n}. Please use a smaller logprob_start_len.", 400)
+        if (
+            return_logprob
+            and logprob_start_len != -1
+            and logprob_start_len >= n
+            and not req.finished()
+        ):
+            req.set_finish_with_abort(
+                f"logprob_start_len={logprob_start_len} is higher than the number of "
+                f"input tokens {n}. Please use a smaller logprob_start_len.",
+                400,
+            )
 
     def _retired(self, req: Req, prompt: int, completion: int) -> None:
         """Session bookkeeping for a finished request, then the ``response`` event."""
@@ -108,8 +135,15 @@ class SessionAPI:
         if record is not None:
             self.sessions.record_response(record, reason.kind, prompt, completion)
         if self.hooks.observers:
-            self._response = response_view(req.rid, record, reason.kind, reason.status_code, prompt, completion,
-                                           req.cached_tokens)
+            self._response = response_view(
+                req.rid,
+                record,
+                reason.kind,
+                reason.status_code,
+                prompt,
+                completion,
+                req.cached_tokens,
+            )
             self._emit("response")
 
     # ---- view parts ----
@@ -130,14 +164,22 @@ class SessionAPI:
         if not sessions.sessions and (cache is None or not cache.slots):
             return view
         sched = self.scheduler
-        unfinished = [r for r in {id(r): r for r in [*sched.waiting_queue, *sched.live_reqs()]}.values()
-                      if not r.finished()]
+        unfinished = [
+            r
+            for r in {id(r): r for r in [*sched.waiting_queue, *sched.live_reqs()]}.values()
+            if not r.finished()
+        ]
         slots = ()
         if cache is not None:
             kv = getattr(self.runner, "kv", None) if event in KV_CHECK_EVENTS else None
             active = {r.req_pool_idx for r in owning if r.req_pool_idx is not None}
-            slots = slot_views(sessions, cache, active, self.mem.req_to_token_pool,
-                               kv if isinstance(kv, KVFingerprints) else None)
+            slots = slot_views(
+                sessions,
+                cache,
+                active,
+                self.mem.req_to_token_pool,
+                kv if isinstance(kv, KVFingerprints) else None,
+            )
         return replace(view, slots=slots, sessions=session_views(sessions, unfinished, cache))
 
 

@@ -47,9 +47,19 @@ class ReqPlaces(NamedTuple):
     batch: Collection[Req] = frozenset()  # this iteration's batch
 
 
-def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = (),
-                places: ReqPlaces = ReqPlaces(), parts: frozenset[str] = OPTIONAL_PARTS,
-                memo: ViewMemo | None = None, **fields: object) -> StateView:
+NOWHERE = ReqPlaces()
+
+
+def memory_view(
+    mem: KVMemory,
+    event: str,
+    step: int,
+    reqs: Iterable[Req] = (),
+    places: ReqPlaces = NOWHERE,
+    parts: frozenset[str] = OPTIONAL_PARTS,
+    memo: ViewMemo | None = None,
+    **fields: object,
+) -> StateView:
     """The snapshot of ``mem`` with ``reqs`` as the live requests, placed by ``places``;
     the census and the tree's nodes only when ``parts`` names them, and only the sections
     ``parts`` asks for (``view.wanted_sections``). ``memo`` (an engine's, kept between its
@@ -71,11 +81,17 @@ def memory_view(mem: KVMemory, event: str, step: int, reqs: Iterable[Req] = (),
         built["tree"] = _tree_view(mem, nodes="nodes" in parts)
     if "reqs" in sections:
         built["reqs"] = (memo.req_views if memo is not None else ReqViewCache()).views(reqs, places)
-    return _new_state_view(event, step, mem.page_size, *[built.get(name, default) for name, default in _SECTION_DEFAULTS])
+    return _new_state_view(
+        event,
+        step,
+        mem.page_size,
+        *[built.get(name, default) for name, default in _SECTION_DEFAULTS],
+    )
 
 
-def _pool_views(mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot],
-                memo: ViewMemo | None) -> tuple[PoolView, ...]:
+def _pool_views(
+    mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot], memo: ViewMemo | None
+) -> tuple[PoolView, ...]:
     pools = [_full_pool_view(mem, live, census, slots, memo)]
     if isinstance(mem.allocator, SWAAllocator):
         pools.append(_swa_pool_view(mem, mem.allocator, live, census, slots))
@@ -87,27 +103,46 @@ def _tree_view(mem: KVMemory, nodes: bool) -> TreeView:
     cache = mem.tree_cache
     if nodes:
         return cache.tree_view()
-    return TreeView(kind="unlisted", page_size=mem.page_size, evictable_size=cache.evictable_size(),
-                    protected_size=cache.protected_size(),
-                    swa_evictable_size=cache.swa_evictable_size(),
-                    swa_protected_size=cache.swa_protected_size(), nodes_taken=False)
+    return TreeView(
+        kind="unlisted",
+        page_size=mem.page_size,
+        evictable_size=cache.evictable_size(),
+        protected_size=cache.protected_size(),
+        swa_evictable_size=cache.swa_evictable_size(),
+        swa_protected_size=cache.swa_protected_size(),
+        nodes_taken=False,
+    )
 
 
-def _full_pool_view(mem: KVMemory, live: list[Req], census: bool, slots: list[HeldSlot],
-                    memo: ViewMemo | None = None) -> PoolView:
+def _full_pool_view(
+    mem: KVMemory,
+    live: list[Req],
+    census: bool,
+    slots: list[HeldSlot],
+    memo: ViewMemo | None = None,
+) -> PoolView:
     alloc = mem.allocator.full if isinstance(mem.allocator, SWAAllocator) else mem.allocator
     ps, cache = mem.page_size, mem.tree_cache
     return PoolView(
-        name="full", page_size=ps, capacity=alloc.size, free=alloc.available_size(),
-        evictable=cache.evictable_size(), protected=cache.protected_size(),
-        request_owned=paging.total_held_len([r.kv_allocated_len for r in live],
-                                            [r.cache_protected_len for r in live], ps),
-        session_held=sum(paging.held_len(s.kv_allocated_len, s.cache_protected_len, ps) for s in slots),
+        name="full",
+        page_size=ps,
+        capacity=alloc.size,
+        free=alloc.available_size(),
+        evictable=cache.evictable_size(),
+        protected=cache.protected_size(),
+        request_owned=paging.total_held_len(
+            [r.kv_allocated_len for r in live], [r.cache_protected_len for r in live], ps
+        ),
+        session_held=sum(
+            paging.held_len(s.kv_allocated_len, s.cache_protected_len, ps) for s in slots
+        ),
         census=_full_census(mem, alloc, [*live, *slots], memo) if census else NOT_TAKEN,
     )
 
 
-def _full_census(mem: KVMemory, alloc: PagedAllocator, rows: list[Req | HeldSlot], memo: ViewMemo | None) -> Census:
+def _full_census(
+    mem: KVMemory, alloc: PagedAllocator, rows: list[Req | HeldSlot], memo: ViewMemo | None
+) -> Census:
     """The full pool's census: kept incrementally by the engine's memo, else from scratch."""
     kept = memo.census_of(mem) if memo is not None else None
     if kept is not None:
@@ -115,32 +150,48 @@ def _full_census(mem: KVMemory, alloc: PagedAllocator, rows: list[Req | HeldSlot
     ps = mem.page_size
     to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
     owned, referenced = _row_refs(mem, rows, to_pages, swa=False)
-    owned += [(o.label, o.slots if ps == 1 else o.slots // ps) for o in mem.tree_cache.slot_owners()]
-    return take_census(alloc.num_pages, alloc.all_free_pages(), owned, referenced, slots_per_page=ps)
+    owned += [
+        (o.label, o.slots if ps == 1 else o.slots // ps) for o in mem.tree_cache.slot_owners()
+    ]
+    return take_census(
+        alloc.num_pages, alloc.all_free_pages(), owned, referenced, slots_per_page=ps
+    )
 
 
-def _swa_pool_view(mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: bool,
-                   slots: list[HeldSlot]) -> PoolView:
+def _swa_pool_view(
+    mem: KVMemory, alloc: SWAAllocator, live: list[Req], census: bool, slots: list[HeldSlot]
+) -> PoolView:
     ps, cache = mem.page_size, mem.tree_cache
 
     def to_pages(full_slots: np.ndarray) -> np.ndarray:
         swa = alloc.full_to_swa[full_slots]
         return swa[swa > 0] // ps
 
-    view = replace(_swa_counters(alloc, cache, live, ps), session_held=sum(
-        paging.held_swa_len(s.kv_allocated_len, s.cache_protected_len, s.swa_evicted_seqlen, ps) for s in slots))
+    view = replace(
+        _swa_counters(alloc, cache, live, ps),
+        session_held=sum(
+            paging.held_swa_len(s.kv_allocated_len, s.cache_protected_len, s.swa_evicted_seqlen, ps)
+            for s in slots
+        ),
+    )
     if not census:
         return view
     owned, referenced = _row_refs(mem, [*live, *slots], to_pages, swa=True)
     owned += [(o.label, to_pages(o.slots)) for o in cache.slot_owners() if o.holds_swa]
-    census = take_census(alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced, slots_per_page=ps)
+    census = take_census(
+        alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced, slots_per_page=ps
+    )
     return replace(view, census=census)
 
 
 def _swa_counters(alloc: SWAAllocator, cache: PrefixCache, live: list[Req], ps: int) -> PoolView:
     return PoolView(
-        name="swa", page_size=ps, capacity=alloc.swa.size, free=alloc.swa.available_size(),
-        evictable=cache.swa_evictable_size(), protected=cache.swa_protected_size(),
+        name="swa",
+        page_size=ps,
+        capacity=alloc.swa.size,
+        free=alloc.swa.available_size(),
+        evictable=cache.swa_evictable_size(),
+        protected=cache.swa_protected_size(),
         request_owned=sum(
             paging.held_swa_len(r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, ps)
             for r in live
@@ -150,7 +201,10 @@ def _swa_counters(alloc: SWAAllocator, cache: PrefixCache, live: list[Req], ps: 
 
 
 def _row_refs(
-    mem: KVMemory, live: list[Req | HeldSlot], to_pages: Callable[[np.ndarray], np.ndarray], swa: bool
+    mem: KVMemory,
+    live: list[Req | HeldSlot],
+    to_pages: Callable[[np.ndarray], np.ndarray],
+    swa: bool,
 ) -> tuple[list[PageRefs], list[PageRefs]]:
     """Per live row (a request's, or an idle session slot's): the pages it owns and every
     page it reads.
@@ -166,7 +220,7 @@ def _row_refs(
         row = table[r.req_pool_idx, : r.kv_allocated_len].astype(np.int64)
         start = max(r.cache_protected_len, r.swa_evicted_seqlen) if swa else r.cache_protected_len
         owned.append((label, to_pages(row[start:])))
-        referenced.append((label, to_pages(row[r.swa_evicted_seqlen:] if swa else row)))
+        referenced.append((label, to_pages(row[r.swa_evicted_seqlen :] if swa else row)))
     return owned, referenced
 
 
@@ -184,13 +238,19 @@ class ViewMemo:
         alloc, kept = mem.allocator, self._census
         if isinstance(alloc, SWAAllocator):
             return None
-        if kept is None or kept.alloc is not alloc or kept.cache is not mem.tree_cache or (
-                kept.rows is not None and kept.rows.pool is not mem.req_to_token_pool):
+        if (
+            kept is None
+            or kept.alloc is not alloc
+            or kept.cache is not mem.tree_cache
+            or (kept.rows is not None and kept.rows.pool is not mem.req_to_token_pool)
+        ):
             kept = self._census = IncrementalCensus(alloc, mem.tree_cache, mem.req_to_token_pool)
         return kept
 
 
-def incremental_census(census: IncrementalCensus, table: np.ndarray, live: list[Req | HeldSlot]) -> Census:
+def incremental_census(
+    census: IncrementalCensus, table: np.ndarray, live: list[Req | HeldSlot]
+) -> Census:
     """The census of the full pool with these live rows (what the bench times)."""
     rows = [(r.req_pool_idx, r.cache_protected_len, r.kv_allocated_len) for r in live]
     return census.take(table, rows, lambda: [_row_label(r) for r in live])
@@ -219,12 +279,27 @@ class ReqViewCache:
             run = r in running
             # ReqView's fields, in order (the EAGLE ones at their defaults: ``annotate`` sets them)
             fields = (
-                r.rid, -1 if r.req_pool_idx is None else r.req_pool_idx, len(r.fill_ids), r.kv_committed_len,
-                r.kv_allocated_len, r.cache_protected_len, r.swa_evicted_seqlen, r.is_chunked,
-                r.kv_committed_freed, r.kv_overallocated_freed, len(r.origin_input_ids), len(r.output_ids),
-                r.finished_reason is not None, r.to_finish is not None, r.is_retracted, r in waiting,
-                run, run if same else r in batch, -1, 0,
-            )  # fmt: skip
+                r.rid,
+                -1 if r.req_pool_idx is None else r.req_pool_idx,
+                len(r.fill_ids),
+                r.kv_committed_len,
+                r.kv_allocated_len,
+                r.cache_protected_len,
+                r.swa_evicted_seqlen,
+                r.is_chunked,
+                r.kv_committed_freed,
+                r.kv_overallocated_freed,
+                len(r.origin_input_ids),
+                len(r.output_ids),
+                r.finished_reason is not None,
+                r.to_finish is not None,
+                r.is_retracted,
+                r in waiting,
+                run,
+                run if same else r in batch,
+                -1,
+                0,
+            )
             view = last.get(r)
             if view != fields:  # a ReqView equals the plain tuple of its fields (None never does)
                 view = last[r] = new(ReqView, fields)

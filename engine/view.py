@@ -284,7 +284,9 @@ OPTIONAL_PARTS: frozenset[str] = frozenset({"census", "nodes"})
 # read of the scheduler's state. A ``parts`` set holding SELECTIVE asks for only the
 # sections it also names (the others keep their defaults, as no rule at that event reads
 # them); without SELECTIVE every section is built.
-SECTIONS: frozenset[str] = frozenset({"pools", "tree", "req_pool", "reqs", "slots", "sessions", "sched"})
+SECTIONS: frozenset[str] = frozenset(
+    {"pools", "tree", "req_pool", "reqs", "slots", "sessions", "sched"}
+)
 SELECTIVE = "selective"
 
 
@@ -294,8 +296,21 @@ def wanted_sections(parts: frozenset[str]) -> frozenset[str]:
 
 
 VIEW_TYPES: tuple[type, ...] = (
-    PageOwners, Census, PoolView, NodeView, TreeView, ReqView, ReleasedView, ReuseView,
-    IntegrityView, ReqPoolView, SchedView, SessionSlotView, SessionView, ResponseView, StateView,
+    PageOwners,
+    Census,
+    PoolView,
+    NodeView,
+    TreeView,
+    ReqView,
+    ReleasedView,
+    ReuseView,
+    IntegrityView,
+    ReqPoolView,
+    SchedView,
+    SessionSlotView,
+    SessionView,
+    ResponseView,
+    StateView,
 )
 
 
@@ -323,7 +338,7 @@ def positional_builder(cls: type) -> Callable[..., Any]:
     scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
     scope.update({f"set_{name}": getattr(cls, name).__set__ for name in names})
     body = "".join(f"    set_{name}(view, {name})\n" for name in names)
-    exec(f"def build({', '.join(names)}):\n    view = new(cls)\n{body}    return view\n", scope)  # noqa: S102
+    exec(f"def build({', '.join(names)}):\n    view = new(cls)\n{body}    return view\n", scope)
     return scope["build"]  # type: ignore[no-any-return]
 
 

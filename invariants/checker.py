@@ -83,8 +83,13 @@ class InvariantViolation(Exception):
 class Checker:
     """Per-event invariant evaluation with `prev`, `for_steps` grace, records and stats."""
 
-    def __init__(self, catalog: Iterable[Rule], level: int = Level.RECORD,
-                 max_records: int = 10_000, fast_path: bool = True) -> None:
+    def __init__(
+        self,
+        catalog: Iterable[Rule],
+        level: int = Level.RECORD,
+        max_records: int = 10_000,
+        fast_path: bool = True,
+    ) -> None:
         self.rules: tuple[Rule, ...] = tuple(catalog)
         self.level = Level(level)
         self.max_records = max_records  # bound memory on long runs with a persistent failure
@@ -100,7 +105,8 @@ class Checker:
         always = frozenset().union(*(r.attrs for r in self.rules if r.uses_prev))
         sections = SECTIONS if self._tracks_prev else frozenset()
         self._parts: dict[str, frozenset[str]] = {
-            event: (OPTIONAL_PARTS & always.union(*(r.attrs for r in rules))) | {SELECTIVE}
+            event: (OPTIONAL_PARTS & always.union(*(r.attrs for r in rules)))
+            | {SELECTIVE}
             | (SECTIONS & sections.union(*(r.names for r in rules)))
             for event, rules in self._by_event.items()
         }
@@ -108,11 +114,16 @@ class Checker:
         # the rules reading prev are always evaluated on their own
         self._fast: dict[str, EventFastPath] = {}
         for event, rules in self._by_event.items():
-            fast = build_fast_path([r for r in rules if not r.uses_prev], event) if fast_path and rules else None
+            fast = (
+                build_fast_path([r for r in rules if not r.uses_prev], event)
+                if fast_path and rules
+                else None
+            )
             if fast is not None:
                 self._fast[event] = fast
         self._with_prev: dict[str, tuple[Rule, ...]] = {
-            event: tuple(r for r in rules if r.uses_prev) for event, rules in self._by_event.items()}
+            event: tuple(r for r in rules if r.uses_prev) for event, rules in self._by_event.items()
+        }
         self._streak: dict[str, int] = {r.id: 0 for r in self.rules}
         self._tally: dict[str, _Tally] = {r.id: _Tally() for r in self.rules}
 
@@ -153,8 +164,14 @@ class Checker:
                 self._record(violation)
         return tuple(found)
 
-    def _evaluate(self, rule: Rule, event: str, view: StateView,
-                  env: dict[str, Any], fast: EventFastPath | None = None) -> Violation | None:
+    def _evaluate(
+        self,
+        rule: Rule,
+        event: str,
+        view: StateView,
+        env: dict[str, Any],
+        fast: EventFastPath | None = None,
+    ) -> Violation | None:
         tally = self._tally[rule.id]
         error: Exception | None = None
         start = perf_counter_ns()
@@ -203,16 +220,30 @@ class Checker:
             for rid in path.rule_ids:
                 fast[rid][0] += path.passes
                 fast[rid][1] += share
-        return {rid: RuleStats(t.evaluations + fast[rid][0], t.total_ns + fast[rid][1], t.violations, t.errors)
-                for rid, t in self._tally.items()}
+        return {
+            rid: RuleStats(
+                t.evaluations + fast[rid][0], t.total_ns + fast[rid][1], t.violations, t.errors
+            )
+            for rid, t in self._tally.items()
+        }
 
 
-def _violation(rule: Rule, event: str, view: StateView, env: dict[str, Any],
-               failing: list[Any]) -> Violation:
+def _violation(
+    rule: Rule, event: str, view: StateView, env: dict[str, Any], failing: list[Any]
+) -> Violation:
     witnesses = tuple(rule.render(env, x) for x in failing[:MAX_WITNESSES]) if rule.var else ()
     message = witnesses[0] if witnesses else rule.render(env, failing[0])
-    return Violation(rule.id, rule.title, event, view.step, message, "violation", witnesses,
-                     len(failing), rule.origin)
+    return Violation(
+        rule.id,
+        rule.title,
+        event,
+        view.step,
+        message,
+        "violation",
+        witnesses,
+        len(failing),
+        rule.origin,
+    )
 
 
 def _error(rule: Rule, event: str, view: StateView, exc: Exception) -> Violation:
@@ -258,6 +289,12 @@ def summarize(violations: Iterable[Violation]) -> Mapping[str, int]:
 
 
 __all__ = [
-    "Checker", "CheckerHook", "InvariantViolation", "Level", "RuleStats", "Violation",
-    "run_fixture", "summarize",
+    "Checker",
+    "CheckerHook",
+    "InvariantViolation",
+    "Level",
+    "RuleStats",
+    "Violation",
+    "run_fixture",
+    "summarize",
 ]

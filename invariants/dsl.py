@@ -25,33 +25,73 @@ from engine.view import (
     view_field_names,
 )
 
-FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType({
-    "sum": sum, "len": len, "all": all, "any": any, "min": min, "max": max,
-    "set": set, "abs": abs, "sorted": sorted,
-})
+FUNCTIONS: Mapping[str, Callable[..., Any]] = MappingProxyType(
+    {
+        "sum": sum,
+        "len": len,
+        "all": all,
+        "any": any,
+        "min": min,
+        "max": max,
+        "set": set,
+        "abs": abs,
+        "sorted": sorted,
+    }
+)
 STATE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(StateView))
 _state_fields = attrgetter(*STATE_NAMES)  # every StateView field, in order, in one call
 ATTRIBUTES: frozenset[str] = view_field_names()
 MAX_SHOWN = 8  # elements of a sequence shown in a rendered message
 
-_BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//",
-                            ast.Mod: "%"}
+_BINOPS: dict[type, str] = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+}
 _UNARY: dict[type, str] = {ast.Not: "not", ast.USub: "-", ast.UAdd: "+"}
-_COMPARE: tuple[type, ...] = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In,
-                              ast.NotIn, ast.Is, ast.IsNot)
+_COMPARE: tuple[type, ...] = (
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.In,
+    ast.NotIn,
+    ast.Is,
+    ast.IsNot,
+)
 _CONSTANTS: tuple[type, ...] = (int, float, str, bool, type(None))
-_SYMBOLS: dict[type, str] = {ast.Pow: "**", ast.MatMult: "@", ast.Div: "/", ast.LShift: "<<",
-                             ast.RShift: ">>", ast.BitOr: "|", ast.BitXor: "^", ast.BitAnd: "&",
-                             ast.Invert: "~"}
+_SYMBOLS: dict[type, str] = {
+    ast.Pow: "**",
+    ast.MatMult: "@",
+    ast.Div: "/",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.BitAnd: "&",
+    ast.Invert: "~",
+}
 _DESCRIBE: dict[str, str] = {
-    "Lambda": "lambda", "NamedExpr": "assignment expression ':='", "JoinedStr": "f-string",
-    "FormattedValue": "f-string", "Dict": "dict display", "DictComp": "dict comprehension",
-    "Starred": "star expression", "Await": "await", "Yield": "yield", "YieldFrom": "yield",
+    "Lambda": "lambda",
+    "NamedExpr": "assignment expression ':='",
+    "JoinedStr": "f-string",
+    "FormattedValue": "f-string",
+    "Dict": "dict display",
+    "DictComp": "dict comprehension",
+    "Starred": "star expression",
+    "Await": "await",
+    "Yield": "yield",
+    "YieldFrom": "yield",
 }
 
 
 class DslError(ValueError):
-    """An expression or message template outside the language; the text names construct and column."""
+    """An expression or message template outside the language; the text names construct and
+    column."""
 
 
 def _where(node: ast.AST, offset: int) -> str:
@@ -144,8 +184,9 @@ class _Validator:
 
     _v_List = _v_Set = _v_Tuple
 
-    def _v_GeneratorExp(self, node: ast.GeneratorExp | ast.ListComp | ast.SetComp,
-                        scope: frozenset[str]) -> None:
+    def _v_GeneratorExp(
+        self, node: ast.GeneratorExp | ast.ListComp | ast.SetComp, scope: frozenset[str]
+    ) -> None:
         inner = scope
         for gen in node.generators:
             if gen.is_async:
@@ -164,7 +205,9 @@ class _Validator:
         if not isinstance(node, ast.Name):
             raise self.error(node, "a comprehension variable must be a name or a tuple of names")
         if node.id in scope or node.id in FUNCTIONS or node.id.startswith("_"):
-            raise self.error(node, f"comprehension variable '{node.id}' shadows a name or is private")
+            raise self.error(
+                node, f"comprehension variable '{node.id}' shadows a name or is private"
+            )
         return frozenset((node.id,))
 
     def _v_Call(self, node: ast.Call, scope: frozenset[str]) -> None:
@@ -172,8 +215,9 @@ class _Validator:
         if isinstance(func, ast.Attribute):
             self.check(func.value, scope)  # report `__import__` before `.getpid`
         if not (isinstance(func, ast.Name) and func.id in FUNCTIONS):
-            raise self.error(node, f"call to {_callee(func)} is not allowed "
-                                   f"(callable: {' '.join(FUNCTIONS)})")
+            raise self.error(
+                node, f"call to {_callee(func)} is not allowed (callable: {' '.join(FUNCTIONS)})"
+            )
         if node.keywords:
             raise self.error(node.keywords[0], "keyword arguments are not allowed")
         for arg in node.args:
@@ -224,7 +268,7 @@ class Expr:
     attrs: frozenset[str] = frozenset()
 
     def __call__(self, env: dict[str, Any]) -> Any:
-        return eval(self.code, env)  # noqa: S307 - validated code; make_env has no builtins
+        return eval(self.code, env)
 
 
 def compile_expr(source: str, names: Iterable[str], offset: int = 0, label: str = "expr") -> Expr:
@@ -236,15 +280,21 @@ def compile_expr(source: str, names: Iterable[str], offset: int = 0, label: str 
     return Expr(source, tree, compile_tree(tree, label), reads, attrs)
 
 
-_BASE_ENV: dict[str, Any] = {"__builtins__": {}, **FUNCTIONS}  # copied per view (validated code writes no global)
+_BASE_ENV: dict[str, Any] = {
+    "__builtins__": {},
+    **FUNCTIONS,
+}  # copied per view (validated code writes no global)
 
 
-def make_env(view: StateView, prev: StateView | None = None,
-             extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def make_env(
+    view: StateView, prev: StateView | None = None, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The evaluation globals: view fields, `prev`, the function table, no builtins."""
     env = _BASE_ENV.copy()
     env["prev"] = prev
-    env.update(zip(STATE_NAMES, _state_fields(view)))  # in globals: comprehension bodies resolve them
+    env.update(
+        zip(STATE_NAMES, _state_fields(view))
+    )  # in globals: comprehension bodies resolve them
     if extra:
         env.update(extra)
     return env
@@ -283,7 +333,7 @@ def compile_template(source: str, names: Iterable[str], label: str = "message") 
     text: list[str] = []
     i = 0
     while i < len(source):
-        char, pair = source[i], source[i:i + 2]
+        char, pair = source[i], source[i : i + 2]
         if pair in ("{{", "}}"):
             text.append(char)
             i += 2
@@ -294,7 +344,7 @@ def compile_template(source: str, names: Iterable[str], label: str = "message") 
             if text:
                 parts.append("".join(text))
                 text = []
-            parts.append(compile_expr(source[i + 1:end], declared, offset=i + 1, label=label))
+            parts.append(compile_expr(source[i + 1 : end], declared, offset=i + 1, label=label))
             i = end + 1
         else:
             text.append(char)

@@ -209,8 +209,14 @@ class EventFastPath:
 
     def fresh(self) -> EventFastPath:
         """A copy that shares the compiled code and starts with no memory of any view."""
-        return EventFastPath(self.fused, {rule_id: m.fresh() for rule_id, m in self.memos.items()},
-                             tuple(m.fresh() for m in self.sums), self.rule_ids, self.graced, self.hoisted)
+        return EventFastPath(
+            self.fused,
+            {rule_id: m.fresh() for rule_id, m in self.memos.items()},
+            tuple(m.fresh() for m in self.sums),
+            self.rule_ids,
+            self.graced,
+            self.hoisted,
+        )
 
     def all_pass(self, env: dict[str, Any]) -> bool:
         """True only if every rule of the event passes on ``env``; False means "evaluate
@@ -236,7 +242,10 @@ def build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
     with _BUILT_LOCK:  # checkers may be built from several threads
         built = _BUILT.pop(key, None)
         if built is None:
-            built = (tuple(rules), _build_fast_path(rules, label))  # the rules: their ids stay theirs
+            built = (
+                tuple(rules),
+                _build_fast_path(rules, label),
+            )  # the rules: their ids stay theirs
         _BUILT[key] = built
         while len(_BUILT) > MAX_BUILT:
             del _BUILT[next(iter(_BUILT))]  # the least recently used
@@ -258,9 +267,17 @@ def _build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
     tests = [hoister.visit(sums.visit(test)) for test in fuse(plain)]
     fused = None
     if tests:
-        fused = compile_tree(tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests), f"fused:{label}")
-    return EventFastPath(fused, memos, tuple(sums.memos), tuple(r.id for r in rules),
-                         tuple(r.id for r in rules if r.for_steps), hoister.compiled())
+        fused = compile_tree(
+            tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests), f"fused:{label}"
+        )
+    return EventFastPath(
+        fused,
+        memos,
+        tuple(sums.memos),
+        tuple(r.id for r in rules),
+        tuple(r.id for r in rules if r.for_steps),
+        hoister.compiled(),
+    )
 
 
 class _SumTerms(ast.NodeTransformer):
@@ -286,8 +303,13 @@ class _SumTerms(ast.NodeTransformer):
 
 
 def _sum_memo(node: ast.Call, name: str, label: str) -> SumMemo | None:
-    if not (isinstance(node.func, ast.Name) and node.func.id == "sum" and len(node.args) == 1
-            and not node.keywords and isinstance(node.args[0], ast.GeneratorExp)):
+    if not (
+        isinstance(node.func, ast.Name)
+        and node.func.id == "sum"
+        and len(node.args) == 1
+        and not node.keywords
+        and isinstance(node.args[0], ast.GeneratorExp)
+    ):
         return None
     gen = node.args[0]
     if len(gen.generators) != 1 or not _is_tree_nodes(gen.generators[0].iter):
@@ -301,13 +323,21 @@ def _sum_memo(node: ast.Call, name: str, label: str) -> SumMemo | None:
         return None
     over = copy.deepcopy(node)
     over.args[0].generators[0].iter = ast.Name(FRESH, ast.Load())
-    return SumMemo(name, compile_tree(ast.Tuple([_copy(c) for c in context], ast.Load()), f"context:{label}"),
-                   compile_tree(copy.deepcopy(node), f"sum:{label}"), compile_tree(over, f"sum:{label}"))
+    return SumMemo(
+        name,
+        compile_tree(ast.Tuple([_copy(c) for c in context], ast.Load()), f"context:{label}"),
+        compile_tree(copy.deepcopy(node), f"sum:{label}"),
+        compile_tree(over, f"sum:{label}"),
+    )
 
 
 def _set_memo(node: ast.SetComp, name: str, label: str) -> SetMemo | None:
     loop = node.generators[0]
-    if len(node.generators) != 1 or not _is_tree_nodes(loop.iter) or not isinstance(loop.target, ast.Name):
+    if (
+        len(node.generators) != 1
+        or not _is_tree_nodes(loop.iter)
+        or not isinstance(loop.target, ast.Name)
+    ):
         return None
     context = _context_chains(ast.Tuple([node.elt, *loop.ifs], ast.Load()), loop.target.id)
     if context is None:
@@ -316,8 +346,12 @@ def _set_memo(node: ast.SetComp, name: str, label: str) -> SetMemo | None:
     over = copy.deepcopy(full)
     over.generators[0].iter = ast.Name(FRESH, ast.Load())
     values = ast.Tuple([_copy(c) for c in context], ast.Load())
-    return SetMemo(name, compile_tree(values, f"context:{label}"), compile_tree(full, f"set:{label}"),
-                   compile_tree(over, f"set:{label}"))
+    return SetMemo(
+        name,
+        compile_tree(values, f"context:{label}"),
+        compile_tree(full, f"set:{label}"),
+        compile_tree(over, f"set:{label}"),
+    )
 
 
 def node_memo(rule: Rule) -> NodeMemo | None:
@@ -332,13 +366,20 @@ def node_memo(rule: Rule) -> NodeMemo | None:
     values = ast.Tuple([_copy(c) for c in context], ast.Load())
     gen = ast.comprehension(ast.Name(shape.var, ast.Store()), ast.Name(FRESH, ast.Load()), [], 0)
     over_fresh = ast.Call(ast.Name("all", ast.Load()), [ast.GeneratorExp(shape.holds, [gen])], [])
-    return NodeMemo(compile_tree(values, f"context:{rule.id}"), compile_tree(over_fresh, f"fresh:{rule.id}"),
-                    compile_tree(shape.passes(), f"full:{rule.id}"))
+    return NodeMemo(
+        compile_tree(values, f"context:{rule.id}"),
+        compile_tree(over_fresh, f"fresh:{rule.id}"),
+        compile_tree(shape.passes(), f"full:{rule.id}"),
+    )
 
 
 def _is_tree_nodes(tree: ast.expr | None) -> bool:
-    return (isinstance(tree, ast.Attribute) and tree.attr == "nodes"
-            and isinstance(tree.value, ast.Name) and tree.value.id == "tree")
+    return (
+        isinstance(tree, ast.Attribute)
+        and tree.attr == "nodes"
+        and isinstance(tree.value, ast.Name)
+        and tree.value.id == "tree"
+    )
 
 
 def _context_chains(tree: ast.expr, var: str) -> list[ast.expr] | None:
@@ -349,7 +390,9 @@ def _context_chains(tree: ast.expr, var: str) -> list[ast.expr] | None:
 
     def visit(node: ast.AST) -> bool:
         if not any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(node)):
-            if isinstance(node, ast.Constant) or (isinstance(node, ast.Name) and node.id in FUNCTIONS):
+            if isinstance(node, ast.Constant) or (
+                isinstance(node, ast.Name) and node.id in FUNCTIONS
+            ):
                 return True
             if _view_expression(node):
                 found.append(node)  # type: ignore[arg-type]
@@ -357,9 +400,13 @@ def _context_chains(tree: ast.expr, var: str) -> list[ast.expr] | None:
             return False
         if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
             return False  # an inner comprehension: kept out of the memo, to stay simple
-        return all(visit(child) for child in ast.iter_child_nodes(node)
-                   if not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop,
-                                             ast.cmpop, ast.boolop)))
+        return all(
+            visit(child)
+            for child in ast.iter_child_nodes(node)
+            if not isinstance(
+                child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+            )
+        )
 
     return found if visit(tree) else None
 

@@ -50,7 +50,11 @@ class Hoister(ast.NodeTransformer):
         self._free: dict[int, tuple[ast.AST, frozenset[str]]] = {}  # free_names' memo
 
     def visit(self, node: ast.AST) -> ast.AST:
-        if self._bound and _worth_hoisting(node) and not free_names(node, self._free) & set().union(*self._bound):
+        if (
+            self._bound
+            and _worth_hoisting(node)
+            and not free_names(node, self._free) & set().union(*self._bound)
+        ):
             return self._name_for(node)  # type: ignore[arg-type]
         if isinstance(node, COMPREHENSIONS):
             return self._visit_comprehension(node)
@@ -89,7 +93,9 @@ class Hoister(ast.NodeTransformer):
         return names, compile_tree(ast.Tuple(list(trees), ast.Load()), f"hoisted:{self.label}")
 
 
-def free_names(node: ast.AST, memo: dict[int, tuple[ast.AST, frozenset[str]]] | None = None) -> frozenset[str]:
+def free_names(
+    node: ast.AST, memo: dict[int, tuple[ast.AST, frozenset[str]]] | None = None
+) -> frozenset[str]:
     """The names ``node`` reads from outside it (a comprehension's own variables excluded);
     ``memo`` spares recounting a subtree (it holds the node: its id stays the node's)."""
     memo = {} if memo is None else memo
@@ -107,7 +113,9 @@ def _free_names(node: ast.AST, memo: dict[int, tuple[ast.AST, frozenset[str]]]) 
         bound = reduce(set.union, (_targets(g.target) for g in node.generators), set())
         inner = [g.iter for g in rest] + [t for g in node.generators for t in g.ifs]
         inner += [getattr(node, p) for p in ("elt", "key", "value") if hasattr(node, p)]
-        return free_names(first.iter, memo) | (frozenset().union(*(free_names(n, memo) for n in inner)) - bound)
+        return free_names(first.iter, memo) | (
+            frozenset().union(*(free_names(n, memo) for n in inner)) - bound
+        )
     return frozenset().union(*(free_names(child, memo) for child in ast.iter_child_nodes(node)))
 
 
@@ -119,7 +127,8 @@ def _worth_hoisting(node: ast.AST) -> bool:
     # a generator is used up by its first reader: hoisted, every later element would see it
     # empty (its parts are hoisted instead; a call consuming it gives a value, and is)
     return isinstance(node, ast.expr) and not isinstance(
-        node, (ast.Constant, ast.Name, ast.Starred, ast.Slice, ast.GeneratorExp))
+        node, (ast.Constant, ast.Name, ast.Starred, ast.Slice, ast.GeneratorExp)
+    )
 
 
 def fuse(shapes: Sequence[RuleShape]) -> list[ast.expr]:
@@ -133,7 +142,9 @@ def fuse(shapes: Sequence[RuleShape]) -> list[ast.expr]:
             tests.append(copy.deepcopy(shape.holds))  # the caller rewrites it in place
             continue
         holds = _Rename(shape.var).visit(copy.deepcopy(shape.holds))
-        loops.setdefault(ast.dump(shape.iterable), (copy.deepcopy(shape.iterable), []))[1].append(holds)
+        loops.setdefault(ast.dump(shape.iterable), (copy.deepcopy(shape.iterable), []))[1].append(
+            holds
+        )
     for iterable, holds in loops.values():
         body = holds[0] if len(holds) == 1 else ast.BoolOp(ast.And(), holds)
         gen = ast.comprehension(ast.Name(ELEMENT, ast.Store()), iterable, [], 0)

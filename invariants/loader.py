@@ -36,7 +36,7 @@ class CatalogError(ValueError):
 class LineDict(dict[Any, Any]):
     """A YAML mapping that remembers its own line and the line of each key (1-based)."""
 
-    __slots__ = ("line", "key_lines")
+    __slots__ = ("key_lines", "line")
 
     def __init__(self, line: int) -> None:
         super().__init__()
@@ -55,10 +55,12 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, (str, int, float, bool)) and key is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, "a mapping key must be a plain scalar", key_node.start_mark)
+                None, None, "a mapping key must be a plain scalar", key_node.start_mark
+            )
         if key in result:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
         result[key] = loader.construct_object(value_node, deep=True)
         result.key_lines[key] = key_node.start_mark.line + 1
     return result
@@ -90,7 +92,7 @@ class Catalog:
 
 def read_yaml(text: str) -> Any:
     """Parse YAML into LineDicts (mappings that know their lines); raises yaml.YAMLError."""
-    return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_LineLoader)
 
 
 def catalog_files(paths: Iterable[str | Path] | None = None) -> list[Path]:
@@ -147,8 +149,11 @@ def fixture_errors(rule: Rule) -> list[str]:
         elif kind == "pass" and found:
             errors.append(f"{prefix} fails: {found[0].message}")
         elif kind == "fail" and not found:
-            hint = " (the rule reads prev: give the fixture a prev view)" \
-                if rule.uses_prev and fixture.prev is None else ""
+            hint = (
+                " (the rule reads prev: give the fixture a prev view)"
+                if rule.uses_prev and fixture.prev is None
+                else ""
+            )
             errors.append(f"{prefix} passes: the invariant did not fire{hint}")
     return errors
 
@@ -168,7 +173,7 @@ def _load_files(files: Sequence[Path], errors: list[str]) -> list[Rule]:
 
 def _load_source(label: str, text: str, errors: list[str], seen: dict[str, str]) -> list[Rule]:
     try:
-        raw = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        raw = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
         errors.append(f"{label}:{line}: [?] YAML: {exc.problem or exc}")
@@ -195,11 +200,13 @@ def _load_entry(label: str, entry: Any, errors: list[str], seen: dict[str, str])
     found: list[str] = []
     rule = _entry_rule(label, entry, found, seen)
     # one entry's errors in file order, whichever stage found them
-    errors.extend(sorted(found, key=lambda e: int(e[len(label) + 1:].split(":", 1)[0])))
+    errors.extend(sorted(found, key=lambda e: int(e[len(label) + 1 :].split(":", 1)[0])))
     return rule
 
 
-def _entry_rule(label: str, entry: LineDict, errors: list[str], seen: dict[str, str]) -> Rule | None:
+def _entry_rule(
+    label: str, entry: LineDict, errors: list[str], seen: dict[str, str]
+) -> Rule | None:
     ident = entry["id"] if isinstance(entry.get("id"), str) else "?"
     try:
         spec = InvariantSpec.model_validate(entry)
@@ -222,8 +229,10 @@ def _entry_rule(label: str, entry: LineDict, errors: list[str], seen: dict[str, 
 
 
 def _rule_errors(label: str, entry: LineDict, ident: str, exc: RuleError) -> list[str]:
-    return [f"{label}:{locate(entry, (field,))}: [{ident}] {field}: {reason}"
-            for field, reason in exc.problems]
+    return [
+        f"{label}:{locate(entry, (field,))}: [{ident}] {field}: {reason}"
+        for field, reason in exc.problems
+    ]
 
 
 def _salvage(label: str, entry: LineDict, ident: str, errors: list[str]) -> None:
@@ -231,8 +240,16 @@ def _salvage(label: str, entry: LineDict, ident: str, errors: list[str]) -> None
     texts = {k: entry.get(k) for k in ("for_each", "where", "expr", "message")}
     texts = {k: v for k, v in texts.items() if isinstance(v, str)}
     partial = InvariantSpec.model_construct(
-        id=ident, title="", when=[], for_each=texts.get("for_each"), where=texts.get("where"),
-        expr=texts.get("expr", "True"), message=texts.get("message", "-"), origin=[], for_steps=0)
+        id=ident,
+        title="",
+        when=[],
+        for_each=texts.get("for_each"),
+        where=texts.get("where"),
+        expr=texts.get("expr", "True"),
+        message=texts.get("message", "-"),
+        origin=[],
+        for_steps=0,
+    )
     try:
         compile_rule(partial)
     except RuleError as exc:
@@ -245,25 +262,38 @@ def _salvage(label: str, entry: LineDict, ident: str, errors: list[str]) -> None
             _view(label, entry, ident, ("fixtures", kind, "view"), view, "step", errors)
 
 
-def _fixtures(label: str, entry: LineDict, spec: InvariantSpec,
-              errors: list[str]) -> dict[str, Fixture] | None:
+def _fixtures(
+    label: str, entry: LineDict, spec: InvariantSpec, errors: list[str]
+) -> dict[str, Fixture] | None:
     result: dict[str, Fixture] = {}
     for kind, fspec in (("pass", spec.fixtures.pass_), ("fail", spec.fixtures.fail)):
         loc: Loc = ("fixtures", kind)
         if fspec.event not in spec.when:
-            errors.append(f"{label}:{locate(entry, loc + ('event',))}: [{spec.id}] "
-                          f"fixtures.{kind}.event: {fspec.event!r} is not in when {spec.when}")
+            errors.append(
+                f"{label}:{locate(entry, loc + ('event',))}: [{spec.id}] "
+                f"fixtures.{kind}.event: {fspec.event!r} is not in when {spec.when}"
+            )
             continue
         view = _view(label, entry, spec.id, loc + ("view",), fspec.view, fspec.event, errors)
-        prev = None if fspec.prev is None else \
-            _view(label, entry, spec.id, loc + ("prev",), fspec.prev, fspec.event, errors)
+        prev = (
+            None
+            if fspec.prev is None
+            else _view(label, entry, spec.id, loc + ("prev",), fspec.prev, fspec.event, errors)
+        )
         if view is not None and (prev is not None or fspec.prev is None):
             result[kind] = Fixture(fspec.event, view, prev, f"{label}:{locate(entry, loc)}")
     return result if len(result) == 2 else None
 
 
-def _view(label: str, entry: LineDict, ident: str, loc: Loc, data: dict[str, Any], event: str,
-          errors: list[str]) -> StateView | None:
+def _view(
+    label: str,
+    entry: LineDict,
+    ident: str,
+    loc: Loc,
+    data: dict[str, Any],
+    event: str,
+    errors: list[str],
+) -> StateView | None:
     unknown = [(loc + sub, reason) for sub, reason in unknown_view_keys(data)]
     for where, reason in unknown:
         errors.append(f"{label}:{locate(entry, where)}: [{ident}] {_dotted(where[:-1])}: {reason}")
@@ -292,8 +322,9 @@ def locate(raw: Any, loc: Sequence[str | int]) -> int:
     return line
 
 
-def _pydantic_errors(label: str, raw: Any, exc: ValidationError, ident: str,
-                     prefix: Loc = ()) -> list[str]:
+def _pydantic_errors(
+    label: str, raw: Any, exc: ValidationError, ident: str, prefix: Loc = ()
+) -> list[str]:
     result = []
     for err in exc.errors():
         loc = prefix + tuple(err["loc"])

@@ -13,8 +13,11 @@ from typing import Any
 def machine_info() -> dict[str, Any]:
     """The machine the numbers belong to."""
     info: dict[str, Any] = {
-        "platform": platform.platform(), "machine": platform.machine(), "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
         "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     if hasattr(os, "sched_getaffinity"):

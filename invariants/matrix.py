@@ -71,14 +71,22 @@ class Exclusion:
     cells: tuple[str, ...]  # each as ``axis=value ...``
 
     def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec, "constraint": self.constraint, "reason": self.reason,
-                "count": len(self.cells), "cells": list(self.cells)}
+        return {
+            "spec": self.spec,
+            "constraint": self.constraint,
+            "reason": self.reason,
+            "count": len(self.cells),
+            "cells": list(self.cells),
+        }
 
 
 def spec_axes(spec: Spec) -> dict[str, list[Any]]:
     """The axes ``spec`` varies, each with its values (``all``: every value of the axis)."""
     known = load_matrix().axes
-    return {axis: list(known[axis]) if values == "all" else list(values) for axis, values in spec.matrix.items()}
+    return {
+        axis: list(known[axis]) if values == "all" else list(values)
+        for axis, values in spec.matrix.items()
+    }
 
 
 def _base_values(spec: Spec) -> dict[str, Any]:
@@ -124,8 +132,14 @@ def spec_cells(spec: Spec, full: bool = False) -> list[Cell]:
     for row in _rows(spec, full):
         sets = " ".join(f"--set {k}={axis_label(v)}" for k, v in row.items())
         label = " ".join(_short(k, v) for k, v in row.items())
-        cells.append(Cell(f"{spec.name} {label}".strip(), load_spec(spec.path, row) if row else spec,
-                          f"kvspec run {path} {sets}".strip(), tuple(row.items())))
+        cells.append(
+            Cell(
+                f"{spec.name} {label}".strip(),
+                load_spec(spec.path, row) if row else spec,
+                f"kvspec run {path} {sets}".strip(),
+                tuple(row.items()),
+            )
+        )
     return cells
 
 
@@ -146,8 +160,10 @@ def spec_exclusions(spec: Spec) -> list[Exclusion]:
     groups: dict[str, list[Excluded]] = {}
     for excluded in excluded_cells(spec):
         groups.setdefault(excluded.constraint.label(), []).append(excluded)
-    return [Exclusion(spec.name, label, found[0].constraint.reason, tuple(e.cell for e in found))
-            for label, found in groups.items()]
+    return [
+        Exclusion(spec.name, label, found[0].constraint.reason, tuple(e.cell for e in found))
+        for label, found in groups.items()
+    ]
 
 
 def report_exclusions() -> list[Exclusion]:

@@ -49,7 +49,9 @@ class Constraint(_Strict):
 
     def label(self) -> str:
         def fmt(d: dict[str, Any]) -> str:
-            return ", ".join(f"{k}={'|'.join(map(axis_label, self._allowed(v)))}" for k, v in d.items())
+            return ", ".join(
+                f"{k}={'|'.join(map(axis_label, self._allowed(v)))}" for k, v in d.items()
+            )
 
         return f"{fmt(self.when)} requires {fmt(self.require)}"
 
@@ -76,7 +78,9 @@ def load_matrix(path: str | Path = MATRIX_PATH) -> MatrixFile:
 
 def axis_label(value: Any) -> str:
     """``True`` → on, ``False`` → off, anything else as written."""
-    return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+    return (
+        {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+    )
 
 
 def violations(row: dict[str, Any], matrix: MatrixFile | None = None) -> list[Constraint]:
@@ -96,21 +100,42 @@ def axis_values(engine: dict[str, Any]) -> dict[str, Any]:
     """The value an engine (spec fields, defaults filled) has on every axis."""
     tiny = engine.get("tiny") or {}
     spec = engine.get("speculative")
-    attention = ("mla" if engine.get("model") == "tiny" and tiny.get("attention") == "mla"
-                 else "swa" if engine.get("swa_tokens") is not None else "mha")
-    speculative = "none" if spec is None else ("eagle_v2" if spec.get("version", 2) == 2 else "eagle")
-    return {"page_size": engine["page_size"], "attention": attention, "speculative": speculative,
-            "retract": engine["test_retract"], "mixed_chunk": engine["enable_mixed_chunk"],
-            "overlap": engine["enable_overlap"], "cache": engine["cache"]}
+    attention = (
+        "mla"
+        if engine.get("model") == "tiny" and tiny.get("attention") == "mla"
+        else "swa"
+        if engine.get("swa_tokens") is not None
+        else "mha"
+    )
+    speculative = (
+        "none" if spec is None else ("eagle_v2" if spec.get("version", 2) == 2 else "eagle")
+    )
+    return {
+        "page_size": engine["page_size"],
+        "attention": attention,
+        "speculative": speculative,
+        "retract": engine["test_retract"],
+        "mixed_chunk": engine["enable_mixed_chunk"],
+        "overlap": engine["enable_overlap"],
+        "cache": engine["cache"],
+    }
 
 
 def _page_size(f: dict[str, Any], value: int) -> dict[str, Any]:
     chunk = f.get("chunked_prefill_size", 8192)
-    return {**f, "page_size": value, "chunked_prefill_size": None if chunk is None else max(chunk, value)}
+    return {
+        **f,
+        "page_size": value,
+        "chunked_prefill_size": None if chunk is None else max(chunk, value),
+    }
 
 
 def _attention(f: dict[str, Any], value: str) -> dict[str, Any]:
-    tiny = {k: v for k, v in (f.get("tiny") or {}).items() if k not in ("attention", "attention_pattern")}
+    tiny = {
+        k: v
+        for k, v in (f.get("tiny") or {}).items()
+        if k not in ("attention", "attention_pattern")
+    }
     window = f.get("sliding_window") or DEFAULT_WINDOW
     f = {**f, "swa_tokens": None, "sliding_window": None}
     if value == "swa":
@@ -127,7 +152,10 @@ def _attention(f: dict[str, Any], value: str) -> dict[str, Any]:
 def _speculative(f: dict[str, Any], value: str) -> dict[str, Any]:
     if value == "none":
         return {**f, "speculative": None}
-    return {**f, "speculative": {**(f.get("speculative") or {}), "version": 2 if value == "eagle_v2" else 1}}
+    return {
+        **f,
+        "speculative": {**(f.get("speculative") or {}), "version": 2 if value == "eagle_v2" else 1},
+    }
 
 
 _APPLY: dict[str, Any] = {

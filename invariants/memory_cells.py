@@ -44,15 +44,21 @@ class MemoryCell:
     @property
     def replay(self) -> str:
         swa = " --swa" if self.swa else ""
-        return (f"kvspec explore memory --page-size {self.page_size} --cache {self.cache}{swa} "
-                f"--seed {self.seed} --batch {self.batch} --requests {self.num_requests}")
+        return (
+            f"kvspec explore memory --page-size {self.page_size} --cache {self.cache}{swa} "
+            f"--seed {self.seed} --batch {self.batch} --requests {self.num_requests}"
+        )
 
     def memory_config(self) -> MemoryConfig:
         pool = MEMORY_SHAPE.num_system_prompts * MEMORY_SHAPE.system_prompt_len + 160 * self.batch
         return MemoryConfig(
-            page_size=self.page_size, max_total_tokens=pool, max_num_reqs=self.batch + 2,
-            context_len=MEMORY_SHAPE.max_context, cache=self.cache,  # type: ignore[arg-type]
-            swa_tokens=pool if self.swa else None, sliding_window=16 if self.swa else None,
+            page_size=self.page_size,
+            max_total_tokens=pool,
+            max_num_reqs=self.batch + 2,
+            context_len=MEMORY_SHAPE.max_context,
+            cache=self.cache,  # type: ignore[arg-type]
+            swa_tokens=pool if self.swa else None,
+            sliding_window=16 if self.swa else None,
         )
 
 
@@ -69,13 +75,23 @@ class MemoryCellResult:
 
 def default_memory_cells() -> list[MemoryCell]:
     """Page sizes 1/4/16 × radix/chunk, plus SWA hybrids, two seeds each."""
-    cells = [MemoryCell(ps, cache, seed=seed) for ps in (1, 4, 16) for cache in ("radix", "chunk")
-             for seed in (0, 1)]
-    return cells + [MemoryCell(ps, "radix", swa=True, seed=seed) for ps in (1, 4) for seed in (0, 1)]
+    cells = [
+        MemoryCell(ps, cache, seed=seed)
+        for ps in (1, 4, 16)
+        for cache in ("radix", "chunk")
+        for seed in (0, 1)
+    ]
+    return cells + [
+        MemoryCell(ps, "radix", swa=True, seed=seed) for ps in (1, 4) for seed in (0, 1)
+    ]
 
 
-def run_memory_cell(cell: MemoryCell, catalog: Catalog, level: int = Level.RECORD,
-                    on_view: Callable[[StateView], None] | None = None) -> MemoryCellResult:
+def run_memory_cell(
+    cell: MemoryCell,
+    catalog: Catalog,
+    level: int = Level.RECORD,
+    on_view: Callable[[StateView], None] | None = None,
+) -> MemoryCellResult:
     """Run one cell with the checker after every step and at idle; ``on_view`` sees each view
     after the checker (the report's timeline)."""
     mem = KVMemory.from_config(cell.memory_config())
@@ -89,8 +105,9 @@ def run_memory_cell(cell: MemoryCell, catalog: Catalog, level: int = Level.RECOR
 
     trace = make_trace(cell.seed, cell.num_requests, MEMORY_SHAPE)
     start = time.perf_counter()
-    exercise = MemoryExercise(mem, trace, cell.batch, seed=cell.seed, retract_prob=cell.retract_prob,
-                              observe=observe)
+    exercise = MemoryExercise(
+        mem, trace, cell.batch, seed=cell.seed, retract_prob=cell.retract_prob, observe=observe
+    )
     error = None
     try:
         exercise.run()
@@ -100,18 +117,40 @@ def run_memory_cell(cell: MemoryCell, catalog: Catalog, level: int = Level.RECOR
         error = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
     checks = sum(s.evaluations for s in checker.stats().values())
-    return MemoryCellResult(cell, exercise.stats, mem.evicted_tokens, tuple(checker.violations), checks,
-                            seconds, error)
+    return MemoryCellResult(
+        cell, exercise.stats, mem.evicted_tokens, tuple(checker.violations), checks, seconds, error
+    )
 
 
 def memory_table(catalog: Catalog, results: list[MemoryCellResult]) -> Table:
-    table = Table(title="memory layer (anchor-style exercise, no scheduler) — checked after every step")
-    for column in ("cell", "seed", "steps", "requests", "prefix hits", "evicted", "retracts", "checks",
-                   "violations", "time"):
+    table = Table(
+        title="memory layer (anchor-style exercise, no scheduler) — checked after every step"
+    )
+    for column in (
+        "cell",
+        "seed",
+        "steps",
+        "requests",
+        "prefix hits",
+        "evicted",
+        "retracts",
+        "checks",
+        "violations",
+        "time",
+    ):
         table.add_column(column, justify="left" if column == "cell" else "right")
     for r in results:
         verdict = f"[red]{len(r.violations)}[/red]" if r.violations else "[green]0[/green]"
-        table.add_row(r.cell.name, str(r.cell.seed), str(r.stats.steps), str(r.stats.finished),
-                      str(r.stats.prefix_hit_tokens), str(r.evicted_tokens), str(r.stats.retracted),
-                      str(r.checks), verdict, f"{r.seconds:.2f}s")
+        table.add_row(
+            r.cell.name,
+            str(r.cell.seed),
+            str(r.stats.steps),
+            str(r.stats.finished),
+            str(r.stats.prefix_hit_tokens),
+            str(r.evicted_tokens),
+            str(r.stats.retracted),
+            str(r.checks),
+            verdict,
+            f"{r.seconds:.2f}s",
+        )
     return table

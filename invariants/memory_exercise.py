@@ -88,7 +88,10 @@ class MemoryExercise:
             self.observe("step", self.stats.steps, list(self._running))
 
     def _owed(self, req: Req) -> int:
-        return paging.ceil_align(self._plan[req.rid].max_new_tokens, self.mem.page_size) + self.mem.page_size
+        return (
+            paging.ceil_align(self._plan[req.rid].max_new_tokens, self.mem.page_size)
+            + self.mem.page_size
+        )
 
     def _admit(self) -> list[Req]:
         """FCFS admission under a prefill budget and a memory gate (PrefillAdder stand-in)."""
@@ -108,7 +111,11 @@ class MemoryExercise:
             self._waiting.pop()
             self.mem.lock(req)
             new.append(req)
-            budget, room, self._reserve = budget - extend, room - need, self._reserve + self._owed(req)
+            budget, room, self._reserve = (
+                budget - extend,
+                room - need,
+                self._reserve + self._owed(req),
+            )
         return new
 
     def _prefill(self, new: list[Req]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -120,8 +120,19 @@ class AdvanceClock(_Strict):
     seconds: float = Field(gt=0)
 
 
-Op = Annotated[Union[Submit, OpenSession, CloseSession, Abort, Step, WaitFor, Idle, ForceRetract,  # noqa: UP007
-                     FlushCache, AdvanceClock], Field(discriminator="op")]
+Op = Annotated[
+    Submit
+    | OpenSession
+    | CloseSession
+    | Abort
+    | Step
+    | WaitFor
+    | Idle
+    | ForceRetract
+    | FlushCache
+    | AdvanceClock,
+    Field(discriminator="op"),
+]
 OP_ADAPTER: TypeAdapter[Op] = TypeAdapter(Op)
 
 
@@ -141,8 +152,12 @@ class Trace(_Strict):
     def save(self, path: str | Path) -> None:
         """Write the trace as JSON (one op per line, so diffs and reviews read well)."""
         head = self.model_dump(mode="json", exclude={"ops"})
-        ops = ",\n".join("    " + json.dumps(OP_ADAPTER.dump_python(op, mode="json")) for op in self.ops)
-        text = json.dumps(head, indent=2)[:-2] + (',\n  "ops": [\n' + ops + "\n  ]\n}\n" if ops else ',\n  "ops": []\n}\n')
+        ops = ",\n".join(
+            "    " + json.dumps(OP_ADAPTER.dump_python(op, mode="json")) for op in self.ops
+        )
+        text = json.dumps(head, indent=2)[:-2] + (
+            ',\n  "ops": [\n' + ops + "\n  ]\n}\n" if ops else ',\n  "ops": []\n}\n'
+        )
         Path(path).write_text(text, encoding="utf-8")
 
     @classmethod
@@ -156,8 +171,11 @@ class Trace(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise TraceError("\n".join(f"{path}: {'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                       for e in exc.errors())) from None
+            raise TraceError(
+                "\n".join(
+                    f"{path}: {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+                )
+            ) from None
 
     def with_ops(self, ops: list[Op]) -> Trace:
         """The same trace with other ops (a shrinker's candidate)."""

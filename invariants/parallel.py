@@ -22,7 +22,9 @@ def spawn_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
 
 
-def map_in_order(fn: Callable[[Item], Result], items: Iterable[Item], workers: int) -> Iterator[Result]:
+def map_in_order(
+    fn: Callable[[Item], Result], items: Iterable[Item], workers: int
+) -> Iterator[Result]:
     """``fn`` over ``items`` on ``workers`` spawned processes, yielded in item order (in this
     process when ``workers <= 1``); closing the iterator early cancels the items not started."""
     if workers <= 1:

@@ -33,8 +33,10 @@ _OUTCOME = pytest.StashKey[SpecOutcome]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{MARKER}(path, **engine_fields): run the scenario spec under the kvspec checker "
-        "before the test and fail the test on any violation, unmet goal or crash")
+        "markers",
+        f"{MARKER}(path, **engine_fields): run the scenario spec under the kvspec checker "
+        "before the test and fail the test on any violation, unmet goal or crash",
+    )
 
 
 class CheckedEngines:
@@ -43,8 +45,14 @@ class CheckedEngines:
     def __init__(self) -> None:
         self._checkers: dict[int, Checker] = {}
 
-    def __call__(self, config: EngineConfig | None = None, *, level: int = Level.STRICT, seed: int = 0,
-                 **engine_fields: Any) -> Engine:
+    def __call__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        level: int = Level.STRICT,
+        seed: int = 0,
+        **engine_fields: Any,
+    ) -> Engine:
         if config is not None and engine_fields:
             raise TypeError("checked_engine: pass an EngineConfig or engine fields, not both")
         if config is None:
@@ -101,12 +109,16 @@ def _spec_path(item: pytest.Item, marker: pytest.Mark) -> Path:
     if len(marker.args) != 1:
         pytest.fail(f"{MARKER} takes one spec path, got {marker.args!r}", pytrace=False)
     path = Path(marker.args[0])
-    candidates = [path] if path.is_absolute() else [item.config.rootpath / path, item.path.parent / path]
+    candidates = (
+        [path] if path.is_absolute() else [item.config.rootpath / path, item.path.parent / path]
+    )
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    pytest.fail(f"{MARKER}: spec {path} not found (looked in {', '.join(map(str, candidates))})",
-                pytrace=False)
+    pytest.fail(
+        f"{MARKER}: spec {path} not found (looked in {', '.join(map(str, candidates))})",
+        pytrace=False,
+    )
 
 
 def _replay(item: pytest.Item, marker: pytest.Mark) -> str:
@@ -115,8 +127,12 @@ def _replay(item: pytest.Item, marker: pytest.Mark) -> str:
 
 
 def _failure_text(outcome: SpecOutcome, replay: str) -> str:
-    lines = [(f"kvspec spec {outcome.spec.name}: {len(outcome.violations)} violations, "
-              f"{len(outcome.unmet)} unmet goals{', crashed' if outcome.error else ''}")]
+    lines = [
+        (
+            f"kvspec spec {outcome.spec.name}: {len(outcome.violations)} violations, "
+            f"{len(outcome.unmet)} unmet goals{', crashed' if outcome.error else ''}"
+        )
+    ]
     lines += [f"  {v}" for v in outcome.violations[:5]]
     lines += [f"  expected {goal}" for goal in outcome.unmet]
     if outcome.error:

@@ -56,12 +56,22 @@ def report_console() -> Console:
     return console if console.is_terminal else Console(width=220)
 
 
-def run_report(level: int = Level.RECORD, console: Console | None = None, with_matrix: bool = True,
-               memory_cells: list[MemoryCell] | None = None, *, out: Path | None = None,
-               full: bool = False, workers: int = 1, ray_address: str | None = None,
-               cells: list[ReportCell] | None = None, target: str = "kvspec",
-               sglang_python: str | None = None, specs: list[tuple[str, Path]] | None = None,
-               sglang_driver: Any = None) -> int:
+def run_report(
+    level: int = Level.RECORD,
+    console: Console | None = None,
+    with_matrix: bool = True,
+    memory_cells: list[MemoryCell] | None = None,
+    *,
+    out: Path | None = None,
+    full: bool = False,
+    workers: int = 1,
+    ray_address: str | None = None,
+    cells: list[ReportCell] | None = None,
+    target: str = "kvspec",
+    sglang_python: str | None = None,
+    specs: list[tuple[str, Path]] | None = None,
+    sglang_driver: Any = None,
+) -> int:
     """Run the report; write its files into ``out`` (none when None); return the exit code
     (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set.
     ``target`` sglang: every spec of ``specs`` (default: every default spec) as written on
@@ -76,7 +86,11 @@ def run_report(level: int = Level.RECORD, console: Console | None = None, with_m
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
     excluded = report_exclusions() if cells is None and with_matrix and target != "sglang" else []
     cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
-    rows = _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver) if sglang_specs else None
+    rows = (
+        _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver)
+        if sglang_specs
+        else None
+    )
     results = _run_with_progress(console, cells, level, workers, ray_address)
     pairs = None if rows is None else side_by_side(results, rows)
     header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
@@ -94,39 +108,66 @@ def run_report(level: int = Level.RECORD, console: Console | None = None, with_m
     return 1 if errors or failed else 0
 
 
-def _target_cells(cells: list[ReportCell] | None, target: str, specs: list[tuple[str, Path]], full: bool,
-                  with_matrix: bool, memory_cells: list[MemoryCell] | None) -> list[ReportCell]:
+def _target_cells(
+    cells: list[ReportCell] | None,
+    target: str,
+    specs: list[tuple[str, Path]],
+    full: bool,
+    with_matrix: bool,
+    memory_cells: list[MemoryCell] | None,
+) -> list[ReportCell]:
     """The kvspec cells a target runs: the report's own (kvspec), each spec as written
     (sglang), or both — the report's own plus any spec as written that is not among them."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
     if target == "sglang":
         return as_written_cells(specs)
-    own = cells if cells is not None else spec_cells(full, with_matrix) + memory_report_cells(memory_cells)
+    own = (
+        cells
+        if cells is not None
+        else spec_cells(full, with_matrix) + memory_report_cells(memory_cells)
+    )
     return own + as_written_cells(specs, {c.name for c in own})
 
 
-def _sglang_rows(console: Console, specs: list[tuple[str, Path]], level: int, python: str | None,
-                 driver: Any) -> list[TargetRow]:
+def _sglang_rows(
+    console: Console, specs: list[tuple[str, Path]], level: int, python: str | None, driver: Any
+) -> list[TargetRow]:
     """Every spec on the sglang target, one driver, with a progress bar."""
-    columns = (TextColumn("[bold]sglang[/bold]"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("{task.description}"))
+    columns = (
+        TextColumn("[bold]sglang[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("starting the driver", total=len(specs))
 
         def advance(row: TargetRow) -> None:
-            mark = "[red]FAIL[/red]" if not row.ok else "[yellow]unsupported[/yellow]" if row.unsupported \
+            mark = (
+                "[red]FAIL[/red]"
+                if not row.ok
+                else "[yellow]unsupported[/yellow]"
+                if row.unsupported
                 else "[green]ok[/green]"
+            )
             progress.update(task, advance=1, description=f"{mark} {row.name}")
 
         return run_sglang_rows(specs, level, python, advance, driver=driver)
 
 
-def _run_with_progress(console: Console, cells: list[ReportCell], level: int, workers: int,
-                       ray_address: str | None) -> list[CellResult]:
+def _run_with_progress(
+    console: Console, cells: list[ReportCell], level: int, workers: int, ray_address: str | None
+) -> list[CellResult]:
     where = f"ray {ray_address}" if ray_address else f"{workers} worker{'s' if workers > 1 else ''}"
-    columns = (TextColumn("[bold]cells[/bold]"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("{task.description}"))
+    columns = (
+        TextColumn("[bold]cells[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(where, total=len(cells))
 
@@ -140,19 +181,39 @@ def _run_with_progress(console: Console, cells: list[ReportCell], level: int, wo
 def summary_table(header: ReportHeader, results: list[CellResult]) -> Table:
     """Spec × cell: steps, checks evaluated, violations, the first violation, goals, counters."""
     table = Table(title=f"kvspec report — {header.title}", caption=header.evaluation)
-    for column in ("spec / cell", "steps", "finished", "cached", "evicted", "retracts", "checks",
-                   "violations", "first violation", "goals", "time"):
+    for column in (
+        "spec / cell",
+        "steps",
+        "finished",
+        "cached",
+        "evicted",
+        "retracts",
+        "checks",
+        "violations",
+        "first violation",
+        "goals",
+        "time",
+    ):
         text = column in ("spec / cell", "first violation")
-        table.add_column(column, justify="left" if text else "right", no_wrap=not text, overflow="fold")
+        table.add_column(
+            column, justify="left" if text else "right", no_wrap=not text, overflow="fold"
+        )
     kind = None
     for r in results:
         if kind is not None and r.kind != kind:
             table.add_section()
         kind = r.kind
         verdict = f"[red]{r.num_violations}[/red]" if r.num_violations else "[green]0[/green]"
-        table.add_row(r.name, str(r.steps), *(str(r.counters.get(c, "")) for c in
-                                              ("finished", "cached", "evicted", "retracts")),
-                      str(r.checks), verdict, r.first_violation, _goals(r), f"{r.seconds:.2f}s")
+        table.add_row(
+            r.name,
+            str(r.steps),
+            *(str(r.counters.get(c, "")) for c in ("finished", "cached", "evicted", "retracts")),
+            str(r.checks),
+            verdict,
+            r.first_violation,
+            _goals(r),
+            f"{r.seconds:.2f}s",
+        )
     return table
 
 
@@ -168,8 +229,12 @@ def exclusions_table(exclusions: list[Exclusion]) -> Table:
     total = sum(len(x.cells) for x in exclusions)
     table = Table(title=f"excluded by constraints: {total} product cells (never run, never hidden)")
     for column in ("spec", "cells", "constraint", "reason"):
-        table.add_column(column, justify="right" if column == "cells" else "left", overflow="fold",
-                         no_wrap=column != "reason")
+        table.add_column(
+            column,
+            justify="right" if column == "cells" else "left",
+            overflow="fold",
+            no_wrap=column != "reason",
+        )
     spec = None
     for x in exclusions:
         table.add_row("" if x.spec == spec else x.spec, str(len(x.cells)), x.constraint, x.reason)

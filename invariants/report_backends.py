@@ -21,8 +21,13 @@ class BackendError(RuntimeError):
     """A backend cannot run (Ray not installed, cluster unreachable)."""
 
 
-def run_cells(cells: Sequence[ReportCell], level: int, workers: int = 1, ray_address: str | None = None,
-              progress: Progress = lambda result: None) -> list[CellResult]:
+def run_cells(
+    cells: Sequence[ReportCell],
+    level: int,
+    workers: int = 1,
+    ray_address: str | None = None,
+    progress: Progress = lambda result: None,
+) -> list[CellResult]:
     """Every cell's result, in the order of ``cells``."""
     if ray_address:
         return run_on_ray(cells, level, ray_address, progress)
@@ -35,8 +40,9 @@ def run_cells(cells: Sequence[ReportCell], level: int, workers: int = 1, ray_add
     return results
 
 
-def run_on_processes(cells: Sequence[ReportCell], level: int, workers: int,
-                     progress: Progress) -> list[CellResult]:
+def run_on_processes(
+    cells: Sequence[ReportCell], level: int, workers: int, progress: Progress
+) -> list[CellResult]:
     """A spawn-context process pool (safe with threads and torch in the parent)."""
     results: list[CellResult | None] = [None] * len(cells)
     context = multiprocessing.get_context("spawn")
@@ -48,8 +54,9 @@ def run_on_processes(cells: Sequence[ReportCell], level: int, workers: int,
     return [r for r in results if r is not None]
 
 
-def run_on_ray(cells: Sequence[ReportCell], level: int, address: str,
-               progress: Progress) -> list[CellResult]:
+def run_on_ray(
+    cells: Sequence[ReportCell], level: int, address: str, progress: Progress
+) -> list[CellResult]:
     """One Ray task per cell. ``address``: a cluster (``ray://host:10001``, ``auto``) or
     ``local`` for a fresh local instance; every node needs kvspec installed."""
     ray = import_ray()
@@ -77,6 +84,7 @@ def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
-        raise BackendError("--ray-address needs Ray, which is not installed: "
-                           "pip install 'kvspec[ray]'") from None
+        raise BackendError(
+            "--ray-address needs Ray, which is not installed: pip install 'kvspec[ray]'"
+        ) from None
     return ray

@@ -66,9 +66,14 @@ class CellResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "timeline"}
-        return {**data, "ok": self.ok, "first_violation": self.first_violation,
-                "violations": list(self.violations), "unmet": list(self.unmet),
-                "timeline": self.timeline.to_dict()}
+        return {
+            **data,
+            "ok": self.ok,
+            "first_violation": self.first_violation,
+            "violations": list(self.violations),
+            "unmet": list(self.unmet),
+            "timeline": self.timeline.to_dict(),
+        }
 
 
 def default_specs() -> list[tuple[str, Path]]:
@@ -80,9 +85,13 @@ def spec_cells(full: bool = False, with_matrix: bool = True) -> list[ReportCell]
     """Every spec × its matrix axes (all-pairs; ``full``: the product); without the matrix,
     each spec once as written."""
     if not with_matrix:
-        return [ReportCell(name, f"kvspec run {relative(path)}", spec=load_spec(path))
-                for name, path in default_specs()]
-    return [ReportCell(cell.name, cell.replay, spec=cell.spec) for cell in matrix_report_cells(full)]
+        return [
+            ReportCell(name, f"kvspec run {relative(path)}", spec=load_spec(path))
+            for name, path in default_specs()
+        ]
+    return [
+        ReportCell(cell.name, cell.replay, spec=cell.spec) for cell in matrix_report_cells(full)
+    ]
 
 
 def memory_report_cells(cells: list[MemoryCell] | None = None) -> list[ReportCell]:
@@ -99,25 +108,60 @@ def run_cell(cell: ReportCell, level: int = Level.RECORD) -> CellResult:
     """Run one cell checked at ``level`` with a timeline; top level, so workers can run it."""
     timeline = Timeline()
     if cell.spec is not None:
-        return _spec_result(cell, run_spec(cell.spec, shipped_catalog(), level, observers=(timeline,)), timeline)
+        return _spec_result(
+            cell, run_spec(cell.spec, shipped_catalog(), level, observers=(timeline,)), timeline
+        )
     assert cell.memory is not None
     result = run_memory_cell(cell.memory, shipped_catalog(), level, on_view=timeline.record)
     timeline.mark(result.violations)
-    counters = {"finished": result.stats.finished, "cached": result.stats.prefix_hit_tokens,
-                "evicted": result.evicted_tokens, "retracts": result.stats.retracted}
-    return CellResult(cell.name, "memory", cell.replay, result.stats.steps, result.checks,
-                      len(result.violations), _listed(result.violations), (), result.error,
-                      result.seconds, counters, timeline)
+    counters = {
+        "finished": result.stats.finished,
+        "cached": result.stats.prefix_hit_tokens,
+        "evicted": result.evicted_tokens,
+        "retracts": result.stats.retracted,
+    }
+    return CellResult(
+        cell.name,
+        "memory",
+        cell.replay,
+        result.stats.steps,
+        result.checks,
+        len(result.violations),
+        _listed(result.violations),
+        (),
+        result.error,
+        result.seconds,
+        counters,
+        timeline,
+    )
 
 
 def _spec_result(cell: ReportCell, out: SpecOutcome, timeline: Timeline) -> CellResult:
     timeline.mark(out.violations)
     s = out.stats
-    counters = {"finished": s.finished_reqs, "cached": s.cached_tokens, "evicted": s.evicted_tokens,
-                "retracts": s.retracted_reqs, "chunks": s.chunked_prefills, "mixed": s.mixed_batches,
-                "forwards": s.forward_ct}
-    return CellResult(cell.name, "spec", cell.replay, s.iterations, out.checks, len(out.violations),
-                      _listed(out.violations), out.unmet, out.error, out.seconds, counters, timeline)
+    counters = {
+        "finished": s.finished_reqs,
+        "cached": s.cached_tokens,
+        "evicted": s.evicted_tokens,
+        "retracts": s.retracted_reqs,
+        "chunks": s.chunked_prefills,
+        "mixed": s.mixed_batches,
+        "forwards": s.forward_ct,
+    }
+    return CellResult(
+        cell.name,
+        "spec",
+        cell.replay,
+        s.iterations,
+        out.checks,
+        len(out.violations),
+        _listed(out.violations),
+        out.unmet,
+        out.error,
+        out.seconds,
+        counters,
+        timeline,
+    )
 
 
 def _listed(violations: Any) -> tuple[dict[str, Any], ...]:

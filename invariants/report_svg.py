@@ -14,11 +14,21 @@ from html import escape
 
 from invariants.timeline import Mark, PoolSeries
 
-COLOURS = {"request_owned": "#2a9d8f", "session_held": "#e9a23b", "protected": "#3d5a98",
-           "evictable": "#8ecae6", "free": "#d7dce2"}
+COLOURS = {
+    "request_owned": "#2a9d8f",
+    "session_held": "#e9a23b",
+    "protected": "#3d5a98",
+    "evictable": "#8ecae6",
+    "free": "#d7dce2",
+}
 STACK_ORDER = ("request_owned", "session_held", "protected", "evictable", "free")  # bottom → top
-LABELS = {"request_owned": "request-owned", "session_held": "session-held", "protected": "protected",
-          "evictable": "evictable", "free": "free"}
+LABELS = {
+    "request_owned": "request-owned",
+    "session_held": "session-held",
+    "protected": "protected",
+    "evictable": "evictable",
+    "free": "free",
+}
 VIOLATION_COLOUR = "#d62828"
 WIDTH, HEIGHT = 540, 170
 LEFT, RIGHT, TOP, BOTTOM = 56, 10, 14, 26
@@ -55,9 +65,14 @@ def pool_plot(series: PoolSeries, marks: Sequence[Mark], caption: str) -> str:
     values = {b: [series.buckets[b][i] for i in index] for b in STACK_ORDER}
     totals = [sum(values[b][k] for b in STACK_ORDER) for k in range(len(steps))]
     frame = _Frame(steps[0], steps[-1], max(series.capacity, max(totals)))
-    parts = [(f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-              f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(caption)}">'),
-             f"<title>{escape(caption)}</title>"]
+    parts = [
+        (
+            '<svg class="plot" xmlns="http://www.w3.org/2000/svg" '
+            f'width="{WIDTH}" height="{HEIGHT}" '
+            f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(caption)}">'
+        ),
+        f"<title>{escape(caption)}</title>",
+    ]
     parts += _areas(frame, steps, values)
     parts += _axes(frame, steps, series.capacity, caption)
     parts += _marks(frame, marks, steps[0], steps[-1])
@@ -74,8 +89,10 @@ def _areas(frame: _Frame, steps: list[int], values: dict[str, list[int]]) -> lis
             edge = [(frame.x(s), frame.y(t)) for s, t in zip(steps, upper)]
             back = [(frame.x(s), frame.y(t)) for s, t in zip(reversed(steps), reversed(base))]
             points = " ".join(f"{x},{y}" for x, y in edge + back)
-            out.append(f'<polygon points="{points}" fill="{COLOURS[bucket]}">'
-                       f"<title>{LABELS[bucket]}</title></polygon>")
+            out.append(
+                f'<polygon points="{points}" fill="{COLOURS[bucket]}">'
+                f"<title>{LABELS[bucket]}</title></polygon>"
+            )
         base = upper
     return out
 
@@ -91,8 +108,10 @@ def _axes(frame: _Frame, steps: list[int], capacity: int, caption: str) -> list[
         f'<text x="{LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
         f'<text x="{LEFT}" y="{HEIGHT - 8}">step {steps[0]}</text>',
         f'<text x="{right}" y="{HEIGHT - 8}" text-anchor="end">step {steps[-1]}</text>',
-        (f'<text x="{(LEFT + right) / 2}" y="{HEIGHT - 8}" text-anchor="middle" class="caption">'
-         f"{escape(caption)}</text>"),
+        (
+            f'<text x="{(LEFT + right) / 2}" y="{HEIGHT - 8}" text-anchor="middle" class="caption">'
+            f"{escape(caption)}</text>"
+        ),
     ]
 
 
@@ -106,10 +125,12 @@ def _marks(frame: _Frame, marks: Sequence[Mark], first: int, last: int) -> list[
         tip = "\n".join(f"step {m.step} ({m.event}) {m.invariant}: {m.message}" for m in run[:8])
         if len(run) > 8:
             tip += f"\n… {len(run) - 8} more"
-        out.append(f'<g class="violation"><title>{escape(tip)}</title>'
-                   f'<rect x="{x0 - 2}" y="2" width="{round(x1 - x0 + 4, 1)}" height="{TOP - 4}" '
-                   f'fill="{VIOLATION_COLOUR}"/><line x1="{x0}" y1="{TOP}" x2="{x0}" '
-                   f'y2="{HEIGHT - BOTTOM}" stroke="{VIOLATION_COLOUR}" stroke-width="2"/></g>')
+        out.append(
+            f'<g class="violation"><title>{escape(tip)}</title>'
+            f'<rect x="{x0 - 2}" y="2" width="{round(x1 - x0 + 4, 1)}" height="{TOP - 4}" '
+            f'fill="{VIOLATION_COLOUR}"/><line x1="{x0}" y1="{TOP}" x2="{x0}" '
+            f'y2="{HEIGHT - BOTTOM}" stroke="{VIOLATION_COLOUR}" stroke-width="2"/></g>'
+        )
     return out
 
 
@@ -126,8 +147,12 @@ def _runs(marks: list[Mark]) -> list[list[Mark]]:
 
 def legend() -> str:
     """The bucket colours and the violation line, as HTML."""
-    items = [f'<span class="key"><i style="background:{COLOURS[b]}"></i>{LABELS[b]}</span>'
-             for b in reversed(STACK_ORDER)]
-    items.append(f'<span class="key"><i style="background:{VIOLATION_COLOUR};width:3px"></i>'
-                 "an invariant fails (bar on top: while it keeps failing; hover for which)</span>")
+    items = [
+        f'<span class="key"><i style="background:{COLOURS[b]}"></i>{LABELS[b]}</span>'
+        for b in reversed(STACK_ORDER)
+    ]
+    items.append(
+        f'<span class="key"><i style="background:{VIOLATION_COLOUR};width:3px"></i>'
+        "an invariant fails (bar on top: while it keeps failing; hover for which)</span>"
+    )
     return '<div class="legend">' + "".join(items) + "</div>"

@@ -23,8 +23,10 @@ from invariants.report_text import first_violation, goals_text, relative, violat
 from invariants.spec import load_spec
 
 TARGETS = ("kvspec", "sglang", "both")
-GOALS_NOTE = ("expect goals were tuned on kvspec's schedule: on the sglang target an unmet goal is "
-              "shown, not a failure; an unsupported spec is shown with its reason")
+GOALS_NOTE = (
+    "expect goals were tuned on kvspec's schedule: on the sglang target an unmet goal is "
+    "shown, not a failure; an unsupported spec is shown with its reason"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +58,13 @@ class TargetRow:
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**data, "ok": self.ok, "violations": list(self.violations), "unmet": list(self.unmet),
-                "notes": list(self.notes)}
+        return {
+            **data,
+            "ok": self.ok,
+            "violations": list(self.violations),
+            "unmet": list(self.unmet),
+            "notes": list(self.notes),
+        }
 
 
 def target_row(name: str, path: Path, outcome: Any) -> TargetRow:
@@ -66,11 +73,28 @@ def target_row(name: str, path: Path, outcome: Any) -> TargetRow:
     if outcome.unsupported:
         return TargetRow(name, replay, unsupported="; ".join(outcome.unsupported))
     s = outcome.stats
-    counters = {"finished": s.finished, "cached": s.prefix_hit_tokens, "evicted": s.evicted_tokens,
-                "aborted": s.aborted}
+    counters = {
+        "finished": s.finished,
+        "cached": s.prefix_hit_tokens,
+        "evicted": s.evicted_tokens,
+        "aborted": s.aborted,
+    }
     listed = tuple(asdict(v) for v in outcome.violations[:MAX_LISTED])
-    return TargetRow(name, replay, s.steps, outcome.checks, len(outcome.violations), listed, outcome.unmet,
-                     outcome.error, None, outcome.seconds, counters, outcome.notes, outcome.sglang_version)
+    return TargetRow(
+        name,
+        replay,
+        s.steps,
+        outcome.checks,
+        len(outcome.violations),
+        listed,
+        outcome.unmet,
+        outcome.error,
+        None,
+        outcome.seconds,
+        counters,
+        outcome.notes,
+        outcome.sglang_version,
+    )
 
 
 class _Drivers:
@@ -99,9 +123,14 @@ class _Drivers:
             self.live = None
 
 
-def run_sglang_rows(specs: list[tuple[str, Path]], level: int = Level.RECORD, python: str | None = None,
-                    progress: Callable[[TargetRow], None] = lambda row: None, *,
-                    driver: Any = None) -> list[TargetRow]:
+def run_sglang_rows(
+    specs: list[tuple[str, Path]],
+    level: int = Level.RECORD,
+    python: str | None = None,
+    progress: Callable[[TargetRow], None] = lambda row: None,
+    *,
+    driver: Any = None,
+) -> list[TargetRow]:
     """Every spec of ``specs`` on the sglang target, in order; ``SGLangUnavailable`` (before
     any run) when there is no sglang interpreter or its driver does not start. ``driver``:
     reuse a running one."""
@@ -116,11 +145,17 @@ def run_sglang_rows(specs: list[tuple[str, Path]], level: int = Level.RECORD, py
     try:
         for name, path in specs:
             try:
-                row = target_row(name, path, run_spec_on_sglang(load_spec(path), catalog, level,
-                                                                driver=drivers.get()))
+                row = target_row(
+                    name,
+                    path,
+                    run_spec_on_sglang(load_spec(path), catalog, level, driver=drivers.get()),
+                )
             except (SGLangUnavailable, OSError) as exc:  # the driver died mid-run
-                row = TargetRow(name, f"kvspec run {relative(path)} --target sglang",
-                                error=f"sglang driver died: {exc}")
+                row = TargetRow(
+                    name,
+                    f"kvspec run {relative(path)} --target sglang",
+                    error=f"sglang driver died: {exc}",
+                )
                 drivers.drop(dead=True)
             rows.append(row)
             progress(row)
@@ -132,8 +167,11 @@ def run_sglang_rows(specs: list[tuple[str, Path]], level: int = Level.RECORD, py
 def as_written_cells(specs: list[tuple[str, Path]], have: Collection[str] = ()) -> list[ReportCell]:
     """The kvspec cells of ``specs`` run as written (their sglang counterparts), except
     those already among the report's cells by name (a spec without matrix axes)."""
-    return [ReportCell(name, f"kvspec run {relative(path)}", spec=load_spec(path))
-            for name, path in specs if name not in have]
+    return [
+        ReportCell(name, f"kvspec run {relative(path)}", spec=load_spec(path))
+        for name, path in specs
+        if name not in have
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +215,17 @@ def sglang_detail(row: TargetRow) -> str:
 def sglang_summary(rows: list[TargetRow]) -> dict[str, Any]:
     """Totals over the sglang rows; ``ok``: none violated or crashed."""
     ran = [r for r in rows if not r.unsupported]
-    return {"rows": len(rows), "ran": len(ran), "unsupported": len(rows) - len(ran),
-            "failed": sum(not r.ok for r in rows), "violations": sum(r.num_violations for r in rows),
-            "unmet_goals": sum(len(r.unmet) for r in rows), "crashed": sum(r.error is not None for r in rows),
-            "checks": sum(r.checks for r in rows), "ok": all(r.ok for r in rows)}
+    return {
+        "rows": len(rows),
+        "ran": len(ran),
+        "unsupported": len(rows) - len(ran),
+        "failed": sum(not r.ok for r in rows),
+        "violations": sum(r.num_violations for r in rows),
+        "unmet_goals": sum(len(r.unmet) for r in rows),
+        "crashed": sum(r.error is not None for r in rows),
+        "checks": sum(r.checks for r in rows),
+        "ok": all(r.ok for r in rows),
+    }
 
 
 def sglang_version(rows: list[TargetRow]) -> str:
@@ -190,9 +235,20 @@ def sglang_version(rows: list[TargetRow]) -> str:
 def sglang_document(pairs: list[SideBySide]) -> dict[str, Any]:
     """report.json's ``sglang`` part: its summary, the note on goals, every pair."""
     rows = [p.sglang for p in pairs]
-    return {"version": sglang_version(rows), "note": GOALS_NOTE, "summary": sglang_summary(rows),
-            "side_by_side": [{"spec": p.name, "kvspec": kvspec_text(p.kvspec), "sglang": sglang_text(p.sglang),
-                              "sglang_row": p.sglang.to_dict()} for p in pairs]}
+    return {
+        "version": sglang_version(rows),
+        "note": GOALS_NOTE,
+        "summary": sglang_summary(rows),
+        "side_by_side": [
+            {
+                "spec": p.name,
+                "kvspec": kvspec_text(p.kvspec),
+                "sglang": sglang_text(p.sglang),
+                "sglang_row": p.sglang.to_dict(),
+            }
+            for p in pairs
+        ],
+    }
 
 
 def verdict(totals: dict[str, Any], pairs: list[SideBySide] | None) -> str:

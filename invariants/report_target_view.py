@@ -28,8 +28,13 @@ from invariants.report_target import (
 )
 from invariants.report_text import md_cell, violation_line
 
-COLUMNS = ("spec", "kvspec: steps / violations / goals", "sglang: steps / violations / goals",
-           "sglang: first finding", "sglang time")
+COLUMNS = (
+    "spec",
+    "kvspec: steps / violations / goals",
+    "sglang: steps / violations / goals",
+    "sglang: first finding",
+    "sglang time",
+)
 
 
 def _title(pairs: list[SideBySide]) -> str:
@@ -41,13 +46,22 @@ def side_by_side_table(pairs: list[SideBySide]) -> Table:
     """The printed side-by-side table."""
     table = Table(title=_title(pairs), caption=GOALS_NOTE)
     for column in COLUMNS:
-        table.add_column(column, justify="right" if column == "sglang time" else "left",
-                         no_wrap=column == "spec", overflow="fold")
+        table.add_column(
+            column,
+            justify="right" if column == "sglang time" else "left",
+            no_wrap=column == "spec",
+            overflow="fold",
+        )
     for p in pairs:
         row = p.sglang
         colour = "red" if not row.ok else "yellow" if row.unsupported or row.unmet else "green"
-        table.add_row(p.name, kvspec_text(p.kvspec), f"[{colour}]{escape_markup(sglang_text(row))}[/{colour}]",
-                      escape_markup(sglang_detail(row)), "" if row.unsupported else f"{row.seconds:.2f}s")
+        table.add_row(
+            p.name,
+            kvspec_text(p.kvspec),
+            f"[{colour}]{escape_markup(sglang_text(row))}[/{colour}]",
+            escape_markup(sglang_detail(row)),
+            "" if row.unsupported else f"{row.seconds:.2f}s",
+        )
     return table
 
 
@@ -74,16 +88,27 @@ def print_target_failures(console: Console, pairs: list[SideBySide]) -> int:
 def target_markdown(pairs: list[SideBySide]) -> list[str]:
     """report.md's side-by-side section (lines)."""
     totals = sglang_summary([p.sglang for p in pairs])
-    counts = (f"{totals['ran']} of {totals['rows']} specs ran, {totals['violations']} violations, "
-              f"{totals['unmet_goals']} unmet goals, {totals['crashed']} crashes")
-    lines = ["", f"## {_title(pairs)}", "", f"{GOALS_NOTE.capitalize()}. {counts}.", "",
-             "| | " + " | ".join(COLUMNS) + " |", "|---|---|---|---|---|--:|"]
+    counts = (
+        f"{totals['ran']} of {totals['rows']} specs ran, {totals['violations']} violations, "
+        f"{totals['unmet_goals']} unmet goals, {totals['crashed']} crashes"
+    )
+    lines = [
+        "",
+        f"## {_title(pairs)}",
+        "",
+        f"{GOALS_NOTE.capitalize()}. {counts}.",
+        "",
+        "| | " + " | ".join(COLUMNS) + " |",
+        "|---|---|---|---|---|--:|",
+    ]
     for p in pairs:
         row = p.sglang
         mark = "❌" if not row.ok else "➖" if row.unsupported else "✅"
-        lines.append(f"| {mark} | {md_cell(p.name)} | {md_cell(kvspec_text(p.kvspec))} | "
-                     f"{md_cell(sglang_text(row))} | {md_cell(sglang_detail(row))} | "
-                     f"{'' if row.unsupported else f'{row.seconds:.2f}s'} |")
+        lines.append(
+            f"| {mark} | {md_cell(p.name)} | {md_cell(kvspec_text(p.kvspec))} | "
+            f"{md_cell(sglang_text(row))} | {md_cell(sglang_detail(row))} | "
+            f"{'' if row.unsupported else f'{row.seconds:.2f}s'} |"
+        )
     for row in failing_rows(pairs):
         lines += ["", f"### {row.name} on sglang", "", "```", *failure_lines(row), "```"]
     return lines
@@ -95,13 +120,27 @@ def target_html(pairs: list[SideBySide]) -> str:
     body = []
     for p in pairs:
         row = p.sglang
-        mark = ('<span class="fail">✘</span>' if not row.ok else "–" if row.unsupported
-                else '<span class="pass">✔</span>')
-        findings = "".join(f"<li>{escape(line)}</li>" for line in failure_lines(row)) if not row.ok else ""
-        detail = f'<ul class="violations">{findings}</ul>' if findings else escape(sglang_detail(row))
-        body.append(f'<tr class="{"ok" if row.ok else "failed"}"><td>{mark}</td>'
-                    f'<td class="name">{escape(p.name)}</td><td class="first">{escape(kvspec_text(p.kvspec))}</td>'
-                    f'<td class="first">{escape(sglang_text(row))}</td><td class="first">{detail}</td>'
-                    f"<td>{'' if row.unsupported else f'{row.seconds:.2f}s'}</td></tr>")
-    return (f"<h2>{escape(_title(pairs))}</h2><p>{escape(GOALS_NOTE.capitalize())}.</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+        mark = (
+            '<span class="fail">✘</span>'
+            if not row.ok
+            else "–"
+            if row.unsupported
+            else '<span class="pass">✔</span>'
+        )
+        findings = (
+            "".join(f"<li>{escape(line)}</li>" for line in failure_lines(row)) if not row.ok else ""
+        )
+        detail = (
+            f'<ul class="violations">{findings}</ul>' if findings else escape(sglang_detail(row))
+        )
+        body.append(
+            f'<tr class="{"ok" if row.ok else "failed"}"><td>{mark}</td>'
+            f'<td class="name">{escape(p.name)}</td>'
+            f'<td class="first">{escape(kvspec_text(p.kvspec))}</td>'
+            f'<td class="first">{escape(sglang_text(row))}</td><td class="first">{detail}</td>'
+            f"<td>{'' if row.unsupported else f'{row.seconds:.2f}s'}</td></tr>"
+        )
+    return (
+        f"<h2>{escape(_title(pairs))}</h2><p>{escape(GOALS_NOTE.capitalize())}.</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )

@@ -88,7 +88,7 @@ class Rule:
 
     def failing(self, env: dict[str, Any]) -> list[Any]:
         """The failing elements (for_each), or one `None` standing for the whole view."""
-        result = eval(self.test, env)  # noqa: S307 - validated code, builtins-free env
+        result = eval(self.test, env)
         if self.var is None:
             return [] if result else [None]
         return result
@@ -111,8 +111,9 @@ def split_for_each(text: str) -> tuple[str, str]:
     return match["iter"], var
 
 
-def compile_rule(spec: InvariantSpec, fixtures: Mapping[str, Fixture] | None = None,
-                 source: str = "<memory>") -> Rule:
+def compile_rule(
+    spec: InvariantSpec, fixtures: Mapping[str, Fixture] | None = None, source: str = "<memory>"
+) -> Rule:
     """Validate and compile every expression of `spec`; RuleError lists all failing fields."""
     problems: list[tuple[str, str]] = []
     iterable, var = _for_each(spec, problems)
@@ -127,15 +128,26 @@ def compile_rule(spec: InvariantSpec, fixtures: Mapping[str, Fixture] | None = N
     reads = test.reads | message.reads | _reads(iterable) | _reads(where)
     attrs = test.attrs | message.attrs | _attrs(iterable) | _attrs(where)
     return Rule(
-        id=spec.id, title=spec.title, events=frozenset(spec.when),
-        test=_combine(spec.id, test, iterable, where, var), message=message, var=var,
-        for_steps=spec.for_steps, origin=tuple(spec.origin), uses_prev="prev" in reads, attrs=attrs,
-        names=reads & frozenset(STATE_NAMES), shape=_shape(test, iterable, where, var),
-        fixtures=MappingProxyType(dict(fixtures or {})), source=source,
+        id=spec.id,
+        title=spec.title,
+        events=frozenset(spec.when),
+        test=_combine(spec.id, test, iterable, where, var),
+        message=message,
+        var=var,
+        for_steps=spec.for_steps,
+        origin=tuple(spec.origin),
+        uses_prev="prev" in reads,
+        attrs=attrs,
+        names=reads & frozenset(STATE_NAMES),
+        shape=_shape(test, iterable, where, var),
+        fixtures=MappingProxyType(dict(fixtures or {})),
+        source=source,
     )
 
 
-def _for_each(spec: InvariantSpec, problems: list[tuple[str, str]]) -> tuple[Expr | None, str | None]:
+def _for_each(
+    spec: InvariantSpec, problems: list[tuple[str, str]]
+) -> tuple[Expr | None, str | None]:
     if spec.for_each is None:
         return None, None
     try:
@@ -146,8 +158,14 @@ def _for_each(spec: InvariantSpec, problems: list[tuple[str, str]]) -> tuple[Exp
         return None, None
 
 
-def _attempt(problems: list[tuple[str, str]], name: str, compiler: Callable[..., T],
-             source: str | None, names: frozenset[str], label: str) -> T | None:
+def _attempt(
+    problems: list[tuple[str, str]],
+    name: str,
+    compiler: Callable[..., T],
+    source: str | None,
+    names: frozenset[str],
+    label: str,
+) -> T | None:
     if source is None:
         return None
     try:
@@ -166,12 +184,17 @@ def _attrs(expr: Expr | None) -> frozenset[str]:
 
 
 def _shape(test: Expr, iterable: Expr | None, where: Expr | None, var: str | None) -> RuleShape:
-    holds = test.tree if where is None else ast.BoolOp(ast.Or(), [ast.UnaryOp(ast.Not(), where.tree), test.tree])
+    holds = (
+        test.tree
+        if where is None
+        else ast.BoolOp(ast.Or(), [ast.UnaryOp(ast.Not(), where.tree), test.tree])
+    )
     return RuleShape(holds, iterable.tree if iterable is not None else None, var)
 
 
-def _combine(label: str, test: Expr, iterable: Expr | None, where: Expr | None,
-             var: str | None) -> CodeType:
+def _combine(
+    label: str, test: Expr, iterable: Expr | None, where: Expr | None, var: str | None
+) -> CodeType:
     if iterable is None or var is None:
         return test.code
     ifs = ([where.tree] if where is not None else []) + [ast.UnaryOp(ast.Not(), test.tree)]

@@ -65,8 +65,11 @@ class SpecOutcome:
 
 def unmet_goals(spec: Spec, stats: SchedulerStats) -> list[str]:
     """The spec's ``expect`` goals the run's counters fall short of, as ``name >= n (got m)``."""
-    return [f"{name} >= {least} (got {getattr(stats, name)})"
-            for name, least in spec.expect.items() if getattr(stats, name) < least]
+    return [
+        f"{name} >= {least} (got {getattr(stats, name)})"
+        for name, least in spec.expect.items()
+        if getattr(stats, name) < least
+    ]
 
 
 def spec_catalog(spec: Spec, catalog: Catalog) -> Catalog:
@@ -76,14 +79,23 @@ def spec_catalog(spec: Spec, catalog: Catalog) -> Catalog:
     return Catalog(tuple(r for r in catalog if spec.selects(r.id)), catalog.paths)
 
 
-def run_spec(spec: Spec, catalog: Catalog, level: int = Level.RECORD, *,
-             observers: Sequence[Observer] = ()) -> SpecOutcome:
+def run_spec(
+    spec: Spec, catalog: Catalog, level: int = Level.RECORD, *, observers: Sequence[Observer] = ()
+) -> SpecOutcome:
     """Run ``spec`` to idle with the checker after every event (level 2: stop at the first
     violation), then check its goals and oracles."""
     trace = build_trace(spec)
     out = run_trace(trace, spec_catalog(spec, catalog), level, observers=observers)
     goals = unmet_goals(spec, out.stats)
-    waits = [f"op #{r.index} {trace.ops[r.index].op}: {r.detail}" for r in out.results if r.status == "incomplete"]
+    waits = [
+        f"op #{r.index} {trace.ops[r.index].op}: {r.detail}"
+        for r in out.results
+        if r.status == "incomplete"
+    ]
     config = spec.engine.engine_config(spec.seed)
-    oracles = [] if out.error else check_oracles(spec.oracles, out, config.max_req_len, spec.engine.eos_prob)
+    oracles = (
+        []
+        if out.error
+        else check_oracles(spec.oracles, out, config.max_req_len, spec.engine.eos_prob)
+    )
     return SpecOutcome(spec, out, tuple(goals + waits + oracles), tuple(oracles))

@@ -57,7 +57,9 @@ def draw(rng: np.random.Generator, dist: Dist) -> int:
         return int(rng.integers(dist.uniform[0], dist.uniform[1] + 1))
     if dist.loguniform is not None:
         lo, hi = dist.loguniform
-        return int(min(hi, max(lo, round(float(np.exp(rng.uniform(np.log(lo), np.log(hi + 1)))) - 0.5))))
+        return int(
+            min(hi, max(lo, round(float(np.exp(rng.uniform(np.log(lo), np.log(hi + 1)))) - 0.5)))
+        )
     assert dist.choice is not None
     return int(dist.choice[int(rng.integers(0, len(dist.choice)))])
 
@@ -99,8 +101,10 @@ class _Builder:
         self.plain_rng = np.random.default_rng(spec.seed)  # the anchor order of workload.py
         self.token_rng = np.random.default_rng([spec.seed, 1])
         self.fault_rng = np.random.default_rng([spec.seed, 2])
-        self.system = [self.plain_rng.integers(1, NUM_BYTES, self.w.system_prompt_len).tolist()
-                       for _ in range(self.w.system_prompts)]
+        self.system = [
+            self.plain_rng.integers(1, NUM_BYTES, self.w.system_prompt_len).tolist()
+            for _ in range(self.w.system_prompts)
+        ]
         self.num_plain = 0
 
     def ops(self) -> Iterator[Op]:
@@ -120,7 +124,9 @@ class _Builder:
         suffix, gen = draw(rng, self.w.suffix), draw(rng, self.w.gen)
         ids = system + rng.integers(1, NUM_BYTES, suffix).tolist()
         rng.integers(1, NUM_BYTES, gen)  # the anchor trace's output ids: keeps the stream aligned
-        return self._maybe_rejected(Submit(rid=f"r{i}", input_ids=ids, max_new_tokens=gen), sessionless=True)
+        return self._maybe_rejected(
+            Submit(rid=f"r{i}", input_ids=ids, max_new_tokens=gen), sessionless=True
+        )
 
     def _plain_traffic(self) -> Iterator[Op]:
         n = self.w.requests
@@ -138,27 +144,39 @@ class _Builder:
     def _chance(self, p: float) -> bool:
         return p > 0 and float(self.fault_rng.random()) < p
 
-    def _maybe_rejected(self, submit: Submit, sessionless: bool = False, streaming: bool = False) -> Submit:
+    def _maybe_rejected(
+        self, submit: Submit, sessionless: bool = False, streaming: bool = False
+    ) -> Submit:
         faults, rng = self.w.faults, self.fault_rng
         if self._chance(faults.too_long):
             ids = [BOS_ID] + rng.integers(0, NUM_BYTES, self.max_input + 1).tolist()
             return submit.model_copy(update={"rid": submit.rid + TOO_LONG, "input_ids": ids})
         if not self._chance(faults.rejected_params):
             return submit
-        kinds = ["logprob"] + ([] if sessionless else ["offset", "replace", "drop"] if streaming else ["parent"])
+        kinds = ["logprob"] + (
+            [] if sessionless else ["offset", "replace", "drop"] if streaming else ["parent"]
+        )
         kind = kinds[int(rng.integers(0, len(kinds)))]
         update: dict[str, object] = {"rid": submit.rid + BAD_PARAM}
         if kind == "logprob":  # a logprob start past the whole prompt (session history included)
             update |= {"return_logprob": True, "logprob_start_len": self.max_input + 8}
         else:
             assert submit.session is not None
-            field = {"offset": ("offset", 1), "replace": ("replace", True), "drop": ("drop_previous_output", True),
-                     "parent": ("rid", "no-such-request")}[kind]
+            field = {
+                "offset": ("offset", 1),
+                "replace": ("replace", True),
+                "drop": ("drop_previous_output", True),
+                "parent": ("rid", "no-such-request"),
+            }[kind]
             update["session"] = submit.session.model_copy(update=dict([field]))
         return submit.model_copy(update=update)
 
     def _maybe_abort(self, agenda: _Agenda, tick: int, submit: Submit) -> None:
-        if BAD_PARAM in submit.rid or TOO_LONG in submit.rid or not self._chance(self.w.faults.mid_abort):
+        if (
+            BAD_PARAM in submit.rid
+            or TOO_LONG in submit.rid
+            or not self._chance(self.w.faults.mid_abort)
+        ):
             return
         span = submit.max_new_tokens + -(-len(submit.input_ids) // self.chunk) + 2
         agenda.at[tick + int(self.fault_rng.integers(0, span + 1))].append(Abort(rid=submit.rid))
@@ -167,7 +185,9 @@ class _Builder:
         faults, rng = self.w.faults, self.fault_rng
         for _ in range(faults.abort_storm):
             phase = faults.storm_phases[int(rng.integers(0, len(faults.storm_phases)))]
-            agenda.at[int(rng.integers(0, span + 1))].append(Abort(phase=phase, pick=int(rng.integers(0, 64))))
+            agenda.at[int(rng.integers(0, span + 1))].append(
+                Abort(phase=phase, pick=int(rng.integers(0, 64)))
+            )
         if self._chance(faults.retract):
             agenda.retract_at.add(int(rng.integers(1, max(2, span))))
 
@@ -193,7 +213,9 @@ class _Builder:
                 rids.append(submit.rid)
                 self._maybe_abort(agenda, 0, submit)
                 if self._chance(self.w.faults.close_in_flight):
-                    agenda.at[int(self.fault_rng.integers(0, submit.max_new_tokens + 1))].append(CloseSession(sid=sid))
+                    agenda.at[int(self.fault_rng.integers(0, submit.max_new_tokens + 1))].append(
+                        CloseSession(sid=sid)
+                    )
                     live.discard(sid)
             for _ in range(s.plain_per_round):
                 plain = self._plain()
@@ -227,8 +249,13 @@ class _Builder:
         ref = SessionRef(id=sid, rid=history[-1] if history else None)
         if not streaming and history:
             ref = self._branch(sid, history)
-        submit = Submit(rid=f"{sid}t{turn}", input_ids=ids, max_new_tokens=draw(self.token_rng, s.gen), session=ref,
-                        return_logprob=self._chance(s.logprob))
+        submit = Submit(
+            rid=f"{sid}t{turn}",
+            input_ids=ids,
+            max_new_tokens=draw(self.token_rng, s.gen),
+            session=ref,
+            return_logprob=self._chance(s.logprob),
+        )
         submit = self._maybe_rejected(submit, streaming=streaming)
         if TOO_LONG not in submit.rid and BAD_PARAM not in submit.rid:
             history.append(submit.rid)
@@ -237,7 +264,9 @@ class _Builder:
     def _branch(self, sid: str, history: list[str]) -> SessionRef:
         """How a non-streaming turn attaches (the spec's branch weights)."""
         weights = np.array(list(self.w.sessions.branch.model_dump().values()), dtype=float)
-        kind = BRANCH_KINDS[int(self.fault_rng.choice(len(BRANCH_KINDS), p=weights / weights.sum()))]
+        kind = BRANCH_KINDS[
+            int(self.fault_rng.choice(len(BRANCH_KINDS), p=weights / weights.sum()))
+        ]
         last = history[-1]
         if kind == "branch":
             return SessionRef(id=sid, rid=history[int(self.fault_rng.integers(0, len(history)))])

@@ -22,7 +22,9 @@ from invariants.trace_run import Response, TraceOutcome
 MAX_REPORTED = 5
 
 
-def check_oracles(names: list[str], outcome: TraceOutcome, max_req_len: int, eos_prob: float) -> list[str]:
+def check_oracles(
+    names: list[str], outcome: TraceOutcome, max_req_len: int, eos_prob: float
+) -> list[str]:
     """One line per failed response (at most a few per oracle), prefixed by the oracle."""
     checks: dict[str, Callable[[], Iterator[str]]] = {
         "lengths": lambda: _lengths(outcome, max_req_len, eos_prob),
@@ -53,8 +55,13 @@ def _lengths(outcome: TraceOutcome, max_req_len: int, eos_prob: float) -> Iterat
             yield f"{op.rid}: prompt_tokens={r.prompt_tokens}, sent {len(op.input_ids)}"
         want = min(op.max_new_tokens, max_req_len - r.prompt_tokens - 1)
         exact = op.ignore_eos or eos_prob == 0
-        if r.completion_tokens > want or (exact and (r.completion_tokens, r.finish_type) != (want, "length")):
-            yield f"{op.rid}: {r.finish_type} after {r.completion_tokens} tokens, max_new_tokens {want}"
+        if r.completion_tokens > want or (
+            exact and (r.completion_tokens, r.finish_type) != (want, "length")
+        ):
+            yield (
+                f"{op.rid}: {r.finish_type} after {r.completion_tokens} tokens, "
+                f"max_new_tokens {want}"
+            )
 
 
 def _rejections(outcome: TraceOutcome) -> Iterator[str]:
@@ -64,7 +71,8 @@ def _rejections(outcome: TraceOutcome) -> Iterator[str]:
             continue
         meant = TOO_LONG in op.rid or BAD_PARAM in op.rid
         if meant != (r.status_code == 400):
-            yield f"{op.rid}: status {r.status_code} ({r.message}), expected {'400' if meant else 'no 400'}"
+            expected = "400" if meant else "no 400"
+            yield f"{op.rid}: status {r.status_code} ({r.message}), expected {expected}"
 
 
 def _session_prompts(outcome: TraceOutcome) -> Iterator[str]:
@@ -76,17 +84,25 @@ def _session_prompts(outcome: TraceOutcome) -> Iterator[str]:
         if ref is None or ref.id not in streaming:
             continue
         if r is not None and r.status_code != 400:
-            parent = last_ok.get(ref.id) if streaming[ref.id] else _plain_parent(responses, ref.rid, index)
+            parent = (
+                last_ok.get(ref.id)
+                if streaming[ref.id]
+                else _plain_parent(responses, ref.rid, index)
+            )
             if parent is not False:
                 want = _expected_prompt(op, parent)
                 if r.prompt_tokens != want:
-                    yield (f"{op.rid}: prompt_tokens={r.prompt_tokens}, expected {want} "
-                           f"(parent {parent.rid if parent else None})")
+                    yield (
+                        f"{op.rid}: prompt_tokens={r.prompt_tokens}, expected {want} "
+                        f"(parent {parent.rid if parent else None})"
+                    )
         if r is not None and r.finish_type != "abort" and streaming[ref.id]:
             last_ok[ref.id] = r
 
 
-def _plain_parent(responses: dict[str, Response], rid: str | None, index: int) -> Response | None | bool:
+def _plain_parent(
+    responses: dict[str, Response], rid: str | None, index: int
+) -> Response | bool | None:
     """The parent's response; False when it is unknown (it had not finished when asked)."""
     if rid is None:
         return None

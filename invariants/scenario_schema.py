@@ -39,7 +39,9 @@ class Dist(_Strict):
     def _one_kind(self) -> Dist:
         kinds = [k for k in ("uniform", "loguniform", "choice") if getattr(self, k) is not None]
         if len(kinds) != 1:
-            raise ValueError(f"give exactly one of uniform, loguniform, choice (got {kinds or 'none'})")
+            raise ValueError(
+                f"give exactly one of uniform, loguniform, choice (got {kinds or 'none'})"
+            )
         span = self.uniform or self.loguniform
         if span is not None and not 1 <= span[0] <= span[1]:
             raise ValueError(f"range {list(span)} must satisfy 1 <= lo <= hi")
@@ -80,11 +82,15 @@ class SessionsSpec(_Strict):
     each at once per round (plus ``plain_per_round`` non-session requests), awaits them, and
     after ``turns`` rounds closes them."""
 
-    streaming: int = Field(default=0, ge=0)  # streaming sessions (needs engine.enable_streaming_session)
+    streaming: int = Field(
+        default=0, ge=0
+    )  # streaming sessions (needs engine.enable_streaming_session)
     plain: int = Field(default=0, ge=0)  # non-streaming sessions (session control)
     turns: int = Field(default=3, ge=1)
     concurrency: int = Field(default=4, ge=1)
-    first_prompt: Length | None = None  # turn 1's tokens after a shared system prompt; default: prompt
+    first_prompt: Length | None = (
+        None  # turn 1's tokens after a shared system prompt; default: prompt
+    )
     prompt: Length = Dist(uniform=(8, 64))  # tokens a turn appends
     gen: Length = Dist(uniform=(4, 16))
     plain_per_round: int = Field(default=0, ge=0)
@@ -101,11 +107,17 @@ class FaultsSpec(_Strict):
     """Faults, each a per-turn (or per-request) probability unless said otherwise."""
 
     too_long: Probability = 0.0  # an input over the context length: aborted with 400 before memory
-    rejected_params: Probability = 0.0  # streaming offset/replace/drop, unknown parent, bad logprob start: 400
+    rejected_params: Probability = (
+        0.0  # streaming offset/replace/drop, unknown parent, bad logprob start: 400
+    )
     mid_abort: Probability = 0.0  # aborted by rid 0..gen+chunks steps after submit (any phase)
     close_in_flight: Probability = 0.0  # a session closed while its turn runs (deferred close)
-    timeout: Probability = 0.0  # a session then left idle past its timeout (reaped); needs sessions.timeout
-    abort_storm: int = Field(default=0, ge=0)  # per round: this many aborts of a random phase and request
+    timeout: Probability = (
+        0.0  # a session then left idle past its timeout (reaped); needs sessions.timeout
+    )
+    abort_storm: int = Field(
+        default=0, ge=0
+    )  # per round: this many aborts of a random phase and request
     storm_phases: list[AbortPhase] = ["waiting", "running", "chunked", "any"]
     retract: Probability = 0.0  # chance a round forces a retract while its turns run
     flush: Probability = 0.0  # chance the cache is flushed at the idle point after a round

@@ -48,17 +48,29 @@ class EngineSpec(_Strict):
     speculative: dict[str, Any] | None = None  # SpecConfig fields (engine/speculative/config.py)
 
     def engine_config(self, seed: int) -> EngineConfig:
-        memory = MemoryConfig(page_size=self.page_size, max_total_tokens=self.max_total_tokens,
-                              max_num_reqs=self.max_num_reqs, context_len=self.context_len,
-                              cache=self.cache, swa_tokens=self.swa_tokens,
-                              sliding_window=self.sliding_window)
-        return EngineConfig(memory=memory, seed=seed, eos_prob=self.eos_prob,
-                            chunked_prefill_size=self.chunked_prefill_size,
-                            enable_overlap=self.enable_overlap,
-                            enable_mixed_chunk=self.enable_mixed_chunk, test_retract=self.test_retract,
-                            enable_streaming_session=self.enable_streaming_session,
-                            max_running_requests=self.max_running_requests, model=self.model,
-                            tiny=_tiny_config(self.tiny), speculative=_spec_config(self.speculative))
+        memory = MemoryConfig(
+            page_size=self.page_size,
+            max_total_tokens=self.max_total_tokens,
+            max_num_reqs=self.max_num_reqs,
+            context_len=self.context_len,
+            cache=self.cache,
+            swa_tokens=self.swa_tokens,
+            sliding_window=self.sliding_window,
+        )
+        return EngineConfig(
+            memory=memory,
+            seed=seed,
+            eos_prob=self.eos_prob,
+            chunked_prefill_size=self.chunked_prefill_size,
+            enable_overlap=self.enable_overlap,
+            enable_mixed_chunk=self.enable_mixed_chunk,
+            test_retract=self.test_retract,
+            enable_streaming_session=self.enable_streaming_session,
+            max_running_requests=self.max_running_requests,
+            model=self.model,
+            tiny=_tiny_config(self.tiny),
+            speculative=_spec_config(self.speculative),
+        )
 
 
 def _spec_config(fields: dict[str, Any] | None) -> SpecConfig | None:
@@ -128,8 +140,10 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
     try:
         spec = Spec.model_validate({**data, "path": str(path)})
     except ValidationError as exc:
-        lines = [f"{path}:{locate(raw, err['loc'])}: {'.'.join(map(str, err['loc']))}: {err['msg']}"
-                 for err in exc.errors()]
+        lines = [
+            f"{path}:{locate(raw, err['loc'])}: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+            for err in exc.errors()
+        ]
         raise SpecError("\n".join(lines)) from None
     try:
         spec.engine.engine_config(spec.seed)
@@ -148,8 +162,14 @@ def _overridden(path: Path, engine: dict[str, Any], overrides: dict[str, Any]) -
     known = load_matrix().axes
     for axis, value in axes.items():
         if value not in known[axis]:
-            raise SpecError(f"{path}: --set {axis}={value}: not a value of the axis (values: {known[axis]})")
-    fields = {**EngineSpec().model_dump(), **engine, **{k: v for k, v in overrides.items() if k not in axes}}
+            raise SpecError(
+                f"{path}: --set {axis}={value}: not a value of the axis (values: {known[axis]})"
+            )
+    fields = {
+        **EngineSpec().model_dump(),
+        **engine,
+        **{k: v for k, v in overrides.items() if k not in axes},
+    }
     return apply_axes(fields, axes)
 
 
@@ -160,7 +180,12 @@ def _semantic_errors(spec: Spec, raw: LineDict) -> list[tuple[int, str]]:
     ids = shipped_catalog().ids
     for i, pattern in enumerate(spec.invariants):
         if not fnmatch.filter(ids, pattern):
-            problems.append((locate(raw, ("invariants", i)), f"invariants.{i}: {pattern!r} matches no invariant"))
+            problems.append(
+                (
+                    locate(raw, ("invariants", i)),
+                    f"invariants.{i}: {pattern!r} matches no invariant",
+                )
+            )
     known = load_matrix().axes
     for axis, values in spec.matrix.items():
         line = locate(raw, ("matrix", axis))
@@ -170,9 +195,17 @@ def _semantic_errors(spec: Spec, raw: LineDict) -> list[tuple[int, str]]:
             problems.append((line, f"matrix.{axis}: {bad} not among the axis values {known[axis]}"))
     sessions, faults = spec.workload.sessions, spec.workload.faults
     if sessions.streaming and not spec.engine.enable_streaming_session:
-        problems.append((locate(raw, ("workload", "sessions", "streaming")),
-                         "workload.sessions.streaming: needs engine.enable_streaming_session: true"))
+        problems.append(
+            (
+                locate(raw, ("workload", "sessions", "streaming")),
+                "workload.sessions.streaming: needs engine.enable_streaming_session: true",
+            )
+        )
     if faults.timeout and sessions.timeout is None:
-        problems.append((locate(raw, ("workload", "faults", "timeout")),
-                         "workload.faults.timeout: needs workload.sessions.timeout"))
+        problems.append(
+            (
+                locate(raw, ("workload", "faults", "timeout")),
+                "workload.faults.timeout: needs workload.sessions.timeout",
+            )
+        )
     return problems

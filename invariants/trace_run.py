@@ -120,13 +120,22 @@ class TraceOutcome:
     def describe(self, limit: int = 5) -> str:
         """A few lines: the first violations or the error, each with its op."""
         ops = self.trace.ops
-        lines = [f"{v}  <- {op_label(ops[v.op_index]) if v.op_index < len(ops) else 'drain'}"
-                 for v in self.violations[:limit]]
+        lines = [
+            f"{v}  <- {op_label(ops[v.op_index]) if v.op_index < len(ops) else 'drain'}"
+            for v in self.violations[:limit]
+        ]
         return "\n".join(lines + ([f"engine error: {self.error}"] if self.error else []))
 
 
-def run_trace(trace: Trace, catalog: Catalog, level: int = Level.RECORD, *, observers: Sequence[Observer] = (),
-              stop_at_first: bool = False, drain: bool = True) -> TraceOutcome:
+def run_trace(
+    trace: Trace,
+    catalog: Catalog,
+    level: int = Level.RECORD,
+    *,
+    observers: Sequence[Observer] = (),
+    stop_at_first: bool = False,
+    drain: bool = True,
+) -> TraceOutcome:
     """Run ``trace``'s ops, then (``drain``) step to idle; the checker sees every event.
     ``stop_at_first`` (or level 2) ends the run at the first violation. A trace whose engine
     config is invalid raises ``ConfigError`` before anything runs."""
@@ -136,8 +145,19 @@ def run_trace(trace: Trace, catalog: Catalog, level: int = Level.RECORD, *, obse
     stopped = run.execute(drain)
     seconds = time.perf_counter() - start
     checks = sum(s.evaluations for s in checker.stats().values())
-    return TraceOutcome(trace, tuple(run.violations), run.engine.stats, run.engine.step_count, checks, seconds,
-                        run.error, run.error_traceback, run.responses, tuple(run.results), stopped)
+    return TraceOutcome(
+        trace,
+        tuple(run.violations),
+        run.engine.stats,
+        run.engine.step_count,
+        checks,
+        seconds,
+        run.error,
+        run.error_traceback,
+        run.responses,
+        tuple(run.results),
+        stopped,
+    )
 
 
 class _Interpreter:
@@ -146,8 +166,11 @@ class _Interpreter:
     def __init__(self, trace: Trace, checker: Checker, observers: Sequence[Observer]) -> None:
         self.trace = trace
         self.checker = checker
-        self.engine = Engine(trace.engine.engine_config(trace.seed), clock=SimClock(),
-                             observers=[CheckerHook(checker), *observers])
+        self.engine = Engine(
+            trace.engine.engine_config(trace.seed),
+            clock=SimClock(),
+            observers=[CheckerHook(checker), *observers],
+        )
         self.used: set[str] = set()
         self.responses: dict[str, Response] = {}
         self.results: list[OpResult] = []
@@ -168,7 +191,7 @@ class _Interpreter:
             except InvariantViolation:
                 self._collect()
                 return self.index
-            except Exception as exc:  # noqa: BLE001 - an engine crash is a finding, reported
+            except Exception as exc:
                 self._collect()
                 where = op_label(ops[self.index]) if self.index < len(ops) else "the drain"
                 self.error = f"{type(exc).__name__}: {exc} (op #{self.index}: {where})"
@@ -187,9 +210,18 @@ class _Interpreter:
         for rid in list(engine.results):
             r = engine.pop_result(rid)
             reason = r.finish_reason
-            self.responses[rid] = Response(rid, self.index, reason.kind, reason.status_code, reason.message,
-                                           r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.output_ids)
-        new = self.checker.violations[len(self.violations):]
+            self.responses[rid] = Response(
+                rid,
+                self.index,
+                reason.kind,
+                reason.status_code,
+                reason.message,
+                r.prompt_tokens,
+                r.completion_tokens,
+                r.cached_tokens,
+                r.output_ids,
+            )
+        new = self.checker.violations[len(self.violations) :]
         self.violations.extend(TraceViolation(self.index, v) for v in new)
         return bool(new)
 
@@ -213,8 +245,14 @@ class _Interpreter:
             return "skipped", f"rid {op.rid} was used before"
         self.used.add(op.rid)
         params = SamplingParams(max_new_tokens=op.max_new_tokens, ignore_eos=op.ignore_eos)
-        self.engine.submit(op.input_ids, params, rid=op.rid, session_params=op.session and op.session.params(),
-                           return_logprob=op.return_logprob, logprob_start_len=op.logprob_start_len)
+        self.engine.submit(
+            op.input_ids,
+            params,
+            rid=op.rid,
+            session_params=op.session and op.session.params(),
+            return_logprob=op.return_logprob,
+            logprob_start_len=op.logprob_start_len,
+        )
         result = self.engine.results.get(op.rid)
         if result is not None and result.finish_reason.status_code == 400:
             return "rejected", result.finish_reason.message or ""
@@ -241,9 +279,12 @@ class _Interpreter:
 
     def _unfinished(self, phase: str) -> list[str]:
         sched = self.engine.scheduler
-        reqs: list[Any] = {"waiting": list(sched.waiting_queue), "running": list(sched.running_batch.reqs),
-                           "chunked": [sched.chunked_req] if sched.chunked_req is not None else [],
-                           "any": list(self.engine.requests.values())}[phase]
+        reqs: list[Any] = {
+            "waiting": list(sched.waiting_queue),
+            "running": list(sched.running_batch.reqs),
+            "chunked": [sched.chunked_req] if sched.chunked_req is not None else [],
+            "any": list(self.engine.requests.values()),
+        }[phase]
         return [r.rid for r in reqs if not r.finished()]
 
     def _step(self, op: Step) -> tuple[Status, str]:
@@ -261,7 +302,11 @@ class _Interpreter:
 
     def _idle(self, op: Idle) -> tuple[Status, str]:
         self.engine.run_until_idle(op.max_steps)
-        return ("ok", "") if self.engine.is_idle() else ("incomplete", f"not idle after {op.max_steps} steps")
+        return (
+            ("ok", "")
+            if self.engine.is_idle()
+            else ("incomplete", f"not idle after {op.max_steps} steps")
+        )
 
     def _force_retract(self, op: ForceRetract) -> tuple[Status, str]:
         sched = self.engine.scheduler
@@ -271,7 +316,9 @@ class _Interpreter:
             self.engine.step()
         finally:
             sched.config = normal
-        return ("ok", "") if sched.stats.retracted_reqs > before else ("noop", "no decode to retract")
+        return (
+            ("ok", "") if sched.stats.retracted_reqs > before else ("noop", "no decode to retract")
+        )
 
     def _flush_cache(self, op: FlushCache) -> tuple[Status, str]:
         return ("ok", "") if self.engine.flush_cache() else ("noop", "refused: not idle")

@@ -31,9 +31,15 @@ class TraceShape:
     def scaled(self, factor: int) -> TraceShape:
         """A proportionally shorter trace (every length divided by ``factor``), for fast checks."""
         f = max(1, factor)
-        return TraceShape(self.vocab, self.num_system_prompts, max(1, self.system_prompt_len // f),
-                          max(1, self.suffix_min // f), max(1, self.suffix_max // f),
-                          max(1, self.gen_min // f), max(1, self.gen_max // f))
+        return TraceShape(
+            self.vocab,
+            self.num_system_prompts,
+            max(1, self.system_prompt_len // f),
+            max(1, self.suffix_min // f),
+            max(1, self.suffix_max // f),
+            max(1, self.gen_min // f),
+            max(1, self.gen_max // f),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +52,15 @@ class TraceRequest:
     output_ids: tuple[int, ...]
 
 
-def make_trace(seed: int, num_requests: int, shape: TraceShape = TraceShape()) -> list[TraceRequest]:
+def make_trace(
+    seed: int, num_requests: int, shape: TraceShape = TraceShape()
+) -> list[TraceRequest]:
     """``num_requests`` requests drawn exactly as the anchor benchmark draws them."""
     rng = np.random.default_rng(seed)
-    prompts = [rng.integers(1, shape.vocab, shape.system_prompt_len).tolist()
-               for _ in range(shape.num_system_prompts)]
+    prompts = [
+        rng.integers(1, shape.vocab, shape.system_prompt_len).tolist()
+        for _ in range(shape.num_system_prompts)
+    ]
     trace = []
     for i in range(num_requests):
         system = int(rng.integers(0, shape.num_system_prompts))

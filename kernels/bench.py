@@ -120,16 +120,23 @@ def _extend_case(shape: BenchShape, device: str, dtype: torch.dtype) -> Case:
     """Extend of ``extend_len`` new tokens per request after a cached ``prefix_len`` prefix."""
     batch, prefix, ext, d = shape.batch, shape.prefix_len, shape.extend_len, shape.head_dim
     req_to_token, num_slots = _paged_rows(shape, prefix + ext, device)
-    new = [torch.randn(batch * ext, h, d, device=device, dtype=dtype)
-           for h in (shape.num_q_heads, shape.num_kv_heads, shape.num_kv_heads)]  # fmt: skip
+    new = [
+        torch.randn(batch * ext, h, d, device=device, dtype=dtype)
+        for h in (shape.num_q_heads, shape.num_kv_heads, shape.num_kv_heads)
+    ]
     pool = [torch.randn(num_slots, shape.num_kv_heads, d, device=device, dtype=dtype) for _ in "kv"]
     rows = torch.arange(1, batch + 1, device=device)
-    index = (rows, torch.full((batch,), prefix, device=device),
-             torch.arange(0, batch * ext + 1, ext, device=device))  # fmt: skip
+    index = (
+        rows,
+        torch.full((batch,), prefix, device=device),
+        torch.arange(0, batch * ext + 1, ext, device=device),
+    )
     args = (*new, *pool, req_to_token, *index, 1.0 / math.sqrt(d))
     ctx_ids = req_to_token[1:, :prefix].long()
-    k, v = (torch.cat([p[ctx_ids], n.view(batch, ext, *n.shape[1:])], 1).transpose(1, 2)
-            for p, n in zip(pool, new[1:]))  # fmt: skip
+    k, v = (
+        torch.cat([p[ctx_ids], n.view(batch, ext, *n.shape[1:])], 1).transpose(1, 2)
+        for p, n in zip(pool, new[1:])
+    )
     q = new[0].view(batch, ext, shape.num_q_heads, d).transpose(1, 2)
     mask = torch.ones(ext, prefix + ext, dtype=torch.bool, device=device).tril(prefix)
     runners = {
@@ -146,8 +153,10 @@ def _store_case(shape: BenchShape, device: str, dtype: torch.dtype) -> Case:
     num_tokens = shape.batch * shape.extend_len
     req_to_token, num_slots = _paged_rows(shape, shape.extend_len, device)
     loc = req_to_token[1:, : shape.extend_len].flatten().contiguous()
-    kv = [torch.randn(num_tokens, shape.num_kv_heads, shape.head_dim, device=device, dtype=dtype)
-          for _ in "kv"]  # fmt: skip
+    kv = [
+        torch.randn(num_tokens, shape.num_kv_heads, shape.head_dim, device=device, dtype=dtype)
+        for _ in "kv"
+    ]
     bufs = [torch.zeros(num_slots, *kv[0].shape[1:], device=device, dtype=dtype) for _ in "kv"]
     runners = {
         "triton": partial(store_kv_cache, *kv, *bufs, loc),
@@ -193,8 +202,10 @@ def bench_kernels(
     ``RuntimeError`` on any device but an available CUDA one.
     """
     if not (str(device).startswith("cuda") and torch.cuda.is_available()):
-        raise RuntimeError(f"bench_kernels needs a CUDA device, got {device!r} "
-                           f"(torch.cuda.is_available()={torch.cuda.is_available()})")  # fmt: skip
+        raise RuntimeError(
+            f"bench_kernels needs a CUDA device, got {device!r} "
+            f"(torch.cuda.is_available()={torch.cuda.is_available()})"
+        )
     timer = timer or (lambda fn: float(triton.testing.do_bench(fn, warmup=25, rep=100)))
     report: dict[str, object] = {
         "device": torch.cuda.get_device_name(torch.device(device)),

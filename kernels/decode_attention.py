@@ -44,15 +44,41 @@ INTERPRETED_TILE_N = 16
 
 @triton.jit
 def _decode_stage1(
-    Q, K, V, ReqToToken, ReqPoolIdx, SeqLens, PartO, PartLse,
-    sm_scale, window,
-    stride_qb, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_rt,
-    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
-    GROUP: tl.constexpr, NUM_SPLITS: tl.constexpr, HEAD_TILES: tl.constexpr,
-    D: tl.constexpr, DPE: tl.constexpr, DV: tl.constexpr,
-    TILE_H: tl.constexpr, TILE_N: tl.constexpr, TILE_D: tl.constexpr,
-    TILE_DPE: tl.constexpr, TILE_DV: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    ReqToToken,
+    ReqPoolIdx,
+    SeqLens,
+    PartO,
+    PartLse,
+    sm_scale,
+    window,
+    stride_qb,
+    stride_qh,
+    stride_kn,
+    stride_kh,
+    stride_vn,
+    stride_vh,
+    stride_rt,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    stride_lb,
+    stride_lh,
+    GROUP: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    HEAD_TILES: tl.constexpr,
+    D: tl.constexpr,
+    DPE: tl.constexpr,
+    DV: tl.constexpr,
+    TILE_H: tl.constexpr,
+    TILE_N: tl.constexpr,
+    TILE_D: tl.constexpr,
+    TILE_DPE: tl.constexpr,
+    TILE_DV: tl.constexpr,
+    PREC: tl.constexpr,
+):
     """One (request, KV head, head tile, split): partial output and LSE of the split."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_TILES
@@ -108,10 +134,21 @@ def _decode_stage1(
 
 @triton.jit
 def _decode_stage2(
-    PartO, PartLse, Out,
-    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,
-    DV: tl.constexpr, NUM_SPLITS: tl.constexpr, TILE_S: tl.constexpr, TILE_DV: tl.constexpr,
-):  # fmt: skip
+    PartO,
+    PartLse,
+    Out,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    stride_lb,
+    stride_lh,
+    stride_ob,
+    stride_oh,
+    DV: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    TILE_S: tl.constexpr,
+    TILE_DV: tl.constexpr,
+):
     """One (request, query head): merge the split partials by their LSE."""
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -187,39 +224,80 @@ def check_decode_indices(ops: DecodeOperands) -> None:
 
 
 def _stage1(
-    ops: DecodeOperands, dims: DecodeDims, tiles: _Tiles, sm_scale: float, window: int,
-    part_o: torch.Tensor, part_lse: torch.Tensor,
-) -> None:  # fmt: skip
+    ops: DecodeOperands,
+    dims: DecodeDims,
+    tiles: _Tiles,
+    sm_scale: float,
+    window: int,
+    part_o: torch.Tensor,
+    part_lse: torch.Tensor,
+) -> None:
     """Launch stage 1 over (request, KV head x head tile, split)."""
     q, k, v, req_to_token = ops.q, ops.k_buffer, ops.v_buffer, ops.req_to_token
     group = q.shape[1] // k.shape[1]
     head_tiles = triton.cdiv(group, tiles.h)
     num_splits = part_o.shape[2]
     _decode_stage1[(q.shape[0], k.shape[1] * head_tiles, num_splits)](
-        q, k, v, req_to_token, ops.req_pool_indices, ops.seq_lens, part_o, part_lse,
-        sm_scale, window,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        q,
+        k,
+        v,
+        req_to_token,
+        ops.req_pool_indices,
+        ops.seq_lens,
+        part_o,
+        part_lse,
+        sm_scale,
+        window,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
         req_to_token.stride(0),
-        part_o.stride(0), part_o.stride(1), part_o.stride(2),
-        part_lse.stride(0), part_lse.stride(1),
-        GROUP=group, NUM_SPLITS=num_splits, HEAD_TILES=head_tiles,
-        D=dims.d, DPE=dims.dpe, DV=dims.dv, TILE_H=tiles.h, TILE_N=tiles.n, TILE_D=tiles.d,
-        TILE_DPE=tiles.dpe, TILE_DV=tiles.dv, PREC=dot_precision(q.dtype),
-        num_warps=4, num_stages=2,
-    )  # fmt: skip
+        part_o.stride(0),
+        part_o.stride(1),
+        part_o.stride(2),
+        part_lse.stride(0),
+        part_lse.stride(1),
+        GROUP=group,
+        NUM_SPLITS=num_splits,
+        HEAD_TILES=head_tiles,
+        D=dims.d,
+        DPE=dims.dpe,
+        DV=dims.dv,
+        TILE_H=tiles.h,
+        TILE_N=tiles.n,
+        TILE_D=tiles.d,
+        TILE_DPE=tiles.dpe,
+        TILE_DV=tiles.dv,
+        PREC=dot_precision(q.dtype),
+        num_warps=4,
+        num_stages=2,
+    )
 
 
 def _stage2(part_o: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> None:
     """Launch stage 2 over (request, query head): merge ``part_o (B, H_q, splits, DV)``."""
     batch, num_q_heads, num_splits, dv = part_o.shape
     _decode_stage2[(batch, num_q_heads)](
-        part_o, part_lse, out,
-        part_o.stride(0), part_o.stride(1), part_o.stride(2),
-        part_lse.stride(0), part_lse.stride(1),
-        out.stride(0), out.stride(1),
-        DV=dv, NUM_SPLITS=num_splits, TILE_S=pow2(num_splits, 1), TILE_DV=pow2(dv, 1),
-        num_warps=4, num_stages=2,
-    )  # fmt: skip
+        part_o,
+        part_lse,
+        out,
+        part_o.stride(0),
+        part_o.stride(1),
+        part_o.stride(2),
+        part_lse.stride(0),
+        part_lse.stride(1),
+        out.stride(0),
+        out.stride(1),
+        DV=dv,
+        NUM_SPLITS=num_splits,
+        TILE_S=pow2(num_splits, 1),
+        TILE_DV=pow2(dv, 1),
+        num_warps=4,
+        num_stages=2,
+    )
 
 
 def launch_decode(

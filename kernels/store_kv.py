@@ -27,10 +27,19 @@ TILE_TOKENS = 16
 
 @triton.jit
 def _scatter_rows(
-    Src, Dst, Loc, num_tokens,
-    stride_sn, stride_sh, stride_dn, stride_dh,
-    DST_OFFSET: tl.constexpr, WIDTH: tl.constexpr, TILE_N: tl.constexpr, TILE_W: tl.constexpr,
-):  # fmt: skip
+    Src,
+    Dst,
+    Loc,
+    num_tokens,
+    stride_sn,
+    stride_sh,
+    stride_dn,
+    stride_dh,
+    DST_OFFSET: tl.constexpr,
+    WIDTH: tl.constexpr,
+    TILE_N: tl.constexpr,
+    TILE_W: tl.constexpr,
+):
     """One (token tile, head): ``Dst[Loc[n], h, DST_OFFSET : DST_OFFSET + WIDTH] = Src[n, h]``."""
     h = tl.program_id(1)
     offs_n = (tl.program_id(0) * TILE_N + tl.arange(0, TILE_N)).to(tl.int64)
@@ -50,10 +59,19 @@ def _scatter(src: torch.Tensor, dst: torch.Tensor, loc: torch.Tensor, dst_offset
         return
     grid = (triton.cdiv(num_tokens, TILE_TOKENS), num_heads)
     _scatter_rows[grid](
-        src, dst, loc, num_tokens,
-        src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
-        DST_OFFSET=dst_offset, WIDTH=width, TILE_N=TILE_TOKENS, TILE_W=pow2(width, 1),
-    )  # fmt: skip
+        src,
+        dst,
+        loc,
+        num_tokens,
+        src.stride(0),
+        src.stride(1),
+        dst.stride(0),
+        dst.stride(1),
+        DST_OFFSET=dst_offset,
+        WIDTH=width,
+        TILE_N=TILE_TOKENS,
+        TILE_W=pow2(width, 1),
+    )
 
 
 def store_kv_cache(

@@ -12,8 +12,12 @@ from hypothesis import HealthCheck, settings
 if not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-_common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("ci", max_examples=100, stateful_step_count=40, derandomize=True, **_common)
+_common = dict(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.register_profile(
+    "ci", max_examples=100, stateful_step_count=40, derandomize=True, **_common
+)
 settings.register_profile("full", max_examples=500, stateful_step_count=100, **_common)
 settings.register_profile("dev", max_examples=10, stateful_step_count=20, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

@@ -16,8 +16,11 @@ def python_files() -> list[Path]:
 
 def test_files_fit_the_line_budget() -> None:
     """No Python file is longer than 400 lines: split along the architecture instead."""
-    long = [f"{p.relative_to(ROOT)}: {n}" for p in python_files()
-            if (n := len(p.read_text().splitlines())) > 400]
+    long = [
+        f"{p.relative_to(ROOT)}: {n}"
+        for p in python_files()
+        if (n := len(p.read_text().splitlines())) > 400
+    ]
     assert not long, long
 
 

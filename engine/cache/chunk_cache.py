@@ -37,7 +37,9 @@ class ChunkCache:
         sliding_window_size: int | None = None,
     ) -> None:
         if sliding_window_size is not None and not isinstance(allocator, SWAAllocator):
-            raise KVAccountingError(f"a windowed chunk cache needs an SWAAllocator, not {type(allocator).__name__}")
+            raise KVAccountingError(
+                f"a windowed chunk cache needs an SWAAllocator, not {type(allocator).__name__}"
+            )
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
         self.page_size = page_size
@@ -58,8 +60,8 @@ class ChunkCache:
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
         """Free all committed KV of a finished request (``is_insert`` is moot: nothing is kept).
 
-            [0, committed)               freed (SWA slots already evicted are skipped)
-            [committed, allocated)       not touched here: release_kv_cache frees it
+        [0, committed)               freed (SWA slots already evicted are skipped)
+        [committed, allocated)       not touched here: release_kv_cache frees it
         """
         committed = req.pop_committed_kv_cache()
         self.allocator.free(self.req_to_token_pool.read(request_row(req), 0, committed))
@@ -101,6 +103,10 @@ class SWAChunkCache(ChunkCache):
     """SGLang's ``SWAChunkCache`` spelled as its own class: the window is required."""
 
     def __init__(
-        self, req_to_token_pool: ReqToTokenPool, allocator: SWAAllocator, page_size: int, sliding_window_size: int
-    ) -> None:  # fmt: skip
+        self,
+        req_to_token_pool: ReqToTokenPool,
+        allocator: SWAAllocator,
+        page_size: int,
+        sliding_window_size: int,
+    ) -> None:
         super().__init__(req_to_token_pool, allocator, page_size, sliding_window_size)

@@ -42,9 +42,13 @@ class RadixCache:
 
     disable = False
 
-    def __init__(self, req_to_token_pool: ReqToTokenPool, allocator: PagedAllocator, page_size: int) -> None:
+    def __init__(
+        self, req_to_token_pool: ReqToTokenPool, allocator: PagedAllocator, page_size: int
+    ) -> None:
         if page_size != allocator.page_size:
-            raise KVAccountingError(f"cache page_size {page_size} != allocator's {allocator.page_size}")
+            raise KVAccountingError(
+                f"cache page_size {page_size} != allocator's {allocator.page_size}"
+            )
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
         self.page_size = page_size
@@ -125,7 +129,9 @@ class RadixCache:
         """Cut ``child`` after ``split_len`` tokens; returns the new upper node (same locks)."""
         parent = child.parent
         assert parent is not None
-        new = self._new_node(child.key[:split_len], child.value[:split_len].copy(), child.extra_key, parent)
+        new = self._new_node(
+            child.key[:split_len], child.value[:split_len].copy(), child.extra_key, parent
+        )
         new.lock_ref = child.lock_ref
         child.key, child.value = child.key[split_len:], child.value[split_len:].copy()
         child.parent = new
@@ -184,7 +190,9 @@ class RadixCache:
         self.allocator.free(kv[cpl:new_prefix_len])
         new_indices, new_last_node, _ = self.match_prefix(token_ids[:key_len], req.extra_key)
         if len(new_indices) != key_len:
-            raise KVAccountingError(f"req {req.rid}: re-match found {len(new_indices)} of {key_len} tokens")
+            raise KVAccountingError(
+                f"req {req.rid}: re-match found {len(new_indices)} of {key_len} tokens"
+            )
         self.req_to_token_pool.write(row, cpl, new_indices[cpl:])
         req.cache_protected_len = len(new_indices)
         self.dec_lock_ref(req.last_node)
@@ -282,4 +290,3 @@ class RadixCache:
     def node_registry(self) -> NodeRegistry[TreeNode]:
         """The live nodes and their census owners (what an incremental census follows)."""
         return self._registry
-

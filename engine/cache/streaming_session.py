@@ -64,8 +64,10 @@ class SessionSlot:
             self.last_node, self.swa_uuid_for_lock = req.last_node, req.swa_uuid_for_lock
             self.cache_protected_len = req.cache_protected_len
         elif req.cache_protected_len != self.cache_protected_len:
-            raise KVAccountingError(f"req {req.rid}: cache_protected_len {req.cache_protected_len} moved "
-                                    f"from the session's {self.cache_protected_len}")
+            raise KVAccountingError(
+                f"req {req.rid}: cache_protected_len {req.cache_protected_len} moved "
+                f"from the session's {self.cache_protected_len}"
+            )
         self.req_pool_idx = req.req_pool_idx
         self.kv_committed_len, self.kv_allocated_len = req.kv_committed_len, req.kv_allocated_len
         self.swa_evicted_seqlen = req.swa_evicted_seqlen
@@ -112,8 +114,13 @@ class HeldSlot(NamedTuple):
 class StreamingSession:
     """SGLang's ``StreamingSession`` over ``inner``; attributes it lacks come from ``inner``."""
 
-    def __init__(self, inner: PrefixCache, req_to_token_pool: ReqToTokenPool,
-                 allocator: PagedAllocator | SWAAllocator, lookup: SessionLookup) -> None:
+    def __init__(
+        self,
+        inner: PrefixCache,
+        req_to_token_pool: ReqToTokenPool,
+        allocator: PagedAllocator | SWAAllocator,
+        lookup: SessionLookup,
+    ) -> None:
         self.inner = inner
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
@@ -159,8 +166,10 @@ class StreamingSession:
         slot.restore_to_req(req)
         prefix_len = min(req.kv_committed_len, len(key))
         if prefix_len < slot.cache_protected_len:  # INV-APPEND-ONLY
-            raise KVAccountingError(f"req {req.rid}: streaming session prefix shrank: {prefix_len=} < "
-                                    f"cache_protected_len={slot.cache_protected_len}")
+            raise KVAccountingError(
+                f"req {req.rid}: streaming session prefix shrank: {prefix_len=} < "
+                f"cache_protected_len={slot.cache_protected_len}"
+            )
         self._free_tail(slot, req, prefix_len)
         slot.restored_prefix_len = prefix_len
         indices = self.req_to_token_pool.read(_row(req), 0, prefix_len)
@@ -199,8 +208,10 @@ class StreamingSession:
         if slot is None or is_first:
             slot = self.slots[session.session_id] = SessionSlot()
         elif slot.req_pool_idx != req.req_pool_idx:
-            raise KVAccountingError(f"req {req.rid}: finishes on row {req.req_pool_idx}, "
-                                    f"session {session.session_id} holds row {slot.req_pool_idx}")
+            raise KVAccountingError(
+                f"req {req.rid}: finishes on row {req.req_pool_idx}, "
+                f"session {session.session_id} holds row {slot.req_pool_idx}"
+            )
         slot.save_from_req(req, is_first)
         slot.kv_committed_len = min(target, slot.kv_committed_len)  # never claim unwritten KV
         _hand_over(req)
@@ -211,11 +222,19 @@ class StreamingSession:
         Turn 1 has no slot yet: an ephemeral one from the request drops its tree lock."""
         if slot is None or not slot.is_holding_kv:
             slot = self.slots[session_id] = SessionSlot(
-                req.req_pool_idx, req.kv_committed_len, req.kv_allocated_len, req.cache_protected_len,
-                req.swa_evicted_seqlen, req.last_node, req.swa_uuid_for_lock)
+                req.req_pool_idx,
+                req.kv_committed_len,
+                req.kv_allocated_len,
+                req.cache_protected_len,
+                req.swa_evicted_seqlen,
+                req.last_node,
+                req.swa_uuid_for_lock,
+            )
         elif slot.req_pool_idx != req.req_pool_idx:
-            raise KVAccountingError(f"req {req.rid}: wipes row {req.req_pool_idx}, "
-                                    f"session {session_id} holds row {slot.req_pool_idx}")
+            raise KVAccountingError(
+                f"req {req.rid}: wipes row {req.req_pool_idx}, "
+                f"session {session_id} holds row {slot.req_pool_idx}"
+            )
         slot.kv_allocated_len = max(slot.kv_allocated_len, req.kv_allocated_len)
         self.release_session(session_id)
         _hand_over(req)
@@ -304,19 +323,31 @@ class StreamingSession:
         """The slots holding KV whose row no active request borrows (SGLang's
         ``session_held_*`` with ``_active_pool_idxs``), in session-id order."""
         active = set(active_rows)
-        return [HeldSlot(f"slot:{sid}@row{s.req_pool_idx}", s.req_pool_idx, s.kv_allocated_len,
-                         s.cache_protected_len, s.swa_evicted_seqlen)
-                for sid, s in sorted(self.slots.items())
-                if s.req_pool_idx is not None and s.req_pool_idx not in active]
+        return [
+            HeldSlot(
+                f"slot:{sid}@row{s.req_pool_idx}",
+                s.req_pool_idx,
+                s.kv_allocated_len,
+                s.cache_protected_len,
+                s.swa_evicted_seqlen,
+            )
+            for sid, s in sorted(self.slots.items())
+            if s.req_pool_idx is not None and s.req_pool_idx not in active
+        ]
 
     def session_held_tokens(self, active_rows: Iterable[int] = ()) -> int:
         ps = self.page_size
-        return sum(paging.held_len(h.kv_allocated_len, h.cache_protected_len, ps) for h in self.held_slots(active_rows))
+        return sum(
+            paging.held_len(h.kv_allocated_len, h.cache_protected_len, ps)
+            for h in self.held_slots(active_rows)
+        )
 
     def session_held_swa_tokens(self, active_rows: Iterable[int] = ()) -> int:
         ps = self.page_size
-        return sum(paging.held_swa_len(h.kv_allocated_len, h.cache_protected_len, h.swa_evicted_seqlen, ps)
-                   for h in self.held_slots(active_rows))
+        return sum(
+            paging.held_swa_len(h.kv_allocated_len, h.cache_protected_len, h.swa_evicted_seqlen, ps)
+            for h in self.held_slots(active_rows)
+        )
 
     def slot_owners(self) -> Iterator[SlotOwner]:
         """The inner cache's owners (slots join the census through ``held_slots``)."""
@@ -328,8 +359,12 @@ class StreamingSession:
         full, swa = self.session_lock_counts()
         if not full:
             return view
-        nodes = tuple(replace(n, session_lock_ref=full.get(n.id, 0), session_swa_lock_ref=swa.get(n.id, 0))
-                      if n.id in full else n for n in view.nodes)
+        nodes = tuple(
+            replace(n, session_lock_ref=full.get(n.id, 0), session_swa_lock_ref=swa.get(n.id, 0))
+            if n.id in full
+            else n
+            for n in view.nodes
+        )
         return replace(view, nodes=nodes)
 
     def session_lock_counts(self) -> tuple[dict[int, int], dict[int, int]]:
@@ -345,7 +380,9 @@ class StreamingSession:
                 full[node.id] = full.get(node.id, 0) + 1
                 if swa_on:
                     swa[node.id] = swa.get(node.id, 0) + 1
-                    swa_on = slot.swa_uuid_for_lock is None or node.swa_uuid != slot.swa_uuid_for_lock
+                    swa_on = (
+                        slot.swa_uuid_for_lock is None or node.swa_uuid != slot.swa_uuid_for_lock
+                    )
                 node = node.parent
         return full, swa
 
@@ -369,4 +406,11 @@ def held_slots(cache: object, active_rows: Iterable[int]) -> list[HeldSlot]:
     return cache.held_slots(active_rows) if isinstance(cache, StreamingSession) else []
 
 
-__all__ = ["HeldSlot", "SessionLookup", "SessionSlot", "StreamingSession", "VirtualNode", "held_slots"]
+__all__ = [
+    "HeldSlot",
+    "SessionLookup",
+    "SessionSlot",
+    "StreamingSession",
+    "VirtualNode",
+    "held_slots",
+]

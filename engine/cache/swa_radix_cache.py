@@ -19,8 +19,17 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from engine.cache.base import MatchResult, SlotOwner
-from engine.cache.tree_util import (Key, SWATreeNode, child_key, committed_kv, concat, fill_kv,
-                                    match_len, page_key, path_to_root)  # fmt: skip
+from engine.cache.tree_util import (
+    Key,
+    SWATreeNode,
+    child_key,
+    committed_kv,
+    concat,
+    fill_kv,
+    match_len,
+    page_key,
+    path_to_root,
+)
 from engine.cache.tree_view_cache import NodeRegistry
 from engine.errors import KVAccountingError
 from engine.mem.allocator import SWAAllocator
@@ -35,23 +44,35 @@ class SWARadixCache:
     disable = False
 
     def __init__(
-        self, req_to_token_pool: ReqToTokenPool, allocator: SWAAllocator, page_size: int, sliding_window_size: int
-    ) -> None:  # fmt: skip
+        self,
+        req_to_token_pool: ReqToTokenPool,
+        allocator: SWAAllocator,
+        page_size: int,
+        sliding_window_size: int,
+    ) -> None:
         ok = isinstance(allocator, SWAAllocator) and allocator.page_size == page_size
         if not ok or sliding_window_size < 1:
-            raise KVAccountingError(f"SWARadixCache needs an SWAAllocator of page size {page_size}, window >= 1")
+            raise KVAccountingError(
+                f"SWARadixCache needs an SWAAllocator of page size {page_size}, window >= 1"
+            )
         self.req_to_token_pool, self.allocator = req_to_token_pool, allocator
         self.page_size, self.sliding_window_size = page_size, sliding_window_size
         self.reset()
 
     def reset(self) -> None:
         """Drop every node (their slots are not freed: the caller clears the allocator too)."""
-        self._ids, self._clock, self._uuids = itertools.count(), itertools.count(), itertools.count(1)
+        self._ids, self._clock, self._uuids = (
+            itertools.count(),
+            itertools.count(),
+            itertools.count(1),
+        )
         self.root_node = SWATreeNode(next(self._ids), (), np.empty(0, dtype=np.int64))
         self._registry: NodeRegistry[SWATreeNode] = NodeRegistry("full_lock_ref", swa=True)
         self._registry.add(self.root_node)
         self.root_node.full_lock_ref = self.root_node.swa_lock_ref = 1
-        self.full_evictable_size_ = self.swa_evictable_size_ = self.full_protected_size_ = self.swa_protected_size_ = 0
+        self.full_evictable_size_ = self.swa_evictable_size_ = self.full_protected_size_ = (
+            self.swa_protected_size_
+        ) = 0
 
     def supports_swa(self) -> bool:
         return True
@@ -66,7 +87,9 @@ class SWARadixCache:
             self._mru(n)  # ancestors older than children: SWA eviction tombstones rootward first
         return MatchResult(concat(values), node)
 
-    def _match_helper(self, key: Key, extra_key: str | None) -> tuple[list[np.ndarray], SWATreeNode]:
+    def _match_helper(
+        self, key: Key, extra_key: str | None
+    ) -> tuple[list[np.ndarray], SWATreeNode]:
         node, pos, values = self.root_node, 0, list[np.ndarray]()
         since_tombstone: float = math.inf  # a tombstone-free path back to the root always counts
         best_len, best_node = 0, node
@@ -93,9 +116,13 @@ class SWARadixCache:
         return values[:best_len], best_node
 
     def insert(
-        self, key: Sequence[int], value: np.ndarray, prev_prefix_len: int = 0, swa_evicted_seqlen: int = 0,
+        self,
+        key: Sequence[int],
+        value: np.ndarray,
+        prev_prefix_len: int = 0,
+        swa_evicted_seqlen: int = 0,
         extra_key: str | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Store the page-aligned head of ``key`` → ``value``; returns the length already cached.
         Unlike ``RadixCache.insert`` it settles the caller's slots itself:
 
@@ -138,7 +165,9 @@ class SWARadixCache:
             self.allocator.free(incoming[max(0, prev - start) :])
             return node
         if node.swa_lock_ref != 0:
-            raise KVAccountingError(f"tombstone n{node.id} has swa_lock_ref={node.swa_lock_ref} (must be 0)")
+            raise KVAccountingError(
+                f"tombstone n{node.id} has swa_lock_ref={node.swa_lock_ref} (must be 0)"
+            )
         if swa_evicted % self.page_size:
             raise KVAccountingError(f"swa_evicted_seqlen {swa_evicted} is not a page multiple")
         if swa_evicted <= start:
@@ -170,8 +199,14 @@ class SWARadixCache:
         self.swa_evictable_size_ += len(node.value)
 
     def _insert_tail(
-        self, node: SWATreeNode, key: Key, value: np.ndarray, start: int, swa_evicted: int, extra_key: str | None
-    ) -> None:  # fmt: skip
+        self,
+        node: SWATreeNode,
+        key: Key,
+        value: np.ndarray,
+        start: int,
+        swa_evicted: int,
+        extra_key: str | None,
+    ) -> None:
         """Add ``[start, end)`` below ``node``: ``[start, swa_evicted)`` as a tombstone (SWA already
         freed), ``[swa_evicted, end)`` as a live leaf — or freed if empty (no tombstone leaves)."""
         if swa_evicted == start + len(key):
@@ -197,10 +232,16 @@ class SWARadixCache:
         parent = child.parent
         assert parent is not None
         new = SWATreeNode(
-            next(self._ids), child.key[:split_len], child.value[:split_len].copy(), child.extra_key, parent,
-            full_lock_ref=child.full_lock_ref, swa_lock_ref=child.swa_lock_ref,
-            swa_tombstone=child.swa_tombstone, swa_uuid=child.swa_uuid,
-        )  # fmt: skip
+            next(self._ids),
+            child.key[:split_len],
+            child.value[:split_len].copy(),
+            child.extra_key,
+            parent,
+            full_lock_ref=child.full_lock_ref,
+            swa_lock_ref=child.swa_lock_ref,
+            swa_tombstone=child.swa_tombstone,
+            swa_uuid=child.swa_uuid,
+        )
         self._registry.add(new)
         self._registry.touch(child)
         child.swa_uuid = None
@@ -224,7 +265,9 @@ class SWARadixCache:
         token_ids, kv, key_len = committed_kv(self.req_to_token_pool, req, self.page_size)
         cpl = req.cache_protected_len
         if is_insert:
-            self.insert(token_ids[:key_len], kv[:key_len], cpl, req.swa_evicted_seqlen, req.extra_key)
+            self.insert(
+                token_ids[:key_len], kv[:key_len], cpl, req.swa_evicted_seqlen, req.extra_key
+            )
         else:
             self.allocator.free(kv[cpl:key_len])
         self.allocator.free(kv[key_len:])
@@ -243,11 +286,15 @@ class SWARadixCache:
         row, kv, key_len = fill_kv(self.req_to_token_pool, req, self.page_size)
         cpl, token_ids, evicted = req.cache_protected_len, req.fill_ids, req.swa_evicted_seqlen
         if evicted > cpl and key_len - evicted < self.sliding_window_size:
-            raise KVAccountingError(f"req {req.rid}: publishing {key_len=} needs a live window after {evicted=}")
+            raise KVAccountingError(
+                f"req {req.rid}: publishing {key_len=} needs a live window after {evicted=}"
+            )
         new_prefix_len = self.insert(token_ids[:key_len], kv[:key_len], cpl, evicted, req.extra_key)
         new_indices, new_last_node, _ = self.match_prefix(token_ids[:key_len], req.extra_key)
         if cpl > len(new_indices) or new_prefix_len > len(new_indices):
-            raise KVAccountingError(f"req {req.rid}: {len(new_indices)=} < {cpl=} or {new_prefix_len=}")
+            raise KVAccountingError(
+                f"req {req.rid}: {len(new_indices)=} < {cpl=} or {new_prefix_len=}"
+            )
         self.req_to_token_pool.write(row, cpl, new_indices[cpl:])
         req.cache_protected_len = len(new_indices)
         self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
@@ -284,14 +331,20 @@ class SWARadixCache:
                 break
         self._move_locks("dec_lock_ref", path, swa_path, -1)
 
-    def _move_locks(self, op: str, path: list[SWATreeNode], swa_path: list[SWATreeNode], delta: int) -> None:
+    def _move_locks(
+        self, op: str, path: list[SWATreeNode], swa_path: list[SWATreeNode], delta: int
+    ) -> None:
         """Add ``delta`` to the locks — after checking, changing nothing on failure, that none goes
         below 0 and no SWA lock touches a tombstone; a 0↔1 transition moves a size across sides."""
         low, edge = min(delta, 0), (0 if delta > 0 else 1)
         if bad := next((n for n in path if n.full_lock_ref + low < 0), None):
-            raise KVAccountingError(f"{op} on node n{bad.id} with full_lock_ref={bad.full_lock_ref}")
+            raise KVAccountingError(
+                f"{op} on node n{bad.id} with full_lock_ref={bad.full_lock_ref}"
+            )
         if bad := next((n for n in swa_path if n.swa_tombstone or n.swa_lock_ref + low < 0), None):
-            raise KVAccountingError(f"{op}: SWA lock of n{bad.id} with {bad.swa_tombstone=}, {bad.swa_lock_ref=}")
+            raise KVAccountingError(
+                f"{op}: SWA lock of n{bad.id} with {bad.swa_tombstone=}, {bad.swa_lock_ref=}"
+            )
         self._registry.relock(path)  # swa_path is a prefix of path
         for n in path:
             if n.full_lock_ref == edge:
@@ -305,7 +358,8 @@ class SWARadixCache:
             n.swa_lock_ref += delta
 
     def evict(self, full_num_tokens: int, swa_num_tokens: int = 0) -> int:
-        """Free full KV (LRU leaves), then SWA KV (LRU nodes: tombstone or delete) to the targets."""
+        """Free full KV (LRU leaves), then SWA KV (LRU nodes: tombstone or delete), to the
+        targets."""
         full, swa = self._evict_full(full_num_tokens) if full_num_tokens > 0 else (0, 0)
         if swa < swa_num_tokens:
             more_full, swa = self._evict_swa(swa_num_tokens, swa)
@@ -344,7 +398,8 @@ class SWARadixCache:
         return full, swa
 
     def _evict_leaf(self, x: SWATreeNode) -> tuple[int, int, SWATreeNode]:
-        """Delete leaf ``x`` and the unlocked tombstones it leaves childless: (full, SWA, survivor)."""
+        """Delete leaf ``x`` and the unlocked tombstones it leaves childless; returns (full,
+        SWA, survivor)."""
         full, swa, parent = self._delete_leaf(x)
         while parent is not self.root_node and parent.swa_tombstone and not parent.children:
             if parent.full_lock_ref > 0:
@@ -389,12 +444,17 @@ class SWARadixCache:
     def tree_view(self) -> TreeView:
         nodes = self._registry.all()
         return TreeView(
-            kind="swa_radix", page_size=self.page_size,
-            evictable_size=self.full_evictable_size_, protected_size=self.full_protected_size_,
-            swa_evictable_size=self.swa_evictable_size_, swa_protected_size=self.swa_protected_size_,
-            num_evictable_leaves=sum(1 for n in nodes[1:] if not n.children and n.full_lock_ref == 0),
+            kind="swa_radix",
+            page_size=self.page_size,
+            evictable_size=self.full_evictable_size_,
+            protected_size=self.full_protected_size_,
+            swa_evictable_size=self.swa_evictable_size_,
+            swa_protected_size=self.swa_protected_size_,
+            num_evictable_leaves=sum(
+                1 for n in nodes[1:] if not n.children and n.full_lock_ref == 0
+            ),
             nodes=self._registry.views(),
-        )  # fmt: skip
+        )
 
     def slot_owners(self) -> Iterator[SlotOwner]:
         return iter(self._registry.slot_owners())

@@ -87,7 +87,9 @@ def concat(values: list[np.ndarray]) -> np.ndarray:
 def request_row(req: Req) -> int:
     """The request's ``req_to_token`` row; caching a request without one is a caller bug."""
     if req.req_pool_idx is None:
-        raise KVAccountingError(f"req {req.rid}: cache operation on a request without a request row")
+        raise KVAccountingError(
+            f"req {req.rid}: cache operation on a request without a request row"
+        )
     return req.req_pool_idx
 
 
@@ -124,13 +126,25 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
     ``full_lock_ref``), and SWA fields read 0/False on a full-attention tree's nodes."""
     parent = node.parent
     return _new_node_view(  # NodeView's fields in order; no session locks (sessions add them)
-        node.id, -1 if parent is None else parent.id, is_root, not node.children, len(node.key),
-        len(node.value), getattr(node, lock_attr), -1,  # the parent's locks: in its own view
-        getattr(node, "swa_lock_ref", 0), -1, getattr(node, "swa_tombstone", False), 0, 0,
+        node.id,
+        -1 if parent is None else parent.id,
+        is_root,
+        not node.children,
+        len(node.key),
+        len(node.value),
+        getattr(node, lock_attr),
+        -1,  # the parent's locks: in its own view
+        getattr(node, "swa_lock_ref", 0),
+        -1,
+        getattr(node, "swa_tombstone", False),
+        0,
+        0,
     )
 
 
-def committed_kv(pool: ReqToTokenPool, req: Req, page_size: int) -> tuple[list[int], np.ndarray, int]:
+def committed_kv(
+    pool: ReqToTokenPool, req: Req, page_size: int
+) -> tuple[list[int], np.ndarray, int]:
     """Release a finished request's committed range: its tokens, their slots (a copy) and the
     page-aligned length a tree may keep (SGLang ``cache_finished_req`` preamble)."""
     committed = req.pop_committed_kv_cache()

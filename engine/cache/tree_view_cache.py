@@ -9,8 +9,8 @@ when its locks change (a view holds its node's own locks only, so its children's
 stay), ``add`` and ``remove`` when it joins or leaves the tree. An unchanged tree returns
 the previous tuple; a changed one is a ``NodeViews`` tuple that also names the tuple handed
 out before it (``prior``), the views built since (``fresh``) and the views of ``prior`` it
-no longer holds (``gone``): it is ``prior`` - ``gone`` + ``fresh``, every kept view the very object ``prior``
-held (what lets a checker re-test only the fresh views and update sums).
+no longer holds (``gone``): it is ``prior`` - ``gone`` + ``fresh``, every kept view the very
+object ``prior`` held (what lets a checker re-test only the fresh views and update sums).
 ``owner_log`` lists, in order, the ids of nodes whose census owner was rebuilt or dropped, so
 that an incremental census (engine/mem/census_incremental.py) follows the tree's ownership
 without walking it; the log is replaced by a fresh list when it grows long (readers then
@@ -37,8 +37,12 @@ class NodeViews(tuple[NodeView, ...]):
     gone: tuple[NodeView, ...]
 
 
-def _node_views(views: Iterable[NodeView], prior: tuple[NodeView, ...] | None,
-                fresh: tuple[NodeView, ...], gone: tuple[NodeView, ...]) -> NodeViews:
+def _node_views(
+    views: Iterable[NodeView],
+    prior: tuple[NodeView, ...] | None,
+    fresh: tuple[NodeView, ...],
+    gone: tuple[NodeView, ...],
+) -> NodeViews:
     out = NodeViews(views)
     out.prior, out.fresh, out.gone = prior, fresh, gone
     return out
@@ -113,8 +117,12 @@ class NodeRegistry(Generic[N]):
             self._dirty.clear()
             self._tuple = None
         if self._tuple is None:
-            self._tuple = _node_views(self._views.values(), self._handed,  # type: ignore[arg-type]
-                                      tuple(self._fresh), tuple(self._gone))
+            self._tuple = _node_views(
+                self._views.values(),
+                self._handed,  # type: ignore[arg-type]
+                tuple(self._fresh),
+                tuple(self._gone),
+            )
             self._fresh.clear()
             self._gone.clear()
         self._handed = self._tuple
@@ -134,7 +142,9 @@ class NodeRegistry(Generic[N]):
                 # a later in-place write would go unseen, so it raises instead
                 node.value.flags.writeable = False
                 if self.swa:
-                    owners[node.id] = SlotOwner(f"tree:n{node.id}", node.value, not node.swa_tombstone)
+                    owners[node.id] = SlotOwner(
+                        f"tree:n{node.id}", node.value, not node.swa_tombstone
+                    )
                 else:
                     owners[node.id] = SlotOwner(f"tree:n{node.id}", node.value)
             self._log([node.id for node in self._owner_dirty])

@@ -31,7 +31,9 @@ class PagedAllocator:
 
     def __init__(self, size: int, page_size: int, *, strict: bool = True) -> None:
         if page_size < 1 or size < page_size:
-            raise KVAccountingError(f"allocator needs size >= page_size >= 1, got {size=}, {page_size=}")
+            raise KVAccountingError(
+                f"allocator needs size >= page_size >= 1, got {size=}, {page_size=}"
+            )
         self.page_size = page_size
         self.num_pages = size // page_size
         self.size = self.num_pages * page_size  # capacity in tokens (max_total_num_tokens)
@@ -52,7 +54,9 @@ class PagedAllocator:
 
     def merge_and_sort_free(self) -> None:
         if self.release_pages:
-            self.free_pages = _frozen(np.sort(np.concatenate([self.free_pages, *self.release_pages])))
+            self.free_pages = _frozen(
+                np.sort(np.concatenate([self.free_pages, *self.release_pages]))
+            )
             self.release_pages = []
             self._num_released = 0
 
@@ -76,7 +80,9 @@ class PagedAllocator:
     def alloc(self, need_size: int) -> IndexArray | None:
         """``need_size`` slots (a page multiple) on fresh pages, or None."""
         if need_size % self.page_size:
-            raise KVAccountingError(f"alloc of {need_size} tokens is not page aligned (page_size {self.page_size})")
+            raise KVAccountingError(
+                f"alloc of {need_size} tokens is not page aligned (page_size {self.page_size})"
+            )
         pages = self.take_pages(need_size // self.page_size)
         return None if pages is None else self.pages_to_slots(pages)
 
@@ -130,7 +136,9 @@ class PagedAllocator:
     def _check_free(self, pages: IndexArray, indices: IndexArray) -> None:
         bad = pages[(pages < 1) | (pages > self.num_pages)]
         if len(bad):
-            raise KVAccountingError(f"free of out-of-range page(s) {bad[:8].tolist()} (valid 1..{self.num_pages})")
+            raise KVAccountingError(
+                f"free of out-of-range page(s) {bad[:8].tolist()} (valid 1..{self.num_pages})"
+            )
         again = pages[self._is_free[pages]]
         if len(again):
             raise KVAccountingError(f"double free of page(s) {again[:8].tolist()}")

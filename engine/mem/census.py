@@ -53,7 +53,9 @@ def take_census(
     free[free_pages] = True
     repeats = np.count_nonzero(free) != len(free_pages)
     if top > num_pages or any(int(a.min()) < 1 for a in ids) or repeats:
-        return _census_by_histogram(num_pages, size, free_pages, owned, referenced, own, ref, slots_per_page)
+        return _census_by_histogram(
+            num_pages, size, free_pages, owned, referenced, own, ref, slots_per_page
+        )
     held = np.zeros(size, dtype=bool)
     held[own] = True
     live = held.copy()
@@ -69,8 +71,14 @@ def take_census(
 
 
 def _census_by_histogram(
-    num_pages: int, size: int, free_pages: np.ndarray, owned: Sequence[PageRefs],
-    referenced: Sequence[PageRefs], own: np.ndarray, ref: np.ndarray, slots_per_page: int,
+    num_pages: int,
+    size: int,
+    free_pages: np.ndarray,
+    owned: Sequence[PageRefs],
+    referenced: Sequence[PageRefs],
+    own: np.ndarray,
+    ref: np.ndarray,
+    slots_per_page: int,
 ) -> Census:
     """The general path, for free lists with repeats or ids out of range (a broken state)."""
     free_count = np.bincount(free_pages, minlength=size)
@@ -131,7 +139,9 @@ def _duplicates(owned: Sequence[PageRefs], slots_per_page: int) -> tuple[PageOwn
         for index in np.flatnonzero(pairs[0] == page).tolist():
             label = owned[int(pairs[1, index])][0]
             counts[label] = counts.get(label, 0) + int(held[index])
-        found.append(PageOwners(page, tuple(owner_name(label, counts[label]) for label in sorted(counts))))
+        found.append(
+            PageOwners(page, tuple(owner_name(label, counts[label]) for label in sorted(counts)))
+        )
     return tuple(found)
 
 
@@ -140,7 +150,9 @@ def owner_name(label: str, times: int) -> str:
     return label if times == 1 else f"{label} (twice)" if times == 2 else f"{label} ({times} times)"
 
 
-def _witnesses(pages: np.ndarray, refs: Sequence[PageRefs], extra: str | None = None) -> tuple[PageOwners, ...]:
+def _witnesses(
+    pages: np.ndarray, refs: Sequence[PageRefs], extra: str | None = None
+) -> tuple[PageOwners, ...]:
     """Name the owners of the first few offending pages (only computed when there are any)."""
     found = []
     for page in pages[:MAX_WITNESSES].tolist():

@@ -71,13 +71,19 @@ class IncrementalCensus:
     """Census of a non-SWA pool; the cache's tree owners are followed through its node
     registry (a cache without one must have no owners, else every census is from scratch)."""
 
-    def __init__(self, allocator: PagedAllocator, cache: PrefixCache, pool: ReqToTokenPool | None = None) -> None:
+    def __init__(
+        self, allocator: PagedAllocator, cache: PrefixCache, pool: ReqToTokenPool | None = None
+    ) -> None:
         self.alloc, self.cache = allocator, cache
         self.registry = self._registry()
         self.ps, self.num_pages = allocator.page_size, allocator.num_pages
         self.ledger = self.counts, self.blocked, self.totals = new_ledger(self.num_pages)
         # page size 1 with the rows' table: the rows' counts are kept too (census_rows.py)
-        self.rows = RowCounts(pool, self.num_pages, self.ledger) if pool is not None and self.ps == 1 else None
+        self.rows = (
+            RowCounts(pool, self.num_pages, self.ledger)
+            if pool is not None and self.ps == 1
+            else None
+        )
         self._stale = True  # recount everything at the next census
         self._clean_census = Census(num_pages=self.num_pages)  # frozen: one serves every clean view
         self._scratch = np.zeros(self.num_pages + 1, dtype=np.int64)
@@ -98,7 +104,9 @@ class IncrementalCensus:
     def free_entries(self) -> int:
         return int(self.totals[FREE_ENTRIES])
 
-    def take(self, table: np.ndarray, rows: Sequence[RowSpan], labels: Callable[[], list[str]]) -> Census:
+    def take(
+        self, table: np.ndarray, rows: Sequence[RowSpan], labels: Callable[[], list[str]]
+    ) -> Census:
         """The census of the pool with these live rows (``table``: request → token);
         ``labels`` names the rows (called only to name the owners of a broken state)."""
         registry = self._registry()
@@ -119,8 +127,12 @@ class IncrementalCensus:
     def _balanced(self) -> bool:
         """No page blocked, and every page counted once (the rows' entries kept too)."""
         totals = self.totals
-        return (not self._stale and not totals[BLOCKED]
-                and int(totals[TREE_ENTRIES] + totals[FREE_ENTRIES] + totals[OWNED_ENTRIES]) == self.num_pages)
+        return (
+            not self._stale
+            and not totals[BLOCKED]
+            and int(totals[TREE_ENTRIES] + totals[FREE_ENTRIES] + totals[OWNED_ENTRIES])
+            == self.num_pages
+        )
 
     def _clean(self, own: np.ndarray, ref: np.ndarray) -> bool:
         if self._stale or self.totals[BLOCKED]:
@@ -135,7 +147,9 @@ class IncrementalCensus:
             return False
         return self.tree_entries + self.free_entries + len(own) == n
 
-    def _row_pages(self, table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, np.ndarray]:
+    def _row_pages(
+        self, table: np.ndarray, rows: Sequence[RowSpan]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Every row's owned pages (one entry per holding, ``holding_mask``) and read pages."""
         spans = _row_block(table, rows) if len(rows) >= SMALL else None
         if spans is None:
@@ -151,14 +165,22 @@ class IncrementalCensus:
             own = own[holding_mask(own, self.ps, np.cumsum([0, *lengths[:-1]]))]
         return own, ref
 
-    def _from_scratch(self, table: np.ndarray, rows: Sequence[RowSpan], labels: list[str]) -> Census:
+    def _from_scratch(
+        self, table: np.ndarray, rows: Sequence[RowSpan], labels: list[str]
+    ) -> Census:
         ps = self.ps
-        owned: list[PageRefs] = [(label, table[row, start:end].astype(np.int64) // ps)
-                                 for label, (row, start, end) in zip(labels, rows)]
-        referenced: list[PageRefs] = [(label, table[row, :end].astype(np.int64) // ps)
-                                      for label, (row, _, end) in zip(labels, rows)]
+        owned: list[PageRefs] = [
+            (label, table[row, start:end].astype(np.int64) // ps)
+            for label, (row, start, end) in zip(labels, rows)
+        ]
+        referenced: list[PageRefs] = [
+            (label, table[row, :end].astype(np.int64) // ps)
+            for label, (row, _, end) in zip(labels, rows)
+        ]
         owned += [(o.label, o.slots // ps) for o in self._tree_owners()]
-        return take_census(self.num_pages, self.alloc.all_free_pages(), owned, referenced, slots_per_page=ps)
+        return take_census(
+            self.num_pages, self.alloc.all_free_pages(), owned, referenced, slots_per_page=ps
+        )
 
     # ---- following the tree and the free list ----
 
@@ -186,7 +208,7 @@ class IncrementalCensus:
         log = self.registry.owner_log
         if log is not self._log or len(log) < self._log_at:
             return None
-        ids, self._log_at = dict.fromkeys(log[self._log_at:]), len(log)
+        ids, self._log_at = dict.fromkeys(log[self._log_at :]), len(log)
         changes: list[Signed] = []
         for node_id in ids:
             owner = self.registry.owner(node_id)
@@ -211,10 +233,12 @@ class IncrementalCensus:
         taken = _taken_front(old, head)
         if taken is None:
             return None
-        fresh = released[self._released_at:]
+        fresh = released[self._released_at :]
         self._free_head, self._released_at = head, len(released)
         self._released_last = released[-1] if released else None
-        return [(taken, -1)] * bool(len(taken)) + [(pages.astype(np.int64, copy=False), 1) for pages in fresh]
+        return [(taken, -1)] * bool(len(taken)) + [
+            (pages.astype(np.int64, copy=False), 1) for pages in fresh
+        ]
 
     def _recount(self) -> None:
         """Count the tree and the free list from scratch (the rows' counts kept); stale if an
@@ -229,7 +253,11 @@ class IncrementalCensus:
                 owner = self.registry.owner(node_id)
                 if owner is not None:
                     self._tree_pages[node_id] = self._distinct(owner)
-        pages = [*self._tree_pages.values()] if self.registry is not None else [self._distinct(o) for o in owners]
+        pages = (
+            [*self._tree_pages.values()]
+            if self.registry is not None
+            else [self._distinct(o) for o in owners]
+        )
         tree = np.concatenate(pages) if pages else np.empty(0, np.int64)
         if len(tree) and (int(tree.min()) < 1 or int(tree.max()) > n):
             self._stale = True  # page 0 is reserved; ids past the pool are out of range
@@ -261,7 +289,11 @@ class IncrementalCensus:
         return registry() if registry is not None else None
 
     def _tree_owners(self) -> list[SlotOwner]:
-        return self.registry.slot_owners() if self.registry is not None else list(self.cache.slot_owners())
+        return (
+            self.registry.slot_owners()
+            if self.registry is not None
+            else list(self.cache.slot_owners())
+        )
 
     def _distinct(self, owner: SlotOwner) -> np.ndarray:
         """An owner's entries (``holding_mask``): each page it holds once in a clean state, a
@@ -271,8 +303,14 @@ class IncrementalCensus:
         change it — and seeing it again, by identity, means the node's slots are unchanged."""
         if self.ps == 1:
             slots = owner.slots
-            frozen = isinstance(slots, np.ndarray) and slots.base is None and not slots.flags.writeable
-            return slots if frozen and slots.dtype == np.int64 and slots.ndim == 1 else np.array(slots, dtype=np.int64)
+            frozen = (
+                isinstance(slots, np.ndarray) and slots.base is None and not slots.flags.writeable
+            )
+            return (
+                slots
+                if frozen and slots.dtype == np.int64 and slots.ndim == 1
+                else np.array(slots, dtype=np.int64)
+            )
         pages = np.asarray(owner.slots, dtype=np.int64) // self.ps
         return pages[holding_mask(pages, self.ps, np.zeros(1, np.int64))]
 
@@ -282,7 +320,9 @@ def _taken_front(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
     None when ``new`` is not such a slice."""
     if new is old:
         return old[:0]
-    if old.base is None and new.base is not old or old.base is not None and new.base is not old.base:
+    if (old.base is None and new.base is not old) or (
+        old.base is not None and new.base is not old.base
+    ):
         return None
     if old.dtype != new.dtype or not (old.flags.c_contiguous and new.flags.c_contiguous):
         return None
@@ -292,7 +332,9 @@ def _taken_front(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
     return old[: (start_new - start_old) // old.itemsize]
 
 
-def _row_block(table: np.ndarray, rows: Sequence[RowSpan]) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+def _row_block(
+    table: np.ndarray, rows: Sequence[RowSpan]
+) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
     """``table[row, start:end]`` and ``table[row, :end]`` of every row, concatenated in row
     order, from one gather and two masks (and the owned lengths); None where the slices
     would not be these masks (a negative bound) or the block would be mostly padding."""

@@ -21,7 +21,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-OCCUPANCY, FREE, OWNED, READ = 0, 1, 2, 3  # counts' rows: tree + free-list entries, free-list, row-owned, row-read
+OCCUPANCY, FREE, OWNED, READ = (
+    0,
+    1,
+    2,
+    3,
+)  # counts' rows: tree + free-list entries, free-list, row-owned, row-read
 TREE_ENTRIES, FREE_ENTRIES, OWNED_ENTRIES, BLOCKED = 0, 1, 2, 3  # totals
 START, END, LISTED = 0, 1, 2  # rows of follow_rows' ``counted``: per table row
 OK, OUT_OF_RANGE, NEGATIVE, UNCOUNTABLE = 0, 1, 2, 3  # what a kernel that moves counts answers
@@ -30,18 +35,26 @@ Ledger = tuple[np.ndarray, np.ndarray, np.ndarray]  # counts, blocked, totals
 
 def new_ledger(num_pages: int) -> Ledger:
     """Zero counts, flags and totals for pages ``1..num_pages``."""
-    return np.zeros((4, num_pages + 1), np.int64), np.zeros(num_pages + 1, np.int64), np.zeros(4, np.int64)
+    return (
+        np.zeros((4, num_pages + 1), np.int64),
+        np.zeros(num_pages + 1, np.int64),
+        np.zeros(4, np.int64),
+    )
 
 
-@njit(cache=True, inline='always')  # no call: each would count its arrays' references
+@njit(cache=True, inline="always")  # no call: each would count its arrays' references
 def _is_blocked(counts: np.ndarray, page: int) -> int:
     occupancy, owned = counts[OCCUPANCY, page], counts[OWNED, page]
     # bitwise, not short-circuit: branch-free, so retally's loop vectorizes (measured ~40x faster)
-    return int((occupancy >= 2) | (owned >= 2) | ((owned >= 1) & (occupancy >= 1))
-               | ((counts[READ, page] >= 1) & (counts[FREE, page] >= 1)))
+    return int(
+        (occupancy >= 2)
+        | (owned >= 2)
+        | ((owned >= 1) & (occupancy >= 1))
+        | ((counts[READ, page] >= 1) & (counts[FREE, page] >= 1))
+    )
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True, inline="always")
 def _reflag(ledger: Ledger, page: int) -> None:
     counts, blocked, totals = ledger
     now = _is_blocked(counts, page)
@@ -82,8 +95,15 @@ def apply_pages(pages: np.ndarray, sign: int, free: bool, ledger: Ledger) -> int
 
 
 @njit(cache=True)
-def follow_rows(table: np.ndarray, shadow: np.ndarray, spans: np.ndarray, dirty: np.ndarray,
-                counted: np.ndarray, stamp: int, ledger: Ledger) -> int:
+def follow_rows(
+    table: np.ndarray,
+    shadow: np.ndarray,
+    spans: np.ndarray,
+    dirty: np.ndarray,
+    counted: np.ndarray,
+    stamp: int,
+    ledger: Ledger,
+) -> int:
     """Bring the rows' counts from the spans counted (``counted[START]``/``[END]`` per table
     row, their entries in ``shadow``) to ``spans`` (row, owned from, allocated) over
     ``table``, given ``dirty`` (per row, the first position written since); ``stamp`` marks
@@ -102,15 +122,25 @@ def follow_rows(table: np.ndarray, shadow: np.ndarray, spans: np.ndarray, dirty:
             _count(shadow, row, start[row], end[row], OWNED, -1, ledger)
             start[row] = end[row] = 0
     for i in range(spans.shape[0]):
-        status = _follow_row(table, shadow, spans[i, 0], spans[i, 1], spans[i, 2], dirty, counted, ledger)
+        status = _follow_row(
+            table, shadow, spans[i, 0], spans[i, 1], spans[i, 2], dirty, counted, ledger
+        )
         if status != OK:
             return status
     return OK
 
 
-@njit(cache=True, inline='always')  # no call: each would count its arrays' references
-def _follow_row(table: np.ndarray, shadow: np.ndarray, row: int, s1: int, e1: int, dirty: np.ndarray,
-                counted: np.ndarray, ledger: Ledger) -> int:
+@njit(cache=True, inline="always")  # no call: each would count its arrays' references
+def _follow_row(
+    table: np.ndarray,
+    shadow: np.ndarray,
+    row: int,
+    s1: int,
+    e1: int,
+    dirty: np.ndarray,
+    counted: np.ndarray,
+    ledger: Ledger,
+) -> int:
     e0 = counted[END, row]
     s0 = counted[START, row] if e0 > 0 else s1  # nothing counted: as if counted from s1
     stable = min(dirty[row], e0, e1)  # P: below it, what was counted is there still
@@ -133,8 +163,10 @@ def _follow_row(table: np.ndarray, shadow: np.ndarray, row: int, s1: int, e1: in
     return OK
 
 
-@njit(cache=True, inline='always')  # no call: each would count its arrays' references
-def _count(shadow: np.ndarray, row: int, lo: int, hi: int, kind: int, sign: int, ledger: Ledger) -> None:
+@njit(cache=True, inline="always")  # no call: each would count its arrays' references
+def _count(
+    shadow: np.ndarray, row: int, lo: int, hi: int, kind: int, sign: int, ledger: Ledger
+) -> None:
     """Move the ``kind`` counts of the row's counted entries at ``[lo, hi)`` by ``sign``."""
     counts, totals = ledger[0], ledger[2]
     for pos in range(lo, hi):

@@ -79,7 +79,9 @@ class RowCounts:
         if recount:
             self._reset(table)
         self._stamp += 1
-        status = follow_rows(table, self.shadow, _as_spans(rows), dirty, self.counted, self._stamp, self.ledger)
+        status = follow_rows(
+            table, self.shadow, _as_spans(rows), dirty, self.counted, self._stamp, self.ledger
+        )
         if recount:
             retally(self.ledger)  # the reset zeroed counts without moving their pages' flags
         if status != OK:
@@ -90,7 +92,9 @@ class RowCounts:
         """Count nothing, over ``table``."""
         counts, _, totals = self.ledger
         self.shadow = np.zeros_like(table)
-        self.counted = np.zeros((3, len(table)), dtype=np.int64)  # per row: start, end, stamp listed
+        self.counted = np.zeros(
+            (3, len(table)), dtype=np.int64
+        )  # per row: start, end, stamp listed
         counts[OWNED] = counts[READ] = 0
         totals[OWNED_ENTRIES] = 0
         self._table, self._stamp = table, 0

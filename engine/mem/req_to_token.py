@@ -79,7 +79,9 @@ class ReqToTokenPool:
         """Return ``row``; freeing row 0, an unknown row or a free row is an error."""
         if self.strict:
             if not 1 <= row <= self.size:
-                raise KVAccountingError(f"free of out-of-range request row {row} (valid 1..{self.size})")
+                raise KVAccountingError(
+                    f"free of out-of-range request row {row} (valid 1..{self.size})"
+                )
             if self._is_free[row]:
                 raise KVAccountingError(f"double free of request row {row}")
         self._is_free[row] = True
@@ -98,7 +100,9 @@ class ReqToTokenPool:
     def write_points(self, rows: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> None:
         """Write ``slots[i]`` at position ``positions[i]`` of ``rows[i]``."""
         if len(positions) and int(np.min(positions)) < 0:  # numpy would wrap it around the row
-            raise KVAccountingError(f"write at negative position {int(np.min(positions))} of a request row")
+            raise KVAccountingError(
+                f"write at negative position {int(np.min(positions))} of a request row"
+            )
         self._table[rows, positions] = slots
         for ref in self._trackers:
             tracker = ref()

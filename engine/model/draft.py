@@ -71,8 +71,9 @@ class DraftNetwork:
         return DraftOutput(best.cpu().numpy().astype(np.int64), lp.cpu().numpy(), out)
 
 
-def _features(cfg: TinyConfig, target: TinyWeights, hidden: torch.Tensor,
-              token_ids: np.ndarray | torch.Tensor) -> torch.Tensor:
+def _features(
+    cfg: TinyConfig, target: TinyWeights, hidden: torch.Tensor, token_ids: np.ndarray | torch.Tensor
+) -> torch.Tensor:
     """``[norm(embed(token)) | hidden | 1]``: ``[n, 2H + 1]``."""
     ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=target.embed.device)
     ones = torch.ones_like(target.final_norm)
@@ -102,8 +103,11 @@ def self_play(runner: ModelRunner, seed: int) -> SelfPlay:
         hidden.append(out.hidden_states)
         tokens.append(out.next_token_ids)
     h = torch.stack(hidden)  # [steps + 1, num, H]
-    return SelfPlay(h[:-1].reshape(-1, h.shape[-1]), np.stack(tokens[:-1]).reshape(-1),
-                    h[1:].reshape(-1, h.shape[-1]))
+    return SelfPlay(
+        h[:-1].reshape(-1, h.shape[-1]),
+        np.stack(tokens[:-1]).reshape(-1),
+        h[1:].reshape(-1, h.shape[-1]),
+    )
 
 
 def self_play_slots() -> int:
@@ -112,13 +116,28 @@ def self_play_slots() -> int:
     return num * (high + steps + 1)
 
 
-def _batch(mode: ForwardMode, reqs: list[Req], ids: np.ndarray, prefix: np.ndarray,
-           ext: np.ndarray, table: np.ndarray) -> ForwardBatch:
+def _batch(
+    mode: ForwardMode,
+    reqs: list[Req],
+    ids: np.ndarray,
+    prefix: np.ndarray,
+    ext: np.ndarray,
+    table: np.ndarray,
+) -> ForwardBatch:
     """A self-play batch: request b at row b + 1, position p at slot ``table[b + 1, p]``."""
     rows = np.arange(1, len(reqs) + 1, dtype=np.int64)
     positions = np.concatenate([np.arange(p, p + e) for p, e in zip(prefix, ext)])
     loc = table[np.repeat(rows, ext), positions].astype(np.int64)
-    return ForwardBatch(mode=mode, reqs=reqs, input_ids=np.asarray(ids, dtype=np.int64),
-                        positions=positions, out_cache_loc=loc, req_pool_indices=rows,
-                        prefix_lens=prefix, extend_lens=ext, seq_lens=prefix + ext,
-                        req_to_token=table, sample=[True] * len(reqs))
+    return ForwardBatch(
+        mode=mode,
+        reqs=reqs,
+        input_ids=np.asarray(ids, dtype=np.int64),
+        positions=positions,
+        out_cache_loc=loc,
+        req_pool_indices=rows,
+        prefix_lens=prefix,
+        extend_lens=ext,
+        seq_lens=prefix + ext,
+        req_to_token=table,
+        sample=[True] * len(reqs),
+    )

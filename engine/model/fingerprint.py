@@ -79,8 +79,15 @@ class KVFingerprints:
     """One int64 array per KV pool, sized like the allocator's slot space
     (``num_pages * page_size + page_size``: page 0 included)."""
 
-    def __init__(self, num_slots: int, page_size: int = 1, *, swa_num_slots: int | None = None,
-                 full_to_swa: np.ndarray | None = None, sliding_window: int | None = None) -> None:
+    def __init__(
+        self,
+        num_slots: int,
+        page_size: int = 1,
+        *,
+        swa_num_slots: int | None = None,
+        full_to_swa: np.ndarray | None = None,
+        sliding_window: int | None = None,
+    ) -> None:
         hybrid = swa_num_slots is not None
         if hybrid != (full_to_swa is not None) or hybrid != (sliding_window is not None):
             raise ValueError("a SWA pool needs swa_num_slots, full_to_swa and sliding_window")
@@ -100,15 +107,21 @@ class KVFingerprints:
         self.sliding_window = sliding_window
 
     @classmethod
-    def for_allocator(cls, allocator: PagedAllocator | SWAAllocator,
-                      sliding_window: int | None = None) -> KVFingerprints:
+    def for_allocator(
+        cls, allocator: PagedAllocator | SWAAllocator, sliding_window: int | None = None
+    ) -> KVFingerprints:
         """Arrays matching ``allocator``'s pools; a SWA allocator needs the window."""
         ps = allocator.page_size
         if isinstance(allocator, SWAAllocator):
             if sliding_window is None:
                 raise ValueError("a SWA allocator needs sliding_window")
-            return cls(allocator.size + ps, ps, swa_num_slots=allocator.size_swa + ps,
-                       full_to_swa=allocator.full_to_swa, sliding_window=sliding_window)
+            return cls(
+                allocator.size + ps,
+                ps,
+                swa_num_slots=allocator.size_swa + ps,
+                full_to_swa=allocator.full_to_swa,
+                sliding_window=sliding_window,
+            )
         return cls(allocator.size + ps, ps)
 
     @property
@@ -127,8 +140,12 @@ class KVFingerprints:
         window = self.sliding_window if self.sliding_window is not None else prefix_len
         return max(swa_evicted_seqlen, prefix_len - window, 0)
 
-    def write(self, out_cache_loc: np.ndarray, fps: np.ndarray,
-              swa_out_cache_loc: np.ndarray | None = None) -> None:
+    def write(
+        self,
+        out_cache_loc: np.ndarray,
+        fps: np.ndarray,
+        swa_out_cache_loc: np.ndarray | None = None,
+    ) -> None:
         """Store ``fps`` at the written full slots and at their SWA slots (through
         ``full_to_swa`` unless the batch names them)."""
         self.full[out_cache_loc] = fps
@@ -140,8 +157,9 @@ class KVFingerprints:
             self.swa[swa_loc] = fps
             self.swa[: self.page_size] = 0
 
-    def verify(self, req_to_token: np.ndarray, reads: Sequence[KVRead],
-               limit: int = 8) -> tuple[list[IntegrityFailure], int]:
+    def verify(
+        self, req_to_token: np.ndarray, reads: Sequence[KVRead], limit: int = 8
+    ) -> tuple[list[IntegrityFailure], int]:
         """Check every read of every pool: (the first ``limit`` failures, the failure count)."""
         spans = [(r, r.start) for r in reads if r.end > r.start]
         failures, total = self._check("full", req_to_token, spans, limit)
@@ -152,8 +170,9 @@ class KVFingerprints:
             total += count
         return failures, total
 
-    def _check(self, pool: str, req_to_token: np.ndarray, spans: list[tuple[KVRead, int]],
-               limit: int) -> tuple[list[IntegrityFailure], int]:
+    def _check(
+        self, pool: str, req_to_token: np.ndarray, spans: list[tuple[KVRead, int]], limit: int
+    ) -> tuple[list[IntegrityFailure], int]:
         if not spans:
             return [], 0
         # one concatenated gather per pool rather than a numpy call per request
@@ -173,14 +192,21 @@ class KVFingerprints:
         return _describe(pool, spans, np.flatnonzero(bad)[:limit], slots, expected, found), total
 
 
-def _describe(pool: str, spans: list[tuple[KVRead, int]], flat: np.ndarray, slots: np.ndarray,
-              expected: np.ndarray, found: np.ndarray) -> list[IntegrityFailure]:
+def _describe(
+    pool: str,
+    spans: list[tuple[KVRead, int]],
+    flat: np.ndarray,
+    slots: np.ndarray,
+    expected: np.ndarray,
+    found: np.ndarray,
+) -> list[IntegrityFailure]:
     """Map flat indices of the concatenated reads back to (request, position)."""
     starts = np.array([s for _, s in spans], dtype=np.int64)
     lens = np.array([r.end - s for r, s in spans], dtype=np.int64)
     firsts = np.cumsum(lens) - lens  # flat index of each span's first read
     which = np.searchsorted(firsts, flat, side="right") - 1
     positions = starts[which] + flat - firsts[which]
-    return [IntegrityFailure(spans[w][0].rid, p, int(slots[i]), pool, int(expected[i]),
-                             int(found[i]))
-            for i, w, p in zip(flat.tolist(), which.tolist(), positions.tolist())]
+    return [
+        IntegrityFailure(spans[w][0].rid, p, int(slots[i]), pool, int(expected[i]), int(found[i]))
+        for i, w, p in zip(flat.tolist(), which.tolist(), positions.tolist())
+    ]

@@ -135,8 +135,9 @@ class _Context:
             del self.ids[n:]
             self.length = n
 
-    def append(self, tokens: np.ndarray, fps: np.ndarray, hashes: np.ndarray,
-               ids: list[int]) -> None:
+    def append(
+        self, tokens: np.ndarray, fps: np.ndarray, hashes: np.ndarray, ids: list[int]
+    ) -> None:
         """Append tokens with their fingerprints and the hashes after each of them."""
         a, b = self.length, self.length + len(tokens)
         if b > len(self.tokens):
@@ -156,15 +157,22 @@ class _Context:
 class SimModel:
     """Deterministic fingerprinting model (DESIGN.md "Models": ``sim``)."""
 
-    def __init__(self, seed: int, kv: KVFingerprints, eos_prob: float = 0.0,
-                 vocab_size: int = VOCAB_SIZE, context_cache_size: int = 256) -> None:
+    def __init__(
+        self,
+        seed: int,
+        kv: KVFingerprints,
+        eos_prob: float = 0.0,
+        vocab_size: int = VOCAB_SIZE,
+        context_cache_size: int = 256,
+    ) -> None:
         if seed < 0:
             raise ValueError(f"seed={seed}: must be >= 0")
         if not 0.0 <= eos_prob <= 1.0:
             raise ValueError(f"eos_prob={eos_prob}: must be in [0, 1]")
         if vocab_size < VOCAB_SIZE:
-            raise ValueError(f"vocab_size={vocab_size}: must hold the byte tokenizer "
-                             f"({VOCAB_SIZE})")
+            raise ValueError(
+                f"vocab_size={vocab_size}: must hold the byte tokenizer ({VOCAB_SIZE})"
+            )
         self.seed, self.kv, self.eos_prob, self.vocab_size = seed, kv, eos_prob, vocab_size
         self.context_cache_size = context_cache_size
         keys = np.random.SeedSequence(seed).generate_state(4, dtype=np.uint64)
@@ -230,18 +238,25 @@ class SimModel:
         (a DRAFT_EXTEND batch: one token per request at ``prefix_len``). Reads and writes no
         KV; the context is the request's (results not yet processed: this model's record)."""
         if batch.mode is not ForwardMode.DRAFT_EXTEND:
-            raise ValueError(f"sim model: draft() takes a DRAFT_EXTEND batch, not {batch.mode.value}")
+            raise ValueError(
+                f"sim model: draft() takes a DRAFT_EXTEND batch, not {batch.mode.value}"
+            )
         self._check_batch(batch)
         contexts = self._sync_contexts(batch)
         ones = np.ones(batch.batch_size, dtype=np.int64)
-        h = chain_hashes(np.array([c.hashes[c.length] for c in contexts], dtype=U64), ones,
-                         batch.input_ids[np.cumsum(batch.extend_lens) - 1])
+        h = chain_hashes(
+            np.array([c.hashes[c.length] for c in contexts], dtype=U64),
+            ones,
+            batch.input_ids[np.cumsum(batch.extend_lens) - 1],
+        )
         out = np.empty((batch.batch_size, num_steps), dtype=np.int64)
         for j in range(num_steps):
             target, _ = self.predict(h)
             mixed = splitmix64(h ^ self._key_draft)
             coin = (mixed >> U64(11)).astype(np.float64) * _UNIT
-            other = (target + 1 + (splitmix64(mixed) % U64(NUM_BYTES - 1)).astype(np.int64)) % NUM_BYTES
+            other = (
+                target + 1 + (splitmix64(mixed) % U64(NUM_BYTES - 1)).astype(np.int64)
+            ) % NUM_BYTES
             out[:, j] = np.where(coin < accept_prob, target, other)
             h = chain_hashes(h, ones, out[:, j])
         return out
@@ -257,8 +272,9 @@ class SimModel:
         n = int(ext.sum()) if len(ext) else 0
         sizes = {len(batch.input_ids), len(batch.positions), len(batch.out_cache_loc)}
         if sizes != {n} or len(prefix) != batch.batch_size or len(ext) != batch.batch_size:
-            raise ValueError(f"ForwardBatch: token arrays {sorted(sizes)} long, "
-                             f"sum(extend_lens)={n}")
+            raise ValueError(
+                f"ForwardBatch: token arrays {sorted(sizes)} long, sum(extend_lens)={n}"
+            )
         if not np.array_equal(batch.seq_lens, prefix + ext):
             raise ValueError("ForwardBatch: seq_lens != prefix_lens + extend_lens")
         if n and int(batch.seq_lens.max()) > batch.req_to_token.shape[1]:
@@ -301,22 +317,25 @@ class SimModel:
             fps = fingerprint(toks, np.arange(keep, prefix_len))
             ctx.append(toks, fps, hashes, toks.tolist())
 
-    def _append_inputs(self, batch: ForwardBatch, contexts: list[_Context], fps: np.ndarray,
-                       firsts: np.ndarray) -> None:
+    def _append_inputs(
+        self, batch: ForwardBatch, contexts: list[_Context], fps: np.ndarray, firsts: np.ndarray
+    ) -> None:
         h0 = np.array([c.hashes[c.length] for c in contexts], dtype=U64)
         hashes = chain_hashes(h0, batch.extend_lens, batch.input_ids)
         ids = batch.input_ids.tolist()
         for ctx, a, n in zip(contexts, firsts.tolist(), batch.extend_lens.tolist()):
-            ctx.append(batch.input_ids[a : a + n], fps[a : a + n], hashes[a : a + n],
-                       ids[a : a + n])
+            ctx.append(
+                batch.input_ids[a : a + n], fps[a : a + n], hashes[a : a + n], ids[a : a + n]
+            )
 
     def _reads(self, batch: ForwardBatch, contexts: list[_Context], written: bool) -> list[KVRead]:
         """What each request reads: its prefix (before the write), or the positions just
         written (after it: the row must name the slots ``out_cache_loc`` filled)."""
         reads = []
         rows, prefixes = batch.req_pool_indices.tolist(), batch.prefix_lens.tolist()
-        for req, ctx, row, prefix, seq in zip(batch.reqs, contexts, rows, prefixes,
-                                              batch.seq_lens.tolist()):
+        for req, ctx, row, prefix, seq in zip(
+            batch.reqs, contexts, rows, prefixes, batch.seq_lens.tolist()
+        ):
             if written:
                 reads.append(KVRead(req.rid, row, prefix, seq, prefix, ctx.fps))
             else:
@@ -331,8 +350,9 @@ class SimModel:
         self.num_integrity_failures += total
         return len(failures)
 
-    def _input_logprobs(self, batch: ForwardBatch,
-                        contexts: list[_Context]) -> list[np.ndarray | None]:
+    def _input_logprobs(
+        self, batch: ForwardBatch, contexts: list[_Context]
+    ) -> list[np.ndarray | None]:
         """Logprob of each written token ``p >= logprob_start_len`` given ``[0, p)``;
         concatenated over chunks it equals the logprobs of one whole extend."""
         wants = batch.return_logprob or [False] * batch.batch_size

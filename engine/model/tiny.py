@@ -85,29 +85,46 @@ class _Step(NamedTuple):
 def make_kv_pool(cfg: TinyConfig, allocator: PagedAllocator | SWAAllocator) -> KVPool:
     """The KV buffers for ``cfg`` shaped like ``allocator``'s pools (SWA layers: SWA pool)."""
     if isinstance(allocator, SWAAllocator) and cfg.attention == "gqa":
-        return SWAKVPool(allocator.size, allocator.size_swa, allocator.page_size, _shape(cfg),
-                         cfg.window_layers)
+        return SWAKVPool(
+            allocator.size, allocator.size_swa, allocator.page_size, _shape(cfg), cfg.window_layers
+        )
     return plain_kv_pool(cfg, allocator.size, allocator.page_size)
 
 
 def plain_kv_pool(cfg: TinyConfig, num_tokens: int, page_size: int) -> MHAKVPool | MLAKVPool:
     """One pool for every layer (window layers then mask the full pool to their window)."""
     if cfg.attention == "mla":
-        return MLAKVPool(num_tokens, page_size, cfg.num_layers, cfg.kv_lora_rank,
-                         cfg.qk_rope_head_dim, DTYPES[cfg.dtype], cfg.device)
+        return MLAKVPool(
+            num_tokens,
+            page_size,
+            cfg.num_layers,
+            cfg.kv_lora_rank,
+            cfg.qk_rope_head_dim,
+            DTYPES[cfg.dtype],
+            cfg.device,
+        )
     return MHAKVPool(num_tokens, page_size, _shape(cfg))
 
 
 def _shape(cfg: TinyConfig) -> KVShape:
-    return KVShape(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, None, DTYPES[cfg.dtype],
-                   cfg.device)
+    return KVShape(
+        cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, None, DTYPES[cfg.dtype], cfg.device
+    )
 
 
 class TinyModel:
     """DESIGN.md "Models": ``tiny``. Build with ``for_memory`` to match an engine's pools."""
 
-    def __init__(self, cfg: TinyConfig, seed: int, pool: KVPool, *, page_size: int,
-                 sliding_window: int | None = None, full_to_swa: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TinyConfig,
+        seed: int,
+        pool: KVPool,
+        *,
+        page_size: int,
+        sliding_window: int | None = None,
+        full_to_swa: np.ndarray | None = None,
+    ) -> None:
         if cfg.window_layers and sliding_window is None:
             raise ValueError("sliding-window layers need sliding_window")
         if isinstance(pool, SWAKVPool) != (full_to_swa is not None):
@@ -131,8 +148,14 @@ class TinyModel:
         alloc = mem.allocator
         full_to_swa = alloc.full_to_swa if isinstance(alloc, SWAAllocator) else None
         window = mem.config.sliding_window if cfg.window_layers else None
-        return cls(cfg, seed, make_kv_pool(cfg, alloc), page_size=alloc.page_size,
-                   sliding_window=window, full_to_swa=full_to_swa)
+        return cls(
+            cfg,
+            seed,
+            make_kv_pool(cfg, alloc),
+            page_size=alloc.page_size,
+            sliding_window=window,
+            full_to_swa=full_to_swa,
+        )
 
     # -- the forward -----------------------------------------------------------------
 
@@ -146,15 +169,21 @@ class TinyModel:
         verify = batch.mode is ForwardMode.TARGET_VERIFY  # an output after every input token
         with _one_cpu_thread(self.cfg.device):
             hidden = self._hidden(batch, plan)  # [M, H], after the final norm
-            last = torch.as_tensor(plan.written if verify else plan.qo[1:] - 1, device=hidden.device)
+            last = torch.as_tensor(
+                plan.written if verify else plan.qo[1:] - 1, device=hidden.device
+            )
             final = hidden[last]  # [bs, H] ([num_tokens, H] when verifying)
             logp = self._log_softmax(final)  # [bs, V] float64
             best = logp.argmax(dim=-1)
             token_lp = logp.gather(-1, best[:, None])[:, 0]
             input_lps = self._input_logprobs(batch, plan, hidden)
         self._remember(batch)
-        return ForwardOutput(best.cpu().numpy().astype(np.int64), token_lp.cpu().numpy(), input_lps,
-                             hidden_states=final)
+        return ForwardOutput(
+            best.cpu().numpy().astype(np.int64),
+            token_lp.cpu().numpy(),
+            input_lps,
+            hidden_states=final,
+        )
 
     @torch.inference_mode()
     def draft(self, hidden: torch.Tensor, token_ids: np.ndarray | torch.Tensor) -> DraftOutput:
@@ -167,8 +196,13 @@ class TinyModel:
         pool (torch backend: the same function as any backend)."""
         if self._draft is None:
             cfg = replace(self.cfg, backend="torch")
-            scratch = TinyModel(cfg, self.seed, plain_kv_pool(cfg, self_play_slots(), 1),
-                                page_size=1, sliding_window=self.sliding_window)
+            scratch = TinyModel(
+                cfg,
+                self.seed,
+                plain_kv_pool(cfg, self_play_slots(), 1),
+                page_size=1,
+                sliding_window=self.sliding_window,
+            )
             play = self_play(scratch, stream_seed(self.seed, "tiny-draft"))
             self._draft = DraftNetwork.distill(cfg, self.weights, play)
         return self._draft
@@ -193,8 +227,9 @@ class TinyModel:
         wants = batch.return_logprob or [False] * bs
         starts = batch.logprob_start_lens or [0] * bs
         prefixes = batch.prefix_lens.tolist()
-        return np.array([bool(w) and 0 < p and s <= p for w, s, p in zip(wants, starts, prefixes)],
-                        dtype=bool).reshape(bs)
+        return np.array(
+            [bool(w) and 0 < p and s <= p for w, s, p in zip(wants, starts, prefixes)], dtype=bool
+        ).reshape(bs)
 
     def _token_at(self, req: Req, pos: int) -> int:
         """The token at ``pos``: from the request's ids, else (results not yet processed,
@@ -253,8 +288,9 @@ class TinyModel:
         written = torch.as_tensor(plan.written, device=dev)
         return _Step(full, window, full_loc, swa_loc, written, cos, sin)
 
-    def _attention(self, layer: int, w: GQAWeights | MLAWeights, x: torch.Tensor,
-                   step: _Step) -> torch.Tensor:
+    def _attention(
+        self, layer: int, w: GQAWeights | MLAWeights, x: torch.Tensor, step: _Step
+    ) -> torch.Tensor:
         """One attention block on ``x [M, H]`` -> ``[M, H]`` (stores this layer's KV)."""
         idx = step.window if layer in self.window_layers else step.full
         loc = step.swa_loc if layer in self.swa_pool_layers else step.full_loc
@@ -263,8 +299,15 @@ class TinyModel:
             return self._gqa(layer, w, x, idx, loc, step)
         return self._mla(layer, w, x, idx, loc, step)
 
-    def _gqa(self, layer: int, w: GQAWeights, x: torch.Tensor, idx: AttnIndex, loc: torch.Tensor,
-             step: _Step) -> torch.Tensor:
+    def _gqa(
+        self,
+        layer: int,
+        w: GQAWeights,
+        x: torch.Tensor,
+        idx: AttnIndex,
+        loc: torch.Tensor,
+        step: _Step,
+    ) -> torch.Tensor:
         cfg, m = self.cfg, x.shape[0]
         q = apply_rope((x @ w.wq).view(m, cfg.num_heads, cfg.head_dim), step.cos, step.sin)
         k = apply_rope((x @ w.wk).view(m, cfg.num_kv_heads, cfg.head_dim), step.cos, step.sin)
@@ -275,8 +318,15 @@ class TinyModel:
         o = self.backend.attend(q, k, v, k_buf, v_buf, idx, cfg.head_dim**-0.5)  # [M, Hq, D]
         return o.reshape(m, -1) @ w.wo
 
-    def _mla(self, layer: int, w: MLAWeights, x: torch.Tensor, idx: AttnIndex, loc: torch.Tensor,
-             step: _Step) -> torch.Tensor:
+    def _mla(
+        self,
+        layer: int,
+        w: MLAWeights,
+        x: torch.Tensor,
+        idx: AttnIndex,
+        loc: torch.Tensor,
+        step: _Step,
+    ) -> torch.Tensor:
         """Absorbed MLA: attention in latent space, ``k_nope``/``v`` never materialised."""
         cfg, m = self.cfg, x.shape[0]
         r, dn, p = cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
@@ -299,8 +349,9 @@ class TinyModel:
         """``[n, H]`` -> log-probabilities ``[n, V]`` in float64."""
         return torch.log_softmax((hidden @ self.weights.lm_head).to(torch.float64), dim=-1)
 
-    def _input_logprobs(self, batch: ForwardBatch, plan: _Plan,
-                        hidden: torch.Tensor) -> list[np.ndarray | None]:
+    def _input_logprobs(
+        self, batch: ForwardBatch, plan: _Plan, hidden: torch.Tensor
+    ) -> list[np.ndarray | None]:
         """log p(token p | [0, p)) for written ``p >= max(prefix_len, logprob_start_len)``."""
         bs = batch.batch_size
         wants = batch.return_logprob or [False] * bs
@@ -343,8 +394,10 @@ def _check_batch(batch: ForwardBatch) -> None:
     ext, n = batch.extend_lens, len(batch.input_ids)
     sizes = {n, len(batch.positions), len(batch.out_cache_loc)}
     if sizes != {int(ext.sum())} or not np.array_equal(batch.seq_lens, batch.prefix_lens + ext):
-        raise ValueError(f"ForwardBatch: token arrays {sorted(sizes)} long, sum(extend_lens)="
-                         f"{int(ext.sum())}, or seq_lens != prefix_lens + extend_lens")
+        raise ValueError(
+            f"ForwardBatch: token arrays {sorted(sizes)} long, sum(extend_lens)="
+            f"{int(ext.sum())}, or seq_lens != prefix_lens + extend_lens"
+        )
     if batch.batch_size == 0 or int(ext.min()) < 1:
         raise ValueError("ForwardBatch: the tiny model needs >= 1 token per request")
     if n and int(batch.seq_lens.max()) > batch.req_to_token.shape[1]:

@@ -52,9 +52,16 @@ class AttnIndex:
     padding_reads: int  # entries in [lo, seq_len) that name the padding page
 
 
-def build_index(req_to_token: np.ndarray, rows: np.ndarray, starts: np.ndarray,
-                seq_lens: np.ndarray, window: int | None, full_to_swa: np.ndarray | None,
-                page_size: int, device: str) -> AttnIndex:
+def build_index(
+    req_to_token: np.ndarray,
+    rows: np.ndarray,
+    starts: np.ndarray,
+    seq_lens: np.ndarray,
+    window: int | None,
+    full_to_swa: np.ndarray | None,
+    page_size: int,
+    device: str,
+) -> AttnIndex:
     """The table of one forward (see the module docstring); ``starts [bs]`` is the position
     of each request's first computed token, ``full_to_swa`` translates for a SWA pool."""
     bs = len(rows)
@@ -71,8 +78,17 @@ def build_index(req_to_token: np.ndarray, rows: np.ndarray, starts: np.ndarray,
     qo = np.concatenate([[0], np.cumsum(ext)])
     as_t = lambda a, dt=torch.int64: torch.as_tensor(a, dtype=dt, device=device)  # noqa: E731
     decode = bool(bs) and bool((ext == 1).all())
-    return AttnIndex(as_t(table, torch.int32), as_t(np.arange(bs)), as_t(starts), as_t(seq_lens),
-                     as_t(qo), int(ext.max()) if bs else 0, window, decode, padding)
+    return AttnIndex(
+        as_t(table, torch.int32),
+        as_t(np.arange(bs)),
+        as_t(starts),
+        as_t(seq_lens),
+        as_t(qo),
+        int(ext.max()) if bs else 0,
+        window,
+        decode,
+        padding,
+    )
 
 
 class AttentionBackend(Protocol):
@@ -80,17 +96,39 @@ class AttentionBackend(Protocol):
 
     name: str
 
-    def store(self, k_buf: torch.Tensor, v_buf: torch.Tensor, loc: torch.Tensor,
-              k: torch.Tensor, v: torch.Tensor) -> None: ...
+    def store(
+        self,
+        k_buf: torch.Tensor,
+        v_buf: torch.Tensor,
+        loc: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+    ) -> None: ...
 
-    def store_latent(self, kv_buf: torch.Tensor, loc: torch.Tensor, latent: torch.Tensor,
-                     rank: int) -> None: ...
+    def store_latent(
+        self, kv_buf: torch.Tensor, loc: torch.Tensor, latent: torch.Tensor, rank: int
+    ) -> None: ...
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
-               v_buf: torch.Tensor, idx: AttnIndex, sm_scale: float) -> torch.Tensor: ...
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_buf: torch.Tensor,
+        v_buf: torch.Tensor,
+        idx: AttnIndex,
+        sm_scale: float,
+    ) -> torch.Tensor: ...
 
-    def attend_latent(self, q: torch.Tensor, latent: torch.Tensor, kv_buf: torch.Tensor,
-                      idx: AttnIndex, sm_scale: float, rank: int) -> torch.Tensor: ...
+    def attend_latent(
+        self,
+        q: torch.Tensor,
+        latent: torch.Tensor,
+        kv_buf: torch.Tensor,
+        idx: AttnIndex,
+        sm_scale: float,
+        rank: int,
+    ) -> torch.Tensor: ...
 
 
 class TorchAttention:
@@ -98,24 +136,57 @@ class TorchAttention:
 
     name = "torch"
 
-    def store(self, k_buf: torch.Tensor, v_buf: torch.Tensor, loc: torch.Tensor,
-              k: torch.Tensor, v: torch.Tensor) -> None:
+    def store(
+        self,
+        k_buf: torch.Tensor,
+        v_buf: torch.Tensor,
+        loc: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+    ) -> None:
         """``k [n, Hkv, D]``, ``v [n, Hkv, Dv]`` into rows ``loc [n]``."""
         store_kv_cache_ref(k, v, k_buf, v_buf, loc)
 
-    def store_latent(self, kv_buf: torch.Tensor, loc: torch.Tensor, latent: torch.Tensor,
-                     rank: int) -> None:
+    def store_latent(
+        self, kv_buf: torch.Tensor, loc: torch.Tensor, latent: torch.Tensor, rank: int
+    ) -> None:
         """``latent [n, 1, R + P]`` into rows ``loc [n]``."""
         store_mla_kv_cache_ref(latent[..., :rank], latent[..., rank:], kv_buf, loc)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
-               v_buf: torch.Tensor, idx: AttnIndex, sm_scale: float) -> torch.Tensor:
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_buf: torch.Tensor,
+        v_buf: torch.Tensor,
+        idx: AttnIndex,
+        sm_scale: float,
+    ) -> torch.Tensor:
         """``q [M, Hq, D]``, the computed tokens' ``k/v [M, Hkv, *]`` -> ``o [M, Hq, Dv]``."""
-        return extend_attention_ref(q, k, v, k_buf, v_buf, idx.table, idx.rows, idx.prefix_lens,
-                                    idx.qo_indptr, sm_scale, idx.window)
+        return extend_attention_ref(
+            q,
+            k,
+            v,
+            k_buf,
+            v_buf,
+            idx.table,
+            idx.rows,
+            idx.prefix_lens,
+            idx.qo_indptr,
+            sm_scale,
+            idx.window,
+        )
 
-    def attend_latent(self, q: torch.Tensor, latent: torch.Tensor, kv_buf: torch.Tensor,
-                      idx: AttnIndex, sm_scale: float, rank: int) -> torch.Tensor:
+    def attend_latent(
+        self,
+        q: torch.Tensor,
+        latent: torch.Tensor,
+        kv_buf: torch.Tensor,
+        idx: AttnIndex,
+        sm_scale: float,
+        rank: int,
+    ) -> torch.Tensor:
         """MQA over the latent: ``q [M, Hq, R + P]``, ``latent [M, 1, R + P]`` -> ``[M, Hq, R]``
         (V aliases the latent's first ``rank`` columns)."""
         return self.attend(q, latent, latent[..., :rank], kv_buf, kv_buf[..., :rank], idx, sm_scale)
@@ -127,28 +198,63 @@ class TritonAttention(TorchAttention):
 
     name = "triton"
 
-    def store(self, k_buf: torch.Tensor, v_buf: torch.Tensor, loc: torch.Tensor,
-              k: torch.Tensor, v: torch.Tensor) -> None:
+    def store(
+        self,
+        k_buf: torch.Tensor,
+        v_buf: torch.Tensor,
+        loc: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+    ) -> None:
         store_kv_cache(k, v, k_buf, v_buf, loc)
 
-    def store_latent(self, kv_buf: torch.Tensor, loc: torch.Tensor, latent: torch.Tensor,
-                     rank: int) -> None:
+    def store_latent(
+        self, kv_buf: torch.Tensor, loc: torch.Tensor, latent: torch.Tensor, rank: int
+    ) -> None:
         store_mla_kv_cache(latent[..., :rank], latent[..., rank:], kv_buf, loc)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
-               v_buf: torch.Tensor, idx: AttnIndex, sm_scale: float) -> torch.Tensor:
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_buf: torch.Tensor,
+        v_buf: torch.Tensor,
+        idx: AttnIndex,
+        sm_scale: float,
+    ) -> torch.Tensor:
         if idx.decode:
-            return decode_attention_fwd(q, k_buf, v_buf, idx.table, idx.rows, idx.seq_lens,
-                                        sm_scale, idx.window)
-        return extend_attention_fwd(q, k, v, k_buf, v_buf, idx.table, idx.rows, idx.prefix_lens,
-                                    idx.qo_indptr, sm_scale, idx.window,
-                                    max_len_extend=idx.max_extend)
+            return decode_attention_fwd(
+                q, k_buf, v_buf, idx.table, idx.rows, idx.seq_lens, sm_scale, idx.window
+            )
+        return extend_attention_fwd(
+            q,
+            k,
+            v,
+            k_buf,
+            v_buf,
+            idx.table,
+            idx.rows,
+            idx.prefix_lens,
+            idx.qo_indptr,
+            sm_scale,
+            idx.window,
+            max_len_extend=idx.max_extend,
+        )
 
-    def attend_latent(self, q: torch.Tensor, latent: torch.Tensor, kv_buf: torch.Tensor,
-                      idx: AttnIndex, sm_scale: float, rank: int) -> torch.Tensor:
+    def attend_latent(
+        self,
+        q: torch.Tensor,
+        latent: torch.Tensor,
+        kv_buf: torch.Tensor,
+        idx: AttnIndex,
+        sm_scale: float,
+        rank: int,
+    ) -> torch.Tensor:
         if idx.decode:
-            return mla_decode_fwd(q, kv_buf, idx.table, idx.rows, idx.seq_lens, sm_scale, rank,
-                                  idx.window)
+            return mla_decode_fwd(
+                q, kv_buf, idx.table, idx.rows, idx.seq_lens, sm_scale, rank, idx.window
+            )
         return self.attend(q, latent, latent[..., :rank], kv_buf, kv_buf[..., :rank], idx, sm_scale)
 
 

@@ -54,29 +54,65 @@ class TinyConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
-                     "kv_lora_rank", "v_head_dim", "qk_nope_head_dim"):
+        for name in (
+            "num_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_heads",
+            "num_kv_heads",
+            "kv_lora_rank",
+            "v_head_dim",
+            "qk_nope_head_dim",
+        ):
             _require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
         for name in ("head_dim", "qk_rope_head_dim"):
             value = getattr(self, name)
             _require(value >= 2 and value % 2 == 0, name, value, "RoPE needs an even size >= 2")
-        _require(self.num_heads % self.num_kv_heads == 0, "num_kv_heads", self.num_kv_heads,
-                 f"must divide num_heads ({self.num_heads})")
-        _require(self.attention in ("gqa", "mla"), "attention", self.attention,
-                 "must be 'gqa' or 'mla'")
-        _require(bool(self.attention_pattern) and set(self.attention_pattern) <= {"F", "S"},
-                 "attention_pattern", self.attention_pattern,
-                 "must be a non-empty string of F and S")
-        _require(self.dtype in ("float64", "float32", "float16", "bfloat16"), "dtype", self.dtype,
-                 "must be float64, float32, float16 or bfloat16")
-        _require(self.backend in ("torch", "triton"), "backend", self.backend,
-                 "must be 'torch' or 'triton'")
-        _require(self.backend == "torch" or self.dtype != "float64", "dtype", self.dtype,
-                 "the Triton kernels take float32/16/bf16 only (use backend='torch' for float64)")
-        _require(self.attention == "gqa" or "S" not in self.attention_pattern, "attention_pattern",
-                 self.attention_pattern, "sliding-window layers are GQA only (no MLA + SWA)")
-        _require(self.rope_theta > 0 and self.rms_norm_eps > 0, "rope_theta", self.rope_theta,
-                 "rope_theta and rms_norm_eps must be > 0")
+        _require(
+            self.num_heads % self.num_kv_heads == 0,
+            "num_kv_heads",
+            self.num_kv_heads,
+            f"must divide num_heads ({self.num_heads})",
+        )
+        _require(
+            self.attention in ("gqa", "mla"), "attention", self.attention, "must be 'gqa' or 'mla'"
+        )
+        _require(
+            bool(self.attention_pattern) and set(self.attention_pattern) <= {"F", "S"},
+            "attention_pattern",
+            self.attention_pattern,
+            "must be a non-empty string of F and S",
+        )
+        _require(
+            self.dtype in ("float64", "float32", "float16", "bfloat16"),
+            "dtype",
+            self.dtype,
+            "must be float64, float32, float16 or bfloat16",
+        )
+        _require(
+            self.backend in ("torch", "triton"),
+            "backend",
+            self.backend,
+            "must be 'torch' or 'triton'",
+        )
+        _require(
+            self.backend == "torch" or self.dtype != "float64",
+            "dtype",
+            self.dtype,
+            "the Triton kernels take float32/16/bf16 only (use backend='torch' for float64)",
+        )
+        _require(
+            self.attention == "gqa" or "S" not in self.attention_pattern,
+            "attention_pattern",
+            self.attention_pattern,
+            "sliding-window layers are GQA only (no MLA + SWA)",
+        )
+        _require(
+            self.rope_theta > 0 and self.rms_norm_eps > 0,
+            "rope_theta",
+            self.rope_theta,
+            "rope_theta and rms_norm_eps must be > 0",
+        )
 
     @property
     def window_layers(self) -> frozenset[int]:
@@ -88,15 +124,20 @@ class TinyConfig:
         """Raise ``ConfigError`` unless this model's layers fit ``memory``'s pools."""
         windows = self.window_layers
         if memory.is_hybrid and self.attention == "mla":
-            raise ConfigError("tiny.attention='mla': MLA has no hybrid SWA pool "
-                              "(unset memory.swa_tokens)")
+            raise ConfigError(
+                "tiny.attention='mla': MLA has no hybrid SWA pool (unset memory.swa_tokens)"
+            )
         if windows and memory.sliding_window is None:
-            raise ConfigError(f"tiny.attention_pattern={self.attention_pattern!r}: sliding-window "
-                              "layers need memory.sliding_window")
+            raise ConfigError(
+                f"tiny.attention_pattern={self.attention_pattern!r}: sliding-window "
+                "layers need memory.sliding_window"
+            )
         if memory.is_hybrid and not windows:
-            raise ConfigError(f"tiny.attention_pattern={self.attention_pattern!r}: a hybrid SWA "
-                              "pool (memory.swa_tokens) needs at least one sliding-window "
-                              "layer ('S')")
+            raise ConfigError(
+                f"tiny.attention_pattern={self.attention_pattern!r}: a hybrid SWA "
+                "pool (memory.swa_tokens) needs at least one sliding-window "
+                "layer ('S')"
+            )
 
 
 def _require(ok: bool, name: str, value: object, why: str) -> None:

@@ -15,8 +15,12 @@ import torch
 from engine.model.tiny_config import TinyConfig
 from engine.model.tokenizer import VOCAB_SIZE
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-          "bfloat16": torch.bfloat16}
+DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
 
 
 class WeightInit:
@@ -66,8 +70,12 @@ class GQAWeights:
     @classmethod
     def init(cls, w: WeightInit, cfg: TinyConfig) -> GQAWeights:
         h, d = cfg.hidden_size, cfg.head_dim
-        return cls(w.linear(h, cfg.num_heads * d), w.linear(h, cfg.num_kv_heads * d),
-                   w.linear(h, cfg.num_kv_heads * d), w.linear(cfg.num_heads * d, h))
+        return cls(
+            w.linear(h, cfg.num_heads * d),
+            w.linear(h, cfg.num_kv_heads * d),
+            w.linear(h, cfg.num_kv_heads * d),
+            w.linear(cfg.num_heads * d, h),
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -86,9 +94,14 @@ class MLAWeights:
     def init(cls, w: WeightInit, cfg: TinyConfig) -> MLAWeights:
         h, nh, r, p = cfg.hidden_size, cfg.num_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
         dn, dv = cfg.qk_nope_head_dim, cfg.v_head_dim
-        return cls(w.linear(h, nh * (dn + p)), w.linear(h, r + p), w.ones(r),
-                   w.normal(nh, dn, r, std=1.0 / math.sqrt(dn)),
-                   w.normal(nh, r, dv, std=1.0 / math.sqrt(r)), w.linear(nh * dv, h))
+        return cls(
+            w.linear(h, nh * (dn + p)),
+            w.linear(h, r + p),
+            w.ones(r),
+            w.normal(nh, dn, r, std=1.0 / math.sqrt(dn)),
+            w.normal(nh, r, dv, std=1.0 / math.sqrt(r)),
+            w.linear(nh * dv, h),
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -127,8 +140,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out.to(x.dtype) * weight
 
 
-def rope_tables(positions: torch.Tensor, dim: int, theta: float,
-                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    positions: torch.Tensor, dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``cos, sin [N, dim/2]`` for absolute ``positions [N]`` (computed in float64)."""
     even = torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device)
     inv_freq = theta ** (-even / dim)  # [dim/2]

@@ -52,8 +52,9 @@ class ScheduleBatch:
     def copy(self) -> ScheduleBatch:
         """What the overlap result queue keeps: the request list as it was at launch."""
         decoding = None if self.decoding_reqs is None else list(self.decoding_reqs)
-        return ScheduleBatch(list(self.reqs), self.mode, self.chunked_req, decoding, self.batch_is_full,
-                             self.forward)
+        return ScheduleBatch(
+            list(self.reqs), self.mode, self.chunked_req, decoding, self.batch_is_full, self.forward
+        )
 
     def filter_batch(self, exclude: Collection[Req] = ()) -> None:
         """Drop finished requests and ``exclude`` (the in-flight chunked request)."""
@@ -72,8 +73,11 @@ class ScheduleBatch:
         """Allocate rows and KV for every request's ``[prefix_len, len(fill_ids))`` and
         build the EXTEND forward (``committed = allocated = seq_len`` afterwards)."""
         self.mode = ForwardMode.EXTEND
-        self.reused = tuple(ReuseView(r.rid, r.req_pool_idx, r.is_chunked, r.kv_committed_len)
-                            for r in self.reqs if r.req_pool_idx is not None)
+        self.reused = tuple(
+            ReuseView(r.rid, r.req_pool_idx, r.is_chunked, r.kv_committed_len)
+            for r in self.reqs
+            if r.req_pool_idx is not None
+        )
         self.truncated_rids = tuple(r.rid for r in self.reqs if len(r.fill_ids) < r.seqlen)
         prefix_lens = [len(r.prefix_indices) for r in self.reqs]
         out = mem.alloc_for_extend(self.reqs)
@@ -117,17 +121,24 @@ class ScheduleBatch:
         """Evict as needed; whether the next decode step of (the selected) requests fits."""
         need = self.new_tokens_next_decode(mem.page_size, selected)
         if mem.spec is not None:  # EAGLE reserves its own verify window
-            need = mem.spec.decode_tokens(self.reqs if selected is None else [self.reqs[i] for i in selected])
+            need = mem.spec.decode_tokens(
+                self.reqs if selected is None else [self.reqs[i] for i in selected]
+            )
         mem.evict_for(need)
         return mem.allocator.available_size() >= need
 
 
-def extend_forward(reqs: Sequence[Req], prefix_lens: Sequence[int], out: np.ndarray, mem: KVMemory,
-                   chunked_req: Req | None) -> ForwardBatch:
+def extend_forward(
+    reqs: Sequence[Req],
+    prefix_lens: Sequence[int],
+    out: np.ndarray,
+    mem: KVMemory,
+    chunked_req: Req | None,
+) -> ForwardBatch:
     """The EXTEND input. Request i contributes tokens ``fill_ids[prefix_i : seq_i]``:
 
-        [0, prefix_i)        cached KV, read only
-        [prefix_i, seq_i)    written now at out_cache_loc (request-major)
+    [0, prefix_i)        cached KV, read only
+    [prefix_i, seq_i)    written now at out_cache_loc (request-major)
     """
     seq_lens = [len(r.fill_ids) for r in reqs]
     extend_lens = [s - p for s, p in zip(seq_lens, prefix_lens)]
@@ -135,28 +146,43 @@ def extend_forward(reqs: Sequence[Req], prefix_lens: Sequence[int], out: np.ndar
     ids = chain.from_iterable(r.fill_ids[p:s] for r, p, s in zip(reqs, prefix_lens, seq_lens))
     positions = [np.arange(p, s, dtype=np.int64) for p, s in zip(prefix_lens, seq_lens)]
     return ForwardBatch(
-        mode=ForwardMode.EXTEND, reqs=list(reqs),
+        mode=ForwardMode.EXTEND,
+        reqs=list(reqs),
         input_ids=np.fromiter(ids, dtype=np.int64, count=total),
         positions=np.concatenate(positions) if positions else np.empty(0, dtype=np.int64),
-        out_cache_loc=out, req_pool_indices=_rows(reqs),
-        prefix_lens=np.asarray(prefix_lens, dtype=np.int64), extend_lens=np.asarray(extend_lens, dtype=np.int64),
-        seq_lens=np.asarray(seq_lens, dtype=np.int64), req_to_token=mem.req_to_token_pool.req_to_token,
-        swa_out_cache_loc=_swa_loc(mem, out), return_logprob=[r.return_logprob for r in reqs],
-        logprob_start_lens=[0] * len(reqs), sample=[r is not chunked_req for r in reqs],
+        out_cache_loc=out,
+        req_pool_indices=_rows(reqs),
+        prefix_lens=np.asarray(prefix_lens, dtype=np.int64),
+        extend_lens=np.asarray(extend_lens, dtype=np.int64),
+        seq_lens=np.asarray(seq_lens, dtype=np.int64),
+        req_to_token=mem.req_to_token_pool.req_to_token,
+        swa_out_cache_loc=_swa_loc(mem, out),
+        return_logprob=[r.return_logprob for r in reqs],
+        logprob_start_lens=[0] * len(reqs),
+        sample=[r is not chunked_req for r in reqs],
     )
 
 
-def decode_forward(reqs: Sequence[Req], out: np.ndarray, mem: KVMemory,
-                   last_tokens: Mapping[Req, int]) -> ForwardBatch:
+def decode_forward(
+    reqs: Sequence[Req], out: np.ndarray, mem: KVMemory, last_tokens: Mapping[Req, int]
+) -> ForwardBatch:
     """The DECODE input: each request's latest token at position ``committed - 1``."""
     seq_lens = np.fromiter((r.kv_committed_len for r in reqs), dtype=np.int64, count=len(reqs))
     tokens = np.fromiter((last_tokens[r] for r in reqs), dtype=np.int64, count=len(reqs))
     return ForwardBatch(
-        mode=ForwardMode.DECODE, reqs=list(reqs), input_ids=tokens, positions=seq_lens - 1,
-        out_cache_loc=out, req_pool_indices=_rows(reqs), prefix_lens=seq_lens - 1,
-        extend_lens=np.ones(len(reqs), dtype=np.int64), seq_lens=seq_lens,
-        req_to_token=mem.req_to_token_pool.req_to_token, swa_out_cache_loc=_swa_loc(mem, out),
-        return_logprob=[r.return_logprob for r in reqs], logprob_start_lens=[0] * len(reqs),
+        mode=ForwardMode.DECODE,
+        reqs=list(reqs),
+        input_ids=tokens,
+        positions=seq_lens - 1,
+        out_cache_loc=out,
+        req_pool_indices=_rows(reqs),
+        prefix_lens=seq_lens - 1,
+        extend_lens=np.ones(len(reqs), dtype=np.int64),
+        seq_lens=seq_lens,
+        req_to_token=mem.req_to_token_pool.req_to_token,
+        swa_out_cache_loc=_swa_loc(mem, out),
+        return_logprob=[r.return_logprob for r in reqs],
+        logprob_start_lens=[0] * len(reqs),
         sample=[True] * len(reqs),
     )
 
@@ -168,13 +194,17 @@ def concat_forward(extend: ForwardBatch, decode: ForwardBatch) -> ForwardBatch:
         swa = np.concatenate([extend.swa_out_cache_loc, decode.swa_out_cache_loc])
     cat = np.concatenate
     return ForwardBatch(
-        mode=ForwardMode.MIXED, reqs=extend.reqs + decode.reqs,
-        input_ids=cat([extend.input_ids, decode.input_ids]), positions=cat([extend.positions, decode.positions]),
+        mode=ForwardMode.MIXED,
+        reqs=extend.reqs + decode.reqs,
+        input_ids=cat([extend.input_ids, decode.input_ids]),
+        positions=cat([extend.positions, decode.positions]),
         out_cache_loc=cat([extend.out_cache_loc, decode.out_cache_loc]),
         req_pool_indices=cat([extend.req_pool_indices, decode.req_pool_indices]),
         prefix_lens=cat([extend.prefix_lens, decode.prefix_lens]),
-        extend_lens=cat([extend.extend_lens, decode.extend_lens]), seq_lens=cat([extend.seq_lens, decode.seq_lens]),
-        req_to_token=extend.req_to_token, swa_out_cache_loc=swa,
+        extend_lens=cat([extend.extend_lens, decode.extend_lens]),
+        seq_lens=cat([extend.seq_lens, decode.seq_lens]),
+        req_to_token=extend.req_to_token,
+        swa_out_cache_loc=swa,
         return_logprob=extend.return_logprob + decode.return_logprob,
         logprob_start_lens=extend.logprob_start_lens + decode.logprob_start_lens,
         sample=extend.sample + decode.sample,

@@ -34,15 +34,24 @@ class AddReqResult(enum.Enum):
 class PrefillAdder:
     """One scheduling round's admission state; ``can_run_list`` is the result."""
 
-    def __init__(self, mem: KVMemory, running_reqs: Sequence[Req], new_token_ratio: float,
-                 rem_input_tokens: int, rem_chunk_tokens: int | None, mixed_with_decode_tokens: int = 0,
-                 clip_max_new_tokens: int = 4096) -> None:
+    def __init__(
+        self,
+        mem: KVMemory,
+        running_reqs: Sequence[Req],
+        new_token_ratio: float,
+        rem_input_tokens: int,
+        rem_chunk_tokens: int | None,
+        mixed_with_decode_tokens: int = 0,
+        clip_max_new_tokens: int = 4096,
+    ) -> None:
         self.mem = mem
         self.page_size = mem.page_size
         self.new_token_ratio = new_token_ratio
         self.clip = clip_max_new_tokens
         self.rem_input_tokens = rem_input_tokens - mixed_with_decode_tokens
-        self.rem_chunk_tokens = None if rem_chunk_tokens is None else rem_chunk_tokens - mixed_with_decode_tokens
+        self.rem_chunk_tokens = (
+            None if rem_chunk_tokens is None else rem_chunk_tokens - mixed_with_decode_tokens
+        )
         self.rem_total_token_offset: float = mixed_with_decode_tokens
         self.cur_rem_token_offset: float = mixed_with_decode_tokens
         self.rem_total_token_offset += sum(self._running_headroom(r) for r in running_reqs)
@@ -69,11 +78,15 @@ class PrefillAdder:
     def budget_state(self) -> AddReqResult:
         if self.rem_total_tokens <= 0 or self.cur_rem_tokens <= 0:
             return AddReqResult.NO_TOKEN
-        if self.rem_input_tokens <= 0 or (self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0):
+        if self.rem_input_tokens <= 0 or (
+            self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0
+        ):
             return AddReqResult.OTHER
         return AddReqResult.CONTINUE
 
-    def _update_prefill_budget(self, prefix_len: int, extend_input_len: int, max_new_tokens: int) -> None:
+    def _update_prefill_budget(
+        self, prefix_len: int, extend_input_len: int, max_new_tokens: int
+    ) -> None:
         """Charge one admitted (part of a) prompt: page-ceiled tokens, decode headroom, a page
         of slack (``alloc_extend`` may open a page per request)."""
         extend = paging.ceil_align(extend_input_len, self.page_size)
@@ -89,7 +102,9 @@ class PrefillAdder:
         """Continue the in-flight chunked request; returns it while it stays truncated.
         It is always added — dropping it would leak its row and KV — so when no budget is
         left it still takes a full chunk."""
-        assert self.rem_chunk_tokens is not None, "a chunked request exists only with chunked prefill on"
+        assert self.rem_chunk_tokens is not None, (
+            "a chunked request exists only with chunked prefill on"
+        )
         rem = min(self.rem_chunk_tokens, int(self.rem_total_tokens))
         if rem <= 0:
             rem = self.rem_chunk_tokens
@@ -113,7 +128,10 @@ class PrefillAdder:
     def add_one_req(self, req: Req, has_chunked_req: bool) -> AddReqResult:
         """Admit ``req`` whole, or its first page-aligned chunk, if the budgets allow (a
         request row included: streaming-session slots hold rows between turns)."""
-        if req.req_pool_idx is None and self._rows_needed() >= self.mem.req_to_token_pool.available_size():
+        if (
+            req.req_pool_idx is None
+            and self._rows_needed() >= self.mem.req_to_token_pool.available_size()
+        ):
             return AddReqResult.OTHER
         ps = self.page_size
         total_tokens = req.extend_input_len + self._max_new(req) + ps

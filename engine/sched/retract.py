@@ -36,12 +36,18 @@ def retract_order(reqs: list[Req]) -> list[int]:
     first, then the longest prompt (DESIGN.md decision 12; SGLang sorts by
     ``(len(output_ids), -len(origin_input_ids))`` descending and pops from the end)."""
     order = list(range(len(reqs)))
-    order.sort(key=lambda i: (len(reqs[i].output_ids), -len(reqs[i].origin_input_ids)), reverse=True)
+    order.sort(
+        key=lambda i: (len(reqs[i].output_ids), -len(reqs[i].origin_input_ids)), reverse=True
+    )
     return order
 
 
-def retract_decode(batch: ScheduleBatch, mem: KVMemory, retract_decode_steps: int,
-                   released: list[ReleasedView] | None = None) -> RetractResult:
+def retract_decode(
+    batch: ScheduleBatch,
+    mem: KVMemory,
+    retract_decode_steps: int,
+    released: list[ReleasedView] | None = None,
+) -> RetractResult:
     """Retract at least one request (if more than one runs), then more until the next decode
     step of the rest fits; the batch keeps the survivors in victim-sort order. Each release
     is recorded in ``released`` (when given)."""
@@ -52,7 +58,9 @@ def retract_decode(batch: ScheduleBatch, mem: KVMemory, retract_decode_steps: in
     while first_iter or not batch.check_decode_mem(mem, order):
         if len(order) == 1:
             if not batch.check_decode_mem(mem, order):
-                raise KVOutOfMemory(f"no space left for the only running request {batch.reqs[order[0]].rid}")
+                raise KVOutOfMemory(
+                    f"no space left for the only running request {batch.reqs[order[0]].rid}"
+                )
             break
         first_iter = False
         req = batch.reqs[order.pop()]
@@ -70,20 +78,33 @@ def release_req(mem: KVMemory, req: Req, evict_tokens: int, released: list[Relea
     req.reset_for_retract()
 
 
-def release_kv(mem: KVMemory, req: Req, is_insert: bool, released: list[ReleasedView],
-               speculative: bool = False) -> None:
+def release_kv(
+    mem: KVMemory,
+    req: Req,
+    is_insert: bool,
+    released: list[ReleasedView],
+    speculative: bool = False,
+) -> None:
     """The scheduler's one way to release a request's KV: record the request as it stands
     (the view's ``sched.released``), then ``release_kv_cache`` with the same ``is_insert``.
     Under EAGLE a finished request first gives back its reservation (v2: the overshoot)."""
     if mem.spec is not None and req.finished():
         mem.spec.before_release(req)
-    released.append(ReleasedView(
-        rid=req.rid, req_pool_idx=-1 if req.req_pool_idx is None else req.req_pool_idx,
-        kv_committed_len=req.kv_committed_len, kv_allocated_len=req.kv_allocated_len,
-        cache_protected_len=req.cache_protected_len, origin_len=len(req.origin_input_ids),
-        num_output=len(req.output_ids), is_insert=is_insert, finished=req.finished(),
-        speculative=speculative, finished_len=-1 if req.finished_len is None else req.finished_len,
-    ))
+    released.append(
+        ReleasedView(
+            rid=req.rid,
+            req_pool_idx=-1 if req.req_pool_idx is None else req.req_pool_idx,
+            kv_committed_len=req.kv_committed_len,
+            kv_allocated_len=req.kv_allocated_len,
+            cache_protected_len=req.cache_protected_len,
+            origin_len=len(req.origin_input_ids),
+            num_output=len(req.output_ids),
+            is_insert=is_insert,
+            finished=req.finished(),
+            speculative=speculative,
+            finished_len=-1 if req.finished_len is None else req.finished_len,
+        )
+    )
     mem.release_kv_cache(req, is_insert=is_insert)
 
 

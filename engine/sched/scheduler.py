@@ -46,7 +46,9 @@ Emit = Callable[[str], None]
 class Scheduler:
     """SGLang's scheduler over one KVMemory and one ModelRunner; ``emit`` reports events."""
 
-    def __init__(self, config: EngineConfig, mem: KVMemory, runner: ModelRunner, emit: Emit) -> None:
+    def __init__(
+        self, config: EngineConfig, mem: KVMemory, runner: ModelRunner, emit: Emit
+    ) -> None:
         self.config = config
         self.mem = mem
         self.runner = runner
@@ -76,7 +78,9 @@ class Scheduler:
         if n >= limit and not req.finished():
             req.set_finish_with_abort(
                 f"Input length ({n} tokens) exceeds the maximum allowed length ({limit} tokens). "
-                "Use a shorter input.", 400)
+                "Use a shorter input.",
+                400,
+            )
         if req.finished():  # too long, or rejected by its session
             self._retire(req)
             return
@@ -141,14 +145,23 @@ class Scheduler:
     def is_fully_idle(self) -> bool:
         """Nothing waiting, running, chunked, launched or left to process — including a
         last (mixed) prefill batch whose requests are not yet merged into the running batch."""
-        pending_merge = self.last_batch is not None and any(not r.finished() for r in self.last_batch.reqs)
-        return (not self.waiting_queue and self.running_batch.is_empty() and self.chunked_req is None
-                and not pending_merge and not self.result_queue)
+        pending_merge = self.last_batch is not None and any(
+            not r.finished() for r in self.last_batch.reqs
+        )
+        return (
+            not self.waiting_queue
+            and self.running_batch.is_empty()
+            and self.chunked_req is None
+            and not pending_merge
+            and not self.result_queue
+        )
 
     def _run_batch(self, batch: ScheduleBatch) -> ForwardOutput:
         self.emit("schedule")
         assert batch.forward is not None
-        out = self.runner.forward(batch.forward) if self.eagle is None else self.eagle.forward(batch)
+        out = (
+            self.runner.forward(batch.forward) if self.eagle is None else self.eagle.forward(batch)
+        )
         self.forward_ct += 1
         fb = batch.forward
         for req, token, sample in zip(fb.reqs, out.next_token_ids.tolist(), fb.sample):
@@ -165,10 +178,14 @@ class Scheduler:
         s.prefill_batches += batch.mode is ForwardMode.EXTEND
         s.decode_batches += batch.mode is ForwardMode.DECODE
         s.mixed_batches += batch.mode is ForwardMode.MIXED
-        s.chunked_prefills += batch.is_extend and batch.chunked_req is not None  # a decode batch keeps a stale one
+        s.chunked_prefills += (
+            batch.is_extend and batch.chunked_req is not None
+        )  # a decode batch keeps a stale one
         decode = len(batch.decoding_reqs or ()) if batch.is_extend else batch.batch_size()
         s.decode_tokens += decode
-        s.extend_tokens += len(fb.input_ids) - decode if batch.is_extend else 0  # not EAGLE's verify
+        s.extend_tokens += (
+            len(fb.input_ids) - decode if batch.is_extend else 0
+        )  # not EAGLE's verify
 
     # ---- scheduling ----
 
@@ -227,8 +244,10 @@ class Scheduler:
         self.waiting_queue = [r for r in self.waiting_queue if r not in admitted]
         if adder.new_chunked_req is not None:
             if self.chunked_req is not None:  # INV-CHUNKED-SINGLE
-                raise SchedulerError(f"second chunked request {adder.new_chunked_req.rid} while "
-                                     f"{self.chunked_req.rid} is in flight")
+                raise SchedulerError(
+                    f"second chunked request {adder.new_chunked_req.rid} while "
+                    f"{self.chunked_req.rid} is in flight"
+                )
             self.chunked_req = adder.new_chunked_req
         if self.chunked_req is not None:
             self.chunked_req.is_chunked += 1
@@ -240,8 +259,15 @@ class Scheduler:
     def _make_adder(self, running_bs: int) -> PrefillAdder:
         cfg = self.config
         mixed = running_bs if cfg.enable_mixed_chunk else 0
-        return PrefillAdder(self.mem, self.running_batch.reqs, self.new_token_ratio, cfg.max_prefill_tokens,
-                            cfg.chunked_prefill_size, mixed, cfg.clip_max_new_tokens)
+        return PrefillAdder(
+            self.mem,
+            self.running_batch.reqs,
+            self.new_token_ratio,
+            cfg.max_prefill_tokens,
+            cfg.chunked_prefill_size,
+            mixed,
+            cfg.clip_max_new_tokens,
+        )
 
     def _admit_waiting(self, adder: PrefillAdder) -> None:
         """Offer the waiting requests in queue order (FCFS) until a budget runs out."""
@@ -262,7 +288,9 @@ class Scheduler:
         """Mixed chunk: the running requests' decode step rides in the prefill batch — only
         when that step's memory is there (no retract can happen here)."""
         running = self.running_batch
-        if not self.config.enable_mixed_chunk or running.is_empty() or self.speculative:  # as SGLang
+        if (
+            not self.config.enable_mixed_chunk or running.is_empty() or self.speculative
+        ):  # as SGLang
             return
         if any(r.return_logprob for r in new_batch.reqs + running.reqs):
             return
@@ -285,15 +313,18 @@ class Scheduler:
             return batch
         forced = cfg.test_retract and self.forward_ct % cfg.test_retract_interval == 0
         if not batch.check_decode_mem(self.mem) or forced:
-            retracted, self.new_token_ratio = retract_decode(batch, self.mem, cfg.retract_decode_steps,
-                                                             self.released)
+            retracted, self.new_token_ratio = retract_decode(
+                batch, self.mem, cfg.retract_decode_steps, self.released
+            )
             self.stats.retract_rounds += bool(retracted)
             self.stats.retracted_reqs += len(retracted)
             for req in retracted:
                 self.last_tokens.pop(req, None)
                 self.waiting_queue.append(req)
         else:
-            self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay, cfg.min_new_token_ratio)
+            self.new_token_ratio = max(
+                self.new_token_ratio - cfg.new_token_ratio_decay, cfg.min_new_token_ratio
+            )
         if batch.batch_size() < initial_bs:
             batch.batch_is_full = False
         batch.prepare_for_decode(self.mem, self.last_tokens)
@@ -312,7 +343,9 @@ class Scheduler:
         """Append each request's first (or next, for mixed decodes) token; a non-final chunk
         only counts down; finished requests are released, the rest checkpointed."""
         decoding = set(batch.decoding_reqs or ())
-        for req, token, logprob in zip(batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist()):
+        for req, token, logprob in zip(
+            batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist()
+        ):
             if req.is_retracted or req.finished():  # overlap: retracted/finished meanwhile
                 continue
             if req.is_chunked > 0:
@@ -326,7 +359,9 @@ class Scheduler:
                 self.mem.checkpoint(req)
 
     def _process_decode(self, batch: ScheduleBatch, out: ForwardOutput) -> None:
-        for req, token, logprob in zip(batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist()):
+        for req, token, logprob in zip(
+            batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist()
+        ):
             if req.is_retracted or req.finished():  # overlap: finished by the previous batch
                 continue
             req.append_output(token, logprob)

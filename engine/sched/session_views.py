@@ -37,8 +37,13 @@ def last_turn_tokens(session: Session | None) -> list[int] | None:
     return req.origin_input_ids + req.output_ids[:n]
 
 
-def kv_mismatches(kv: KVFingerprints, pool: ReqToTokenPool, slot: SessionSlot, tokens: Sequence[int],
-                  borrowed: bool = False) -> int:
+def kv_mismatches(
+    kv: KVFingerprints,
+    pool: ReqToTokenPool,
+    slot: SessionSlot,
+    tokens: Sequence[int],
+    borrowed: bool = False,
+) -> int:
     """Positions of the slot's committed KV whose fingerprint is not the token's. A lent
     slot's SWA cursor is the borrower's (it evicts as it decodes): only the full pool."""
     n = min(slot.kv_committed_len, len(tokens))
@@ -50,29 +55,41 @@ def kv_mismatches(kv: KVFingerprints, pool: ReqToTokenPool, slot: SessionSlot, t
     return kv.verify(pool.req_to_token, [read], limit=0)[1]
 
 
-def slot_views(controller: SessionController, cache: StreamingSession, active_rows: set[int],
-               pool: ReqToTokenPool, kv: KVFingerprints | None) -> tuple[SessionSlotView, ...]:
+def slot_views(
+    controller: SessionController,
+    cache: StreamingSession,
+    active_rows: set[int],
+    pool: ReqToTokenPool,
+    kv: KVFingerprints | None,
+) -> tuple[SessionSlotView, ...]:
     """One record per slot, in session-id order; ``kv`` given: the KV check runs."""
     views = []
     for sid, slot in sorted(cache.slots.items()):
         tokens = last_turn_tokens(controller.sessions.get(sid))
         checked = kv is not None and tokens is not None
         node, borrowed = slot.last_node, slot.req_pool_idx in active_rows
-        views.append(SessionSlotView(
-            session_id=sid, req_pool_idx=-1 if slot.req_pool_idx is None else slot.req_pool_idx,
-            kv_committed_len=slot.kv_committed_len, kv_allocated_len=slot.kv_allocated_len,
-            cache_protected_len=slot.cache_protected_len, swa_evicted_seqlen=slot.swa_evicted_seqlen,
-            borrowed=borrowed,
-            holds_lock=node is not None and getattr(node, "parent", None) is not None,
-            last_turn_len=-1 if tokens is None else len(tokens), restored_prefix_len=slot.restored_prefix_len,
-            kv_checked=checked,
-            kv_mismatches=kv_mismatches(kv, pool, slot, tokens, borrowed) if checked else 0,  # type: ignore[arg-type]
-        ))
+        views.append(
+            SessionSlotView(
+                session_id=sid,
+                req_pool_idx=-1 if slot.req_pool_idx is None else slot.req_pool_idx,
+                kv_committed_len=slot.kv_committed_len,
+                kv_allocated_len=slot.kv_allocated_len,
+                cache_protected_len=slot.cache_protected_len,
+                swa_evicted_seqlen=slot.swa_evicted_seqlen,
+                borrowed=borrowed,
+                holds_lock=node is not None and getattr(node, "parent", None) is not None,
+                last_turn_len=-1 if tokens is None else len(tokens),
+                restored_prefix_len=slot.restored_prefix_len,
+                kv_checked=checked,
+                kv_mismatches=kv_mismatches(kv, pool, slot, tokens, borrowed) if checked else 0,  # type: ignore[arg-type]
+            )
+        )
     return tuple(views)
 
 
-def session_views(controller: SessionController, unfinished: Iterable[Req],
-                  cache: StreamingSession | None) -> tuple[SessionView, ...]:
+def session_views(
+    controller: SessionController, unfinished: Iterable[Req], cache: StreamingSession | None
+) -> tuple[SessionView, ...]:
     """One record per open session, in id order, with its live request count."""
     live: dict[str, int] = {}
     for req in unfinished:
@@ -80,23 +97,54 @@ def session_views(controller: SessionController, unfinished: Iterable[Req],
         if session is not None:
             live[session.session_id] = live.get(session.session_id, 0) + 1
     slots = cache.slots if cache is not None else {}
-    return tuple(SessionView(
-        session_id=sid, streaming=s.streaming, inflight=s.inflight, live_reqs=live.get(sid, 0),
-        close_on_finish=s.close_on_finish, has_slot=sid in slots, num_req_nodes=len(s.req_nodes),
-    ) for sid, s in sorted(controller.sessions.items()))
+    return tuple(
+        SessionView(
+            session_id=sid,
+            streaming=s.streaming,
+            inflight=s.inflight,
+            live_reqs=live.get(sid, 0),
+            close_on_finish=s.close_on_finish,
+            has_slot=sid in slots,
+            num_req_nodes=len(s.req_nodes),
+        )
+        for sid, s in sorted(controller.sessions.items())
+    )
 
 
-def response_view(rid: str, record: TurnRecord | None, finish_kind: str, status_code: int | None,
-                  prompt: int, completion: int, cached: int) -> ResponseView:
+def response_view(
+    rid: str,
+    record: TurnRecord | None,
+    finish_kind: str,
+    status_code: int | None,
+    prompt: int,
+    completion: int,
+    cached: int,
+) -> ResponseView:
     """The response record of one finished request (a plain request: no session fields)."""
-    base = ResponseView(rid=rid, prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
-                        finish_type=finish_kind, status_code=status_code or 0)
+    base = ResponseView(
+        rid=rid,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        finish_type=finish_kind,
+        status_code=status_code or 0,
+    )
     if record is None:
         return base
     return ResponseView(
-        rid=rid, session_id=record.session_id, streaming=record.streaming, turn=record.turn,
-        prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, finish_type=finish_kind,
-        status_code=status_code or 0, rejected=record.rejected, appended_tokens=record.appended,
-        parent_turn=record.parent_turn, parent_prompt_tokens=record.parent_prompt,
-        parent_completion_tokens=record.parent_completion, cache_flushed=record.cache_flushed,
+        rid=rid,
+        session_id=record.session_id,
+        streaming=record.streaming,
+        turn=record.turn,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        finish_type=finish_kind,
+        status_code=status_code or 0,
+        rejected=record.rejected,
+        appended_tokens=record.appended,
+        parent_turn=record.parent_turn,
+        parent_prompt_tokens=record.parent_prompt,
+        parent_completion_tokens=record.parent_completion,
+        cache_flushed=record.cache_flushed,
     )

@@ -11,7 +11,8 @@ never becomes history. A rejection never changes the session. Every rejection is
 with status 400 and SGLang's message. Time comes from the engine's injected clock.
 
 Prompt of a request appended to ``R`` (SGLang ``Session.create_req``):
-    prev = R.origin_input_ids + R.output_ids[:R.max_new_tokens]   (drop_previous_output: origin only)
+    prev = R.origin_input_ids + R.output_ids[:R.max_new_tokens]
+           (drop_previous_output: R.origin_input_ids only)
     prompt = prev[:offset] + new   if offset else   prev + new     (new: leading BOS stripped)
 """
 
@@ -29,7 +30,9 @@ from engine.request import Req
 MakeReq = Callable[[list[int]], Req]
 Abort = Callable[[str], bool]
 
-STREAMING_DISABLED = "Streaming sessions are disabled. Please relaunch with --enable-streaming-session."
+STREAMING_DISABLED = (
+    "Streaming sessions are disabled. Please relaunch with --enable-streaming-session."
+)
 OPEN_FAILED = "Failed to open the session. Check if a session with the same id is still open."
 
 
@@ -107,8 +110,14 @@ class TurnRecord:
 class Session:
     """One session: its history, the streaming in-flight flag, close and timeout state."""
 
-    def __init__(self, capacity_of_str_len: int, session_id: str, streaming: bool, timeout: float | None,
-                 now: float) -> None:
+    def __init__(
+        self,
+        capacity_of_str_len: int,
+        session_id: str,
+        streaming: bool,
+        timeout: float | None,
+        now: float,
+    ) -> None:
         self.session_id = session_id
         self.capacity_of_str_len = capacity_of_str_len  # stored, never enforced (as SGLang)
         self.streaming = streaming
@@ -118,7 +127,11 @@ class Session:
         self.close_on_finish = False
         self.inflight_rid: str | None = None  # SGLang's ``_inflight``, naming the request
         self.turns = 0
-        self.last_ok = (0, 0, 0)  # (turn, prompt_tokens, completion_tokens) of the last successful response
+        self.last_ok = (
+            0,
+            0,
+            0,
+        )  # (turn, prompt_tokens, completion_tokens) of the last successful response
         self.flushed = False  # flush_cache dropped the slot since that response
 
     @property
@@ -138,16 +151,34 @@ class Session:
         if self.inflight_rid == req.rid:
             self.inflight_rid = None
 
-    def create_req(self, rid: str, input_ids: list[int], params: SessionParams, make_req: MakeReq,
-                   abort: Abort, now: float) -> tuple[Req, TurnRecord]:
+    def create_req(
+        self,
+        rid: str,
+        input_ids: list[int],
+        params: SessionParams,
+        make_req: MakeReq,
+        abort: Abort,
+        now: float,
+    ) -> tuple[Req, TurnRecord]:
         """The request for ``input_ids`` on this session (finished with an abort when rejected)."""
         self.turns += 1
-        parent, message = self._streaming_parent(params) if self.streaming else self._plain_parent(params, abort)
+        parent, message = (
+            self._streaming_parent(params) if self.streaming else self._plain_parent(params, abort)
+        )
         new = input_ids[1:] if parent is not None and input_ids[:1] == [BOS_ID] else input_ids
         req = make_req(_prompt(parent, params, new))
         turn, prompt, completion = self.last_ok
-        record = TurnRecord(self.session_id, self.streaming, self.turns, len(new), message is not None, turn,
-                            prompt, completion, self.flushed)
+        record = TurnRecord(
+            self.session_id,
+            self.streaming,
+            self.turns,
+            len(new),
+            message is not None,
+            turn,
+            prompt,
+            completion,
+            self.flushed,
+        )
         if message is not None:
             req.set_finish_with_abort(message, 400)
             return req, record
@@ -168,10 +199,14 @@ class Session:
         if params.offset:
             return None, "Streaming sessions do not support offset."
         if len(self.req_nodes) > 1:
-            raise AssertionError(f"streaming session {self.session_id} has {len(self.req_nodes)} history nodes")
+            raise AssertionError(
+                f"streaming session {self.session_id} has {len(self.req_nodes)} history nodes"
+            )
         return next(iter(self.req_nodes.values()), None), None
 
-    def _plain_parent(self, params: SessionParams, abort: Abort) -> tuple[SessionReqNode | None, str | None]:
+    def _plain_parent(
+        self, params: SessionParams, abort: Abort
+    ) -> tuple[SessionReqNode | None, str | None]:
         nodes = self.req_nodes
         if params.replace and params.rid is None:
             for node in [n for n in nodes.values() if n.parent is None]:
@@ -224,8 +259,13 @@ class SessionController:
 
     # ---- open / close ----
 
-    def open(self, capacity_of_str_len: int, session_id: str | None = None, streaming: bool = False,
-             timeout: float | None = None) -> str:
+    def open(
+        self,
+        capacity_of_str_len: int,
+        session_id: str | None = None,
+        streaming: bool = False,
+        timeout: float | None = None,
+    ) -> str:
         if streaming and not self.streaming_enabled:
             raise SessionError(STREAMING_DISABLED)
         sid = session_id if session_id is not None else f"session-{next(self._ids):08x}"
@@ -265,18 +305,25 @@ class SessionController:
 
     # ---- requests ----
 
-    def create_req(self, rid: str, input_ids: list[int], params: SessionParams, make_req: MakeReq) -> Req:
+    def create_req(
+        self, rid: str, input_ids: list[int], params: SessionParams, make_req: MakeReq
+    ) -> Req:
         """The request of a generate call with ``session_params``: a session request, or an
         abort (status 400) for an unknown or closing session or a rejected append."""
         session = self.sessions.get(params.id) if params.id is not None else None
         if session is None or session.close_on_finish:
             req = make_req(list(input_ids))
-            req.set_finish_with_abort(f"Invalid request: close was requested for session {params.id}"
-                                      if session is not None else
-                                      f"Invalid request: session id {params.id} does not exist", 400)
+            req.set_finish_with_abort(
+                f"Invalid request: close was requested for session {params.id}"
+                if session is not None
+                else f"Invalid request: session id {params.id} does not exist",
+                400,
+            )
             self.records[req] = TurnRecord(params.id or "", rejected=True, appended=len(input_ids))
             return req
-        req, record = session.create_req(rid, list(input_ids), params, make_req, self.abort, self.now())
+        req, record = session.create_req(
+            rid, list(input_ids), params, make_req, self.abort, self.now()
+        )
         self.records[req] = record
         if not record.rejected:
             self.owner[req] = session
@@ -293,7 +340,9 @@ class SessionController:
             session.abort_req(req)
         return self.records.pop(req, None)
 
-    def record_response(self, record: TurnRecord, finish_kind: str, prompt: int, completion: int) -> None:
+    def record_response(
+        self, record: TurnRecord, finish_kind: str, prompt: int, completion: int
+    ) -> None:
         """Remember the session's last successful response (the response oracles' parent)."""
         session = self.sessions.get(record.session_id)
         if session is not None and not record.rejected and finish_kind != "abort":
@@ -312,7 +361,9 @@ class SessionController:
         if cache is None or session is None or req.req_pool_idx is None or req.kv_committed_freed:
             return False
         slot = cache.slots.get(session.session_id)
-        return slot is not None and slot.req_pool_idx == req.req_pool_idx and req.already_computed == 0
+        return (
+            slot is not None and slot.req_pool_idx == req.req_pool_idx and req.already_computed == 0
+        )
 
 
 def _forget_restore(req: Req) -> None:

@@ -42,9 +42,14 @@ from engine.server.schemas import (
 )
 
 TOKENIZER = ByteTokenizer()
-ERRORS: dict[int | str, dict[str, Any]] = {400: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse},
+    503: {"model": ErrorResponse},
+}
 FLUSH_DONE = "Cache flushed.\n"
-FLUSH_REFUSED = "Cache not flushed: requests are running or waiting (flush only happens when idle).\n"
+FLUSH_REFUSED = (
+    "Cache not flushed: requests are running or waiting (flush only happens when idle).\n"
+)
 
 
 def error_response(status: int, message: str) -> JSONResponse:
@@ -72,7 +77,9 @@ class Server:
         """Why new work is refused now (the loop died, or the monitor says stop), or None."""
         if self.loop.fatal is not None:
             return self.loop.fatal
-        stop, (_, why) = await self.loop.call(lambda _: (self.monitor.stop_admitting(), self.monitor.health()))
+        stop, (_, why) = await self.loop.call(
+            lambda _: (self.monitor.stop_admitting(), self.monitor.health())
+        )
         return f"not admitting new work: {why}" if stop else None
 
     async def generate(self, body: GenerateRequest) -> Response:
@@ -81,8 +88,14 @@ class Server:
             return error_response(503, refused)
         ids = TOKENIZER.encode(body.text) if body.text is not None else list(body.input_ids or ())
         session = body.session_params.model_dump() if body.session_params is not None else None
-        submission = Submission(ids, body.sampling_params.engine_params(), body.rid or uuid.uuid4().hex, session,
-                                body.return_logprob, body.logprob_start_len)
+        submission = Submission(
+            ids,
+            body.sampling_params.engine_params(),
+            body.rid or uuid.uuid4().hex,
+            session,
+            body.return_logprob,
+            body.logprob_start_len,
+        )
         watch, started = Watch(asyncio.get_running_loop(), stream=body.stream), time.perf_counter()
         try:
             rid, result = await self.loop.call(self.loop.start_request(submission, watch))
@@ -98,12 +111,20 @@ class Server:
         if status is not None:
             return error_response(status, result.finish_reason.message or "aborted")
         if body.stream:
-            return StreamingResponse(self.stream(rid, watch, body, started, result), media_type="text/event-stream")
+            return StreamingResponse(
+                self.stream(rid, watch, body, started, result), media_type="text/event-stream"
+            )
         assert result is not None
         return JSONResponse(final_body(result, body, started))
 
-    async def stream(self, rid: str, watch: Watch, body: GenerateRequest, started: float,
-                     result: GenerateResult | None) -> AsyncGenerator[bytes, None]:
+    async def stream(
+        self,
+        rid: str,
+        watch: Watch,
+        body: GenerateRequest,
+        started: float,
+        result: GenerateResult | None,
+    ) -> AsyncGenerator[bytes, None]:
         """SSE chunks (cumulative text and ids) until the final one, then ``[DONE]``; a
         client gone before the end aborts the request."""
         done = result is not None
@@ -143,11 +164,24 @@ def _logprobs(ids: tuple[int, ...], logprobs: tuple[float, ...]) -> list[list[An
     return [[lp, tok, None] for lp, tok in zip(padded, ids)]
 
 
-def _body(rid: str, ids: tuple[int, ...], logprobs: tuple[float, ...], reason: dict[str, Any] | None,
-          prompt: int, cached: int, req: GenerateRequest, started: float) -> dict[str, Any]:
-    meta: dict[str, Any] = {"id": rid, "finish_reason": reason, "prompt_tokens": prompt,
-                            "completion_tokens": len(ids), "cached_tokens": cached,
-                            "e2e_latency": time.perf_counter() - started}
+def _body(
+    rid: str,
+    ids: tuple[int, ...],
+    logprobs: tuple[float, ...],
+    reason: dict[str, Any] | None,
+    prompt: int,
+    cached: int,
+    req: GenerateRequest,
+    started: float,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "id": rid,
+        "finish_reason": reason,
+        "prompt_tokens": prompt,
+        "completion_tokens": len(ids),
+        "cached_tokens": cached,
+        "e2e_latency": time.perf_counter() - started,
+    }
     if req.return_logprob:
         meta["output_token_logprobs"] = _logprobs(ids, logprobs)
     text = TOKENIZER.decode(ids, skip_special_tokens=req.sampling_params.skip_special_tokens)
@@ -155,16 +189,36 @@ def _body(rid: str, ids: tuple[int, ...], logprobs: tuple[float, ...], reason: d
 
 
 def final_body(result: GenerateResult, req: GenerateRequest, started: float) -> dict[str, Any]:
-    return _body(result.rid, result.output_ids, result.output_token_logprobs, result.finish_reason.to_json(),
-                 result.prompt_tokens, result.cached_tokens, req, started)
+    return _body(
+        result.rid,
+        result.output_ids,
+        result.output_token_logprobs,
+        result.finish_reason.to_json(),
+        result.prompt_tokens,
+        result.cached_tokens,
+        req,
+        started,
+    )
 
 
-def progress_body(rid: str, event: Progress, req: GenerateRequest, started: float) -> dict[str, Any]:
-    return _body(rid, event.output_ids, event.logprobs, None, event.prompt_tokens, event.cached_tokens, req,
-                 started)
+def progress_body(
+    rid: str, event: Progress, req: GenerateRequest, started: float
+) -> dict[str, Any]:
+    return _body(
+        rid,
+        event.output_ids,
+        event.logprobs,
+        None,
+        event.prompt_tokens,
+        event.cached_tokens,
+        req,
+        started,
+    )
 
 
-def build_app(engine: Engine, monitor: Monitor | None = None, args: ServerArgs | None = None) -> FastAPI:
+def build_app(
+    engine: Engine, monitor: Monitor | None = None, args: ServerArgs | None = None
+) -> FastAPI:
     """The app over ``engine`` (its loop thread runs while the app is served)."""
     server = Server(engine, monitor or NullMonitor(), args or ServerArgs())
 
@@ -188,7 +242,13 @@ def build_app(engine: Engine, monitor: Monitor | None = None, args: ServerArgs |
 def add_routes(app: FastAPI, path: str, endpoint: Any, methods: tuple[str, ...], **kw: Any) -> None:
     """One route per method, so each OpenAPI operation has its own id."""
     for method in methods:
-        app.add_api_route(path, endpoint, methods=[method], operation_id=f"{endpoint.__name__}_{method.lower()}", **kw)
+        app.add_api_route(
+            path,
+            endpoint,
+            methods=[method],
+            operation_id=f"{endpoint.__name__}_{method.lower()}",
+            **kw,
+        )
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -203,6 +263,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_api_key(app: FastAPI, api_key: str) -> None:
     """SGLang's API-key middleware: every route but /health* and /metrics needs the bearer."""
+
     @app.middleware("http")
     async def authenticate(request: Request, call_next: Any) -> Response:
         path = request.url.path
@@ -221,7 +282,14 @@ def _add_generate_routes(app: FastAPI, server: Server) -> None:
         ``stream`` answers SSE ending in ``data: [DONE]``."""
         return await server.generate(body)
 
-    add_routes(app, "/generate", generate, ("POST", "PUT"), response_model=GenerateResponse, responses=ERRORS)
+    add_routes(
+        app,
+        "/generate",
+        generate,
+        ("POST", "PUT"),
+        response_model=GenerateResponse,
+        responses=ERRORS,
+    )
 
     @app.post("/abort_request")
     async def abort_request(body: AbortRequest) -> Response:
@@ -233,7 +301,9 @@ def _add_generate_routes(app: FastAPI, server: Server) -> None:
     async def flush_cache() -> Response:
         """Empty the prefix cache and every session slot — only when fully idle (else 400)."""
         flushed = await loop.call(lambda engine: engine.flush_cache())
-        return Response(FLUSH_DONE if flushed else FLUSH_REFUSED, status_code=200 if flushed else 400)
+        return Response(
+            FLUSH_DONE if flushed else FLUSH_REFUSED, status_code=200 if flushed else 400
+        )
 
     add_routes(app, "/flush_cache", flush_cache, ("GET", "POST"))
 
@@ -247,8 +317,11 @@ def _add_session_routes(app: FastAPI, server: Server) -> None:
         if refused is not None:
             return error_response(503, refused)
         try:
-            sid = await loop.call(lambda engine: engine.open_session(
-                body.capacity_of_str_len, body.session_id, bool(body.streaming), body.timeout))
+            sid = await loop.call(
+                lambda engine: engine.open_session(
+                    body.capacity_of_str_len, body.session_id, bool(body.streaming), body.timeout
+                )
+            )
         except ValueError as exc:  # SessionError: duplicate id, streaming disabled
             return error_response(400, str(exc))
         return JSONResponse(sid)
@@ -277,13 +350,24 @@ def _add_status_routes(app: FastAPI, server: Server) -> None:
     async def get_server_info() -> dict[str, Any]:
         """The server arguments and the engine's state (SGLang's ``internal_states``)."""
         state = await loop.call(engine_state)
-        return {"server_args": server.args.public(), "version": app.version, "internal_states": [state]}
+        return {
+            "server_args": server.args.public(),
+            "version": app.version,
+            "internal_states": [state],
+        }
 
     @app.get("/invariants")
     async def invariants() -> dict[str, Any]:
         """The live checker report, and the pools' counters and census right now."""
-        state, report, (ok, why) = await loop.call(lambda e: (engine_state(e), monitor.report(), monitor.health()))
-        return {"healthy": ok and loop.fatal is None, "reason": loop.fatal or why, "engine": state, "checker": report}
+        state, report, (ok, why) = await loop.call(
+            lambda e: (engine_state(e), monitor.report(), monitor.health())
+        )
+        return {
+            "healthy": ok and loop.fatal is None,
+            "reason": loop.fatal or why,
+            "engine": state,
+            "checker": report,
+        }
 
     @app.get("/metrics")
     async def metrics() -> Response:

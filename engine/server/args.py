@@ -51,10 +51,16 @@ class ServerArgs:
     api_key: str | None = None
 
     def __post_init__(self) -> None:
-        choices = {"model": ("sim", "tiny"), "attention": ("mha", "swa", "mla"), "strict_mem_check": (0, 1, 2)}
+        choices = {
+            "model": ("sim", "tiny"),
+            "attention": ("mha", "swa", "mla"),
+            "strict_mem_check": (0, 1, 2),
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name}={getattr(self, name)!r}: must be one of {', '.join(map(str, allowed))}")
+                raise ConfigError(
+                    f"{name}={getattr(self, name)!r}: must be one of {', '.join(map(str, allowed))}"
+                )
 
     def public(self) -> dict[str, Any]:
         """The arguments as ``/get_server_info`` shows them (the API key masked)."""
@@ -63,30 +69,58 @@ class ServerArgs:
     def engine_config(self) -> EngineConfig:
         """The EngineConfig these flags describe (``ConfigError`` names a bad flag)."""
         if self.speculative_eagle_topk != 1:
-            raise ConfigError(f"speculative_eagle_topk={self.speculative_eagle_topk}: only a top-1 chain (1)")
+            raise ConfigError(
+                f"speculative_eagle_topk={self.speculative_eagle_topk}: only a top-1 chain (1)"
+            )
         if self.speculative_algorithm not in (None, *SPEC_VERSIONS):
-            raise ConfigError(f"speculative_algorithm={self.speculative_algorithm!r}: use EAGLE or EAGLE_V2")
+            raise ConfigError(
+                f"speculative_algorithm={self.speculative_algorithm!r}: use EAGLE or EAGLE_V2"
+            )
         version = SPEC_VERSIONS.get(self.speculative_algorithm or "")
         overlap = not self.disable_overlap_schedule and version != 1
-        spec = None if version is None else SpecConfig(
-            num_steps=self.speculative_num_steps, num_draft_tokens=self.speculative_num_draft_tokens,
-            version=version)  # type: ignore[arg-type]
+        spec = (
+            None
+            if version is None
+            else SpecConfig(
+                num_steps=self.speculative_num_steps,
+                num_draft_tokens=self.speculative_num_draft_tokens,
+                version=version,
+            )
+        )  # type: ignore[arg-type]
         return EngineConfig(
-            memory=self._memory(), seed=self.seed, model=self.model, tiny=self._tiny(),
-            max_running_requests=self.max_running_requests, chunked_prefill_size=self.chunked_prefill_size,
-            enable_mixed_chunk=self.enable_mixed_chunk, enable_overlap=overlap,
-            enable_streaming_session=self.enable_streaming_session, test_retract=self.test_retract,
-            strict_level=self.strict_mem_check, speculative=spec)
+            memory=self._memory(),
+            seed=self.seed,
+            model=self.model,
+            tiny=self._tiny(),
+            max_running_requests=self.max_running_requests,
+            chunked_prefill_size=self.chunked_prefill_size,
+            enable_mixed_chunk=self.enable_mixed_chunk,
+            enable_overlap=overlap,
+            enable_streaming_session=self.enable_streaming_session,
+            test_retract=self.test_retract,
+            strict_level=self.strict_mem_check,
+            speculative=spec,
+        )
 
     def _memory(self) -> MemoryConfig:
         swa = self.attention == "swa"
         if swa and not 0.0 < self.swa_full_tokens_ratio <= 1.0:
-            raise ConfigError(f"swa_full_tokens_ratio={self.swa_full_tokens_ratio}: must be in (0, 1]")
-        swa_tokens = int(self.max_total_tokens * self.swa_full_tokens_ratio) // self.page_size * self.page_size
+            raise ConfigError(
+                f"swa_full_tokens_ratio={self.swa_full_tokens_ratio}: must be in (0, 1]"
+            )
+        swa_tokens = (
+            int(self.max_total_tokens * self.swa_full_tokens_ratio)
+            // self.page_size
+            * self.page_size
+        )
         return MemoryConfig(
-            page_size=self.page_size, max_total_tokens=self.max_total_tokens,
-            max_num_reqs=max(self.max_num_reqs, self.max_running_requests or 0), context_len=self.context_length,
-            swa_tokens=swa_tokens if swa else None, sliding_window=self.sliding_window if swa else None)
+            page_size=self.page_size,
+            max_total_tokens=self.max_total_tokens,
+            max_num_reqs=max(self.max_num_reqs, self.max_running_requests or 0),
+            context_len=self.context_length,
+            swa_tokens=swa_tokens if swa else None,
+            sliding_window=self.sliding_window if swa else None,
+        )
 
     def _tiny(self) -> TinyConfig:
         if self.attention == "mla":

@@ -81,7 +81,9 @@ class EngineLoop:
         self.engine = engine
         self.fatal: str | None = None
         self.watched: dict[str, Watch] = {}
-        self._commands: queue.SimpleQueue[tuple[Command, concurrent.futures.Future[Any]] | None] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[tuple[Command, concurrent.futures.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
         self._thread = threading.Thread(target=self._run, name="kvspec-engine-loop", daemon=True)
         self._stalls = 0
 
@@ -113,10 +115,17 @@ class EngineLoop:
         """The command that submits a request: returns its rid and, when the engine finished
         it at once (a rejection, a prompt too long), its result; otherwise ``watch`` gets its
         events."""
+
         def command(engine: Engine) -> tuple[str, GenerateResult | None]:
             s = submission
-            rid = engine.submit(s.input_ids, s.sampling_params, s.rid, session_params=s.session_params,
-                                return_logprob=s.return_logprob, logprob_start_len=s.logprob_start_len)
+            rid = engine.submit(
+                s.input_ids,
+                s.sampling_params,
+                s.rid,
+                session_params=s.session_params,
+                return_logprob=s.return_logprob,
+                logprob_start_len=s.logprob_start_len,
+            )
             if rid in engine.results:
                 return rid, engine.pop_result(rid)
             self.watched[rid] = watch
@@ -126,6 +135,7 @@ class EngineLoop:
 
     def abort(self, rid: str, abort_all: bool = False) -> Command:
         """The command that aborts one watched request, or all of them; returns how many."""
+
         def command(engine: Engine) -> int:
             targets = list(self.watched) if abort_all else [rid] if rid in self.watched else []
             return sum(engine.abort(r) for r in targets)
@@ -151,12 +161,18 @@ class EngineLoop:
         if busy:
             return STALL_BACKOFF_S if self._stalls >= 2 else 0.0
         sessions = self.engine.sessions.sessions.values()
-        return REAP_PERIOD_S if any(s.timeout is not None or s.close_on_finish for s in sessions) else None
+        return (
+            REAP_PERIOD_S
+            if any(s.timeout is not None or s.close_on_finish for s in sessions)
+            else None
+        )
 
     def _serve_commands(self, wait_s: float | None) -> bool:
         """Run the queued commands (waiting up to ``wait_s`` for the first); False on stop."""
         try:
-            item = self._commands.get(timeout=wait_s) if wait_s != 0.0 else self._commands.get_nowait()
+            item = (
+                self._commands.get(timeout=wait_s) if wait_s != 0.0 else self._commands.get_nowait()
+            )
         except queue.Empty:
             return True
         while item is not None:
@@ -164,7 +180,7 @@ class EngineLoop:
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(command(self.engine))
-                except Exception as exc:  # noqa: BLE001 - the handler turns it into the HTTP answer
+                except Exception as exc:
                     future.set_exception(exc)
             self._publish()
             try:
@@ -177,7 +193,7 @@ class EngineLoop:
         """One engine step; whether there is more work. An engine exception is fatal."""
         try:
             outcome = self.engine.step()
-        except Exception as exc:  # noqa: BLE001 - any engine failure ends the loop, reported
+        except Exception as exc:
             self.fatal = f"engine loop stopped: {type(exc).__name__}: {exc}"
             self._fail_all(self.fatal)
             return False
@@ -200,8 +216,14 @@ class EngineLoop:
             n = min(n, req.sampling_params.max_new_tokens)
             if n > watch.sent:
                 watch.sent = n
-                watch.send(Progress(tuple(req.output_ids[:n]), tuple(req.output_token_logprobs[:n]),
-                                    len(req.origin_input_ids), req.cached_tokens))
+                watch.send(
+                    Progress(
+                        tuple(req.output_ids[:n]),
+                        tuple(req.output_token_logprobs[:n]),
+                        len(req.origin_input_ids),
+                        req.cached_tokens,
+                    )
+                )
 
     def _fail_all(self, message: str) -> None:
         for watch in self.watched.values():

@@ -22,28 +22,44 @@ from engine.engine import Engine
 from engine.server.monitor import Metric
 from engine.view import POOL_BUCKETS, Census, PoolView
 
-STAT_COUNTERS = {"iterations": "steps", "forward_ct": "forwards", "finished_reqs": "finished_requests",
-                 "aborted_reqs": "aborted_requests", "retracted_reqs": "retracted_requests",
-                 "chunked_prefills": "chunked_prefills", "cached_tokens": "cached_tokens",
-                 "evicted_tokens": "evicted_tokens"}  # SchedulerStats field -> metric name
+STAT_COUNTERS = {
+    "iterations": "steps",
+    "forward_ct": "forwards",
+    "finished_reqs": "finished_requests",
+    "aborted_reqs": "aborted_requests",
+    "retracted_reqs": "retracted_requests",
+    "chunked_prefills": "chunked_prefills",
+    "cached_tokens": "cached_tokens",
+    "evicted_tokens": "evicted_tokens",
+}  # SchedulerStats field -> metric name
 
 
 def census_summary(census: Census) -> dict[str, Any]:
     """Counts of each census finding, with the first few page ids."""
     return {
         "taken": census.taken,
-        "duplicates": len(census.duplicates), "dangling": len(census.dangling),
-        "orphans": len(census.orphans), "free_repeats": len(census.free_repeats),
-        "examples": {"duplicates": [asdict(p) for p in census.duplicates[:4]],
-                     "dangling": [asdict(p) for p in census.dangling[:4]],
-                     "orphans": list(census.orphans[:8])},
+        "duplicates": len(census.duplicates),
+        "dangling": len(census.dangling),
+        "orphans": len(census.orphans),
+        "free_repeats": len(census.free_repeats),
+        "examples": {
+            "duplicates": [asdict(p) for p in census.duplicates[:4]],
+            "dangling": [asdict(p) for p in census.dangling[:4]],
+            "orphans": list(census.orphans[:8]),
+        },
     }
 
 
 def pool_summary(pool: PoolView) -> dict[str, Any]:
     buckets = {name: getattr(pool, name) for name in POOL_BUCKETS}
-    return {"name": pool.name, "page_size": pool.page_size, "capacity": pool.capacity, **buckets,
-            "balanced": sum(buckets.values()) == pool.capacity, "census": census_summary(pool.census)}
+    return {
+        "name": pool.name,
+        "page_size": pool.page_size,
+        "capacity": pool.capacity,
+        **buckets,
+        "balanced": sum(buckets.values()) == pool.capacity,
+        "census": census_summary(pool.census),
+    }
 
 
 def engine_state(engine: Engine) -> dict[str, Any]:
@@ -52,11 +68,14 @@ def engine_state(engine: Engine) -> dict[str, Any]:
     cache = engine.sessions.tree_cache
     stats = engine.stats
     return {
-        "step": view.step, "idle": engine.is_idle(),
+        "step": view.step,
+        "idle": engine.is_idle(),
         "pools": [pool_summary(p) for p in view.pools],
-        "num_waiting": view.sched.num_waiting, "num_running": view.sched.num_running,
+        "num_waiting": view.sched.num_waiting,
+        "num_running": view.sched.num_running,
         "num_requests": len(engine.requests),
-        "open_sessions": sorted(engine.sessions.sessions), "session_slots": sorted(cache.slots) if cache else [],
+        "open_sessions": sorted(engine.sessions.sessions),
+        "session_slots": sorted(cache.slots) if cache else [],
         "req_rows_in_use": len(view.req_pool.rows_in_use),
         "stats": {name: getattr(stats, name) for name in STAT_COUNTERS},
     }
@@ -65,19 +84,53 @@ def engine_state(engine: Engine) -> dict[str, Any]:
 def engine_metrics(state: dict[str, Any]) -> list[Metric]:
     """Metric families of an ``engine_state`` snapshot."""
     pools = state["pools"]
-    bucket_samples = tuple(({"pool": p["name"], "bucket": b}, float(p[b])) for p in pools for b in POOL_BUCKETS)
+    bucket_samples = tuple(
+        ({"pool": p["name"], "bucket": b}, float(p[b])) for p in pools for b in POOL_BUCKETS
+    )
     return [
-        Metric("kvspec_pool_tokens", "KV slots per pool and ownership bucket", "gauge", bucket_samples),
-        Metric("kvspec_pool_capacity_tokens", "KV slots per pool", "gauge",
-               tuple(({"pool": p["name"]}, float(p["capacity"])) for p in pools)),
-        Metric("kvspec_census_findings", "Exact-census findings per pool and kind", "gauge",
-               tuple(({"pool": p["name"], "kind": k}, float(p["census"][k]))
-                     for p in pools for k in ("duplicates", "dangling", "orphans", "free_repeats"))),
-        Metric("kvspec_requests", "Requests waiting and running", "gauge",
-               (({"state": "waiting"}, float(state["num_waiting"])), ({"state": "running"}, float(state["num_running"])))),
-        Metric("kvspec_open_sessions", "Open sessions", "gauge", (({}, float(len(state["open_sessions"]))),)),
-        *(Metric(f"kvspec_{STAT_COUNTERS[name]}", f"Scheduler counter {name}", "counter", (({}, float(value)),))
-          for name, value in state["stats"].items()),
+        Metric(
+            "kvspec_pool_tokens", "KV slots per pool and ownership bucket", "gauge", bucket_samples
+        ),
+        Metric(
+            "kvspec_pool_capacity_tokens",
+            "KV slots per pool",
+            "gauge",
+            tuple(({"pool": p["name"]}, float(p["capacity"])) for p in pools),
+        ),
+        Metric(
+            "kvspec_census_findings",
+            "Exact-census findings per pool and kind",
+            "gauge",
+            tuple(
+                ({"pool": p["name"], "kind": k}, float(p["census"][k]))
+                for p in pools
+                for k in ("duplicates", "dangling", "orphans", "free_repeats")
+            ),
+        ),
+        Metric(
+            "kvspec_requests",
+            "Requests waiting and running",
+            "gauge",
+            (
+                ({"state": "waiting"}, float(state["num_waiting"])),
+                ({"state": "running"}, float(state["num_running"])),
+            ),
+        ),
+        Metric(
+            "kvspec_open_sessions",
+            "Open sessions",
+            "gauge",
+            (({}, float(len(state["open_sessions"]))),),
+        ),
+        *(
+            Metric(
+                f"kvspec_{STAT_COUNTERS[name]}",
+                f"Scheduler counter {name}",
+                "counter",
+                (({}, float(value)),),
+            )
+            for name, value in state["stats"].items()
+        ),
     ]
 
 

@@ -39,8 +39,12 @@ class SamplingParamsIn(_Body):
     n: Literal[1] = 1
 
     def engine_params(self) -> SamplingParams:
-        return SamplingParams(max_new_tokens=self.max_new_tokens, stop_token_ids=tuple(self.stop_token_ids or ()),
-                              ignore_eos=self.ignore_eos, temperature=self.temperature)
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            stop_token_ids=tuple(self.stop_token_ids or ()),
+            ignore_eos=self.ignore_eos,
+            temperature=self.temperature,
+        )
 
 
 class SessionParamsIn(_Body):

@@ -30,7 +30,9 @@ from engine.memory import KVMemory
 from engine.request import Req
 
 
-def reserve_targets(reqs: Sequence[Req], version: int, num_draft_tokens: int, alloc_len: int) -> list[int]:
+def reserve_targets(
+    reqs: Sequence[Req], version: int, num_draft_tokens: int, alloc_len: int
+) -> list[int]:
     """The ``kv_allocated_len`` each request needs before its next verify (never less than
     what it holds)."""
     if version == 1:
@@ -41,8 +43,10 @@ def reserve_targets(reqs: Sequence[Req], version: int, num_draft_tokens: int, al
 def tokens_for_targets(reqs: Sequence[Req], targets: Sequence[int], page_size: int) -> int:
     """Fresh tokens (whole pages) an allocation up to ``targets`` takes (SGLang
     ``_new_tokens_required_next_decode_spec_v2``: Σ ceil(nxt) - ceil(cur))."""
-    return sum(paging.ceil_align(t, page_size) - paging.ceil_align(r.kv_allocated_len, page_size)
-               for r, t in zip(reqs, targets))
+    return sum(
+        paging.ceil_align(t, page_size) - paging.ceil_align(r.kv_allocated_len, page_size)
+        for r, t in zip(reqs, targets)
+    )
 
 
 def extend_allocation(mem: KVMemory, reqs: Sequence[Req], targets: Sequence[int]) -> None:
@@ -72,12 +76,14 @@ def extend_allocation(mem: KVMemory, reqs: Sequence[Req], targets: Sequence[int]
 def trim_allocation(mem: KVMemory, req: Req, new_len: int) -> None:
     """Give back the reservation past ``new_len`` (which becomes committed and allocated):
 
-        [0, new_len)                kept (committed)
-        [new_len, ceil(new_len))    kept: same page as committed KV, reused next round
-        [ceil(new_len), allocated)  freed (rejected drafts, unused reservation)
+    [0, new_len)                kept (committed)
+    [new_len, ceil(new_len))    kept: same page as committed KV, reused next round
+    [ceil(new_len), allocated)  freed (rejected drafts, unused reservation)
     """
     if req.req_pool_idx is None or new_len > req.kv_committed_len:
-        raise KVAccountingError(f"req {req.rid}: trim to {new_len} beyond committed {req.kv_committed_len}")
+        raise KVAccountingError(
+            f"req {req.rid}: trim to {new_len} beyond committed {req.kv_committed_len}"
+        )
     start, end = paging.tail_free_range(new_len, req.kv_allocated_len, mem.page_size)
     if start < end:
         mem.allocator.free(mem.req_to_token_pool.read(req.req_pool_idx, start, end))

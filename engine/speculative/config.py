@@ -36,13 +36,16 @@ class SpecConfig:
 
     def __post_init__(self) -> None:
         if self.algorithm != "eagle":
-            raise ConfigError(f"speculative.algorithm={self.algorithm!r}: only 'eagle' is implemented")
+            raise ConfigError(
+                f"speculative.algorithm={self.algorithm!r}: only 'eagle' is implemented"
+            )
         if self.num_steps < 1:
             raise ConfigError(f"speculative.num_steps={self.num_steps}: must be >= 1")
         if self.num_draft_tokens != self.num_steps * TOPK + 1:
             raise ConfigError(
                 f"speculative.num_draft_tokens={self.num_draft_tokens}: a top-1 chain of "
-                f"{self.num_steps} steps verifies num_steps + 1 = {self.num_steps + 1} tokens")
+                f"{self.num_steps} steps verifies num_steps + 1 = {self.num_steps + 1} tokens"
+            )
         if self.version not in (1, 2):
             raise ConfigError(f"speculative.version={self.version!r}: must be 1 or 2")
         if not 0.0 < self.accept_prob <= 1.0:

@@ -33,7 +33,9 @@ class SpecState:
 
 
 class Drafter(Protocol):
-    def propose(self, batch: ForwardBatch, states: Sequence[SpecState], num_steps: int) -> np.ndarray:
+    def propose(
+        self, batch: ForwardBatch, states: Sequence[SpecState], num_steps: int
+    ) -> np.ndarray:
         """``[bs, num_steps]`` draft tokens after each request's root (``batch.input_ids``)."""
         ...
 
@@ -44,7 +46,9 @@ class SimDrafter:
     def __init__(self, model: Any, accept_prob: float) -> None:
         self.model, self.accept_prob = model, accept_prob
 
-    def propose(self, batch: ForwardBatch, states: Sequence[SpecState], num_steps: int) -> np.ndarray:
+    def propose(
+        self, batch: ForwardBatch, states: Sequence[SpecState], num_steps: int
+    ) -> np.ndarray:
         return np.asarray(self.model.draft(batch, num_steps, self.accept_prob), dtype=np.int64)
 
 
@@ -55,7 +59,9 @@ class TinyDrafter:
     def __init__(self, model: Any) -> None:
         self.model = model
 
-    def propose(self, batch: ForwardBatch, states: Sequence[SpecState], num_steps: int) -> np.ndarray:
+    def propose(
+        self, batch: ForwardBatch, states: Sequence[SpecState], num_steps: int
+    ) -> np.ndarray:
         import torch
 
         hidden = torch.stack([s.hidden for s in states])
@@ -76,4 +82,6 @@ def make_drafter(runner: ModelRunner, spec: SpecConfig) -> Drafter:
         return SimDrafter(runner, spec.accept_prob)
     if hasattr(runner, "draft_network"):  # the tiny model (not imported: it needs torch)
         return TinyDrafter(runner)
-    raise ConfigError(f"speculative: EAGLE needs a runner with a draft (sim or tiny), not {type(runner).__name__}")
+    raise ConfigError(
+        f"speculative: EAGLE needs a runner with a draft (sim or tiny), not {type(runner).__name__}"
+    )

@@ -57,9 +57,21 @@ class SpecOutput(ForwardOutput):
 class EagleWorker:
     """The speculative worker of one scheduler (SGLang ``EAGLEWorker`` / ``EAGLEWorkerV2``)."""
 
-    def __init__(self, spec: SpecConfig, mem: KVMemory, runner: ModelRunner, stats: Any,
-                 release: Callable[[Req], None]) -> None:
-        self.spec, self.mem, self.runner, self.stats, self.release = spec, mem, runner, stats, release
+    def __init__(
+        self,
+        spec: SpecConfig,
+        mem: KVMemory,
+        runner: ModelRunner,
+        stats: Any,
+        release: Callable[[Req], None],
+    ) -> None:
+        self.spec, self.mem, self.runner, self.stats, self.release = (
+            spec,
+            mem,
+            runner,
+            stats,
+            release,
+        )
         self.drafter = make_drafter(runner, spec)
         self.states: dict[str, SpecState] = {}  # by rid: prefilled requests (finished: pruned)
         self.accept_hist = [0] * (spec.num_steps + 1)  # verifies by accepted draft count
@@ -68,8 +80,14 @@ class EagleWorker:
         pool.widen(pool.max_context_len + 2 * spec.alloc_len)
 
     @classmethod
-    def maybe(cls, config: EngineConfig, mem: KVMemory, runner: ModelRunner, stats: Any,
-              release: Callable[[Req], None]) -> EagleWorker | None:
+    def maybe(
+        cls,
+        config: EngineConfig,
+        mem: KVMemory,
+        runner: ModelRunner,
+        stats: Any,
+        release: Callable[[Req], None],
+    ) -> EagleWorker | None:
         """The worker when ``config.speculative`` is set (``release``: the scheduler's)."""
         if config.speculative is None:
             return None
@@ -95,8 +113,9 @@ class EagleWorker:
         batch.reused, batch.truncated_rids = (), ()
         reqs = batch.reqs
         mem.maybe_evict_swa(reqs)  # first, as SGLang's _draft_preprocess_decode
-        accounting.extend_allocation(mem, reqs, accounting.reserve_targets(
-            reqs, s.version, s.num_draft_tokens, s.alloc_len))
+        accounting.extend_allocation(
+            mem, reqs, accounting.reserve_targets(reqs, s.version, s.num_draft_tokens, s.alloc_len)
+        )
         if s.version == 2:
             for req in reqs:
                 accounting.preclaim_bonus(req)
@@ -106,13 +125,22 @@ class EagleWorker:
         """DRAFT_EXTEND: each request's root token at its seq_len — v1: the committed length
         (SGLang's batch.seq_lens); v2: the worker's (the GPU's, one round ahead of the CPU)."""
         bs, v1 = len(reqs), self.spec.version == 1
-        seq = np.fromiter((r.kv_committed_len if v1 else self.states[r.rid].seq_len for r in reqs),
-                          dtype=np.int64, count=bs)
+        seq = np.fromiter(
+            (r.kv_committed_len if v1 else self.states[r.rid].seq_len for r in reqs),
+            dtype=np.int64,
+            count=bs,
+        )
         roots = np.fromiter((last_tokens[r] for r in reqs), dtype=np.int64, count=bs)
         return self._batch(ForwardMode.DRAFT_EXTEND, reqs, roots, seq, 1)
 
-    def _batch(self, mode: ForwardMode, reqs: Sequence[Req], ids: np.ndarray, prefix: np.ndarray,
-               width: int) -> ForwardBatch:
+    def _batch(
+        self,
+        mode: ForwardMode,
+        reqs: Sequence[Req],
+        ids: np.ndarray,
+        prefix: np.ndarray,
+        width: int,
+    ) -> ForwardBatch:
         """``width`` tokens per request at positions ``[prefix, prefix + width)`` (slots from
         the rows: the reservation)."""
         bs, table = len(reqs), self.mem.req_to_token_pool.req_to_token
@@ -122,10 +150,21 @@ class EagleWorker:
         alloc = self.mem.allocator
         swa = alloc.translate_to_swa(out) if isinstance(alloc, SWAAllocator) else None
         return ForwardBatch(
-            mode=mode, reqs=list(reqs), input_ids=ids, positions=positions, out_cache_loc=out,
-            req_pool_indices=rows, prefix_lens=prefix, extend_lens=np.full(bs, width, dtype=np.int64),
-            seq_lens=prefix + width, req_to_token=table, swa_out_cache_loc=swa,
-            return_logprob=[False] * bs, logprob_start_lens=[0] * bs, sample=[True] * bs)
+            mode=mode,
+            reqs=list(reqs),
+            input_ids=ids,
+            positions=positions,
+            out_cache_loc=out,
+            req_pool_indices=rows,
+            prefix_lens=prefix,
+            extend_lens=np.full(bs, width, dtype=np.int64),
+            seq_lens=prefix + width,
+            req_to_token=table,
+            swa_out_cache_loc=swa,
+            return_logprob=[False] * bs,
+            logprob_start_lens=[0] * bs,
+            sample=[True] * bs,
+        )
 
     # ---- device side ----
 
@@ -145,12 +184,14 @@ class EagleWorker:
         states = [self.states[r.rid] for r in fb.reqs]
         drafts = self.drafter.propose(fb, states, self.spec.num_steps)
         ids = np.concatenate([fb.input_ids[:, None], drafts], axis=1).ravel()
-        batch.forward = self._batch(ForwardMode.TARGET_VERIFY, fb.reqs, ids, fb.prefix_lens,
-                                    self.spec.num_draft_tokens)
+        batch.forward = self._batch(
+            ForwardMode.TARGET_VERIFY, fb.reqs, ids, fb.prefix_lens, self.spec.num_draft_tokens
+        )
         return self._accept(drafts, self.runner.forward(batch.forward), states, fb.prefix_lens)
 
-    def _accept(self, drafts: np.ndarray, out: ForwardOutput, states: list[SpecState],
-                prefix: np.ndarray) -> SpecOutput:
+    def _accept(
+        self, drafts: np.ndarray, out: ForwardOutput, states: list[SpecState], prefix: np.ndarray
+    ) -> SpecOutput:
         """Greedy acceptance: the leading drafts equal to the target's predictions, then
         the bonus (the target's token after the last accepted one)."""
         bs, n = len(states), self.spec.num_draft_tokens
@@ -217,12 +258,18 @@ class EagleWorker:
         """The view with the speculative fields: mode and sizes, each row holder's device
         seq_len and last accept length."""
         s = self.spec
-        sched = replace(view.sched, spec_mode=self.mode, num_draft_tokens=s.num_draft_tokens,
-                        spec_alloc_len=s.alloc_len)
+        sched = replace(
+            view.sched,
+            spec_mode=self.mode,
+            num_draft_tokens=s.num_draft_tokens,
+            spec_alloc_len=s.alloc_len,
+        )
         return replace(view, sched=sched, reqs=tuple(self._req_view(r) for r in view.reqs))
 
     def _req_view(self, r: ReqView) -> ReqView:
         state = self.states.get(r.rid)
         if state is None or r.req_pool_idx < 0 or state.req.finished():  # a rid reused later
             return r
-        return r._replace(spec_seq_len=state.seq_len, spec_accept_len=state.accept_len)  # a NamedTuple
+        return r._replace(
+            spec_seq_len=state.seq_len, spec_accept_len=state.accept_len
+        )  # a NamedTuple

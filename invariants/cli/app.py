@@ -7,19 +7,24 @@ Keeps: command functions stay tiny — each parses its arguments and calls one l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="kvspec: spec-driven verification of KV-cache accounting.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="kvspec: spec-driven verification of KV-cache accounting.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 invariants_app = typer.Typer(help="The invariant catalog.", no_args_is_help=True)
 app.add_typer(invariants_app, name="invariants")
 bench_app = typer.Typer(help="Benchmarks (results: docs/benchmarks.md).", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
-OutPath = Annotated[Optional[Path],  # noqa: UP007 - typer reads Optional at runtime
-                    typer.Option(help="Write the JSON here (default: stdout).")]
+OutPath = Annotated[
+    Path | None,
+    typer.Option(help="Write the JSON here (default: stdout)."),
+]
 
 
 def int_list(text: str) -> list[int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -14,7 +14,9 @@ from invariants.cli.app import OutPath, bench_app, emit_json, int_list
 @bench_app.command("sim")
 def bench_sim_command(
     batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "8,32,128",
-    pool: Annotated[str, typer.Option(help="KV pool sizes in tokens, comma-separated.")] = "4096,65536,1048576",
+    pool: Annotated[
+        str, typer.Option(help="KV pool sizes in tokens, comma-separated.")
+    ] = "4096,65536,1048576",
     modes: Annotated[str, typer.Option(help="Checker modes: off, sums, full.")] = "off,sums,full",
     runs: Annotated[int, typer.Option(min=1, help="Runs per cell (the median is reported).")] = 3,
     steps: Annotated[int, typer.Option(min=1, help="Timed steps per run.")] = 300,
@@ -31,20 +33,35 @@ def bench_sim_command(
     if unknown or not mode_list:
         raise typer.BadParameter(f"modes {unknown or modes!r}: choose from {', '.join(MODES)}")
     err = Console(stderr=True)
-    result = bench_sim(int_list(batch), int_list(pool), mode_list, seed=seed, steps=steps,
-                       warmup=warmup, runs=runs, page_size=page_size, progress=err.print)
+    result = bench_sim(
+        int_list(batch),
+        int_list(pool),
+        mode_list,
+        seed=seed,
+        steps=steps,
+        warmup=warmup,
+        runs=runs,
+        page_size=page_size,
+        progress=err.print,
+    )
     emit_json(result, out)
     err.print(summary_table(result))
 
 
 @bench_app.command("kernels")
 def bench_kernels_command(
-    device: Annotated[str, typer.Option(help="A CUDA device (the kernels' benchmark needs a GPU).")] = "cuda",
+    device: Annotated[
+        str, typer.Option(help="A CUDA device (the kernels' benchmark needs a GPU).")
+    ] = "cuda",
     batch: Annotated[int, typer.Option(min=1, help="Requests per batch.")] = 64,
     prefix_len: Annotated[int, typer.Option(min=0, help="Cached tokens per request.")] = 3072,
-    extend_len: Annotated[int, typer.Option(min=1, help="New tokens per request (decode context = prefix + extend).")] = 1024,
-    peak_gbps: Annotated[Optional[float], typer.Option(help="The device's HBM peak, GB/s.")] = None,  # noqa: UP007
-    peak_tflops: Annotated[Optional[float], typer.Option(help="The device's bf16 peak, TFLOP/s.")] = None,  # noqa: UP007
+    extend_len: Annotated[
+        int, typer.Option(min=1, help="New tokens per request (decode context = prefix + extend).")
+    ] = 1024,
+    peak_gbps: Annotated[float | None, typer.Option(help="The device's HBM peak, GB/s.")] = None,
+    peak_tflops: Annotated[
+        float | None, typer.Option(help="The device's bf16 peak, TFLOP/s.")
+    ] = None,
     out: OutPath = None,
 ) -> None:
     """Each Triton kernel vs its torch twin vs SDPA: GB/s (decode, store), TFLOP/s (extend)."""
@@ -66,9 +83,15 @@ def bench_anchor_command(
     runs: Annotated[int, typer.Option(min=1, help="Timed runs per cell (median).")] = 5,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 1,
     seed: Annotated[int, typer.Option(help="The trace's seed.")] = 0,
-    sglang: Annotated[bool, typer.Option(help="Also run real SGLang's anchor script, side by side.")] = False,
-    sglang_python: Annotated[Path, typer.Option(help="Python of `make sglang-env`.")] = Path(".sglang-venv/bin/python"),
-    anchor_script: Annotated[Path, typer.Option(help="SGLang's anchor script.")] = Path("../shared/bench/anchor_sglang_bench.py"),
+    sglang: Annotated[
+        bool, typer.Option(help="Also run real SGLang's anchor script, side by side.")
+    ] = False,
+    sglang_python: Annotated[Path, typer.Option(help="Python of `make sglang-env`.")] = Path(
+        ".sglang-venv/bin/python"
+    ),
+    anchor_script: Annotated[Path, typer.Option(help="SGLang's anchor script.")] = Path(
+        "../shared/bench/anchor_sglang_bench.py"
+    ),
     out: OutPath = None,
 ) -> None:
     """The anchor workload through kvspec's memory path (and real SGLang's, with --sglang)."""

@@ -12,9 +12,15 @@ from invariants.cli.app import app, emit_json
 
 @app.command("bugs")
 def bugs_command(
-    only: Annotated[list[str] | None, typer.Option("--only", help="Run only this entry (repeatable).")] = None,
-    no_shrink: Annotated[bool, typer.Option("--no-shrink", help="Skip shrinking the reproducers.")] = False,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the findings as JSON here.")] = None,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="Run only this entry (repeatable).")
+    ] = None,
+    no_shrink: Annotated[
+        bool, typer.Option("--no-shrink", help="Skip shrinking the reproducers.")
+    ] = False,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the findings as JSON here.")
+    ] = None,
 ) -> None:
     """Run every zoo entry (research/sglang.md §5): the trigger clean, then under its mutant
     (a planted entry: the fixed state, then the bug's); exit 1 if any entry is not caught —

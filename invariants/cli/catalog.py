@@ -4,7 +4,7 @@ per problem (grep- and editor-friendly)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -13,8 +13,10 @@ from rich.table import Table
 from invariants.cli.app import invariants_app
 from invariants.loader import CatalogError, catalog_files, lint, load_catalog
 
-Paths = Annotated[Optional[list[Path]],  # noqa: UP007 - typer reads Optional at runtime
-                  typer.Argument(help="Catalog files or folders (default: the shipped catalog).")]
+Paths = Annotated[
+    list[Path] | None,
+    typer.Argument(help="Catalog files or folders (default: the shipped catalog)."),
+]
 
 
 @invariants_app.command("list")

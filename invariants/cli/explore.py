@@ -22,7 +22,9 @@ from invariants.loader import load_catalog
 
 UNMET_COVERAGE = 3
 
-explore_app = typer.Typer(help="Seed-driven simulation (engine), or one memory-layer cell (memory).")
+explore_app = typer.Typer(
+    help="Seed-driven simulation (engine), or one memory-layer cell (memory)."
+)
 app.add_typer(explore_app, name="explore")
 
 
@@ -30,18 +32,28 @@ app.add_typer(explore_app, name="explore")
 def explore_engine(
     ctx: typer.Context,
     seeds: Annotated[int, typer.Option(min=1, help="How many seeds to run.")] = DEFAULT_SEEDS,
-    steps: Annotated[int, typer.Option(min=1, help="Scheduled iterations of each seed's safety phase.")] = DEFAULT_STEPS,
+    steps: Annotated[
+        int, typer.Option(min=1, help="Scheduled iterations of each seed's safety phase.")
+    ] = DEFAULT_STEPS,
     seed_start: Annotated[int, typer.Option(min=0, help="The first seed.")] = 0,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes (results stay in seed order).")] = 1,
-    out: Annotated[Path, typer.Option(help="Where shrunk failing traces are written.")] = FAILURE_DIR,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Worker processes (results stay in seed order).")
+    ] = 1,
+    out: Annotated[
+        Path, typer.Option(help="Where shrunk failing traces are written.")
+    ] = FAILURE_DIR,
     fail_fast: Annotated[bool, typer.Option(help="Stop at the first failing seed.")] = False,
-    coverage: Annotated[bool, typer.Option(help="Exit 3 if a sometimes goal was never met.")] = True,
+    coverage: Annotated[
+        bool, typer.Option(help="Exit 3 if a sometimes goal was never met.")
+    ] = True,
 ) -> None:
     """Run SEEDS seeds (each: a swarm configuration, a generated trace, checked at every
     event); shrink each distinct failure, write it to OUT, print its replay command."""
     if ctx.invoked_subcommand is not None:
         return
-    report = explore(seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out)
+    report = explore(
+        seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out
+    )
     print_report(report, steps, workers, echo=typer.echo)
     if report.failed:
         raise typer.Exit(1)
@@ -62,8 +74,9 @@ def explore_memory(
     from invariants.memory_cells import MemoryCell, memory_table, run_memory_cell
 
     catalog = load_catalog()
-    result = run_memory_cell(MemoryCell(page_size, cache, swa, seed, batch, requests), catalog,
-                             level=2 if strict else 1)
+    result = run_memory_cell(
+        MemoryCell(page_size, cache, swa, seed, batch, requests), catalog, level=2 if strict else 1
+    )
     Console().print(memory_table(catalog, [result]))
     for violation in result.violations[:5]:
         typer.echo(str(violation))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,17 +27,35 @@ class Target(str, Enum):
 @app.command("run")
 def run_command(
     spec: Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")],
-    set_: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
-        "--set", help="Override an engine field or a matrix axis: KEY=VALUE (attention=mla).")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="Override an engine field or a matrix axis: KEY=VALUE (attention=mla)."
+        ),
+    ] = None,
     strict: Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")] = False,
-    save_trace: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        help="Write the op trace the spec ran as JSON (replayable, shrinkable).")] = None,
-    target: Annotated[Target, typer.Option(help="kvspec's engine, or real SGLang's memory classes.")] = Target.kvspec,
-    sglang_python: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-        help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv).")] = None,
-    matrix: Annotated[bool, typer.Option(
-        help="Run the spec's matrix cells instead; each --set AXIS=VALUE then filters them.")] = False,
-    full: Annotated[bool, typer.Option(help="With --matrix: the full product, not all pairs.")] = False,
+    save_trace: Annotated[
+        Path | None,
+        typer.Option(help="Write the op trace the spec ran as JSON (replayable, shrinkable)."),
+    ] = None,
+    target: Annotated[
+        Target, typer.Option(help="kvspec's engine, or real SGLang's memory classes.")
+    ] = Target.kvspec,
+    sglang_python: Annotated[
+        Path | None,
+        typer.Option(
+            help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."
+        ),
+    ] = None,
+    matrix: Annotated[
+        bool,
+        typer.Option(
+            help="Run the spec's matrix cells instead; each --set AXIS=VALUE then filters them."
+        ),
+    ] = False,
+    full: Annotated[
+        bool, typer.Option(help="With --matrix: the full product, not all pairs.")
+    ] = False,
 ) -> None:
     """Run one scenario spec with the checker after every event; exit 1 on a violation,
     an unmet goal, a failed response oracle or an engine error (2: the spec is invalid)."""
@@ -75,7 +93,9 @@ def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
     from invariants.sglang.target import SGLangUnavailable
 
     try:
-        outcome = run_spec_on_sglang(spec, load_catalog(), level, None if python is None else str(python))
+        outcome = run_spec_on_sglang(
+            spec, load_catalog(), level, None if python is None else str(python)
+        )
     except SGLangUnavailable as exc:
         typer.echo(f"sglang target: {exc}", err=True)
         return 2
@@ -92,11 +112,19 @@ def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:
     filters = {key: axis_label(value) for key, value in parse_overrides(sets).items()}
     unknown = sorted(set(filters) - set(AXIS_NAMES))
     if unknown:
-        raise SpecError(f"--matrix: --set filters cells by axis ({', '.join(AXIS_NAMES)}); "
-                        f"not an axis: {', '.join(unknown)}")
+        raise SpecError(
+            f"--matrix: --set filters cells by axis ({', '.join(AXIS_NAMES)}); "
+            f"not an axis: {', '.join(unknown)}"
+        )
     cells = spec_cells(load_spec(path), full)
-    return [cell for cell in cells
-            if all(axis_label(axis_values(cell.spec.engine.model_dump())[k]) == v for k, v in filters.items())]
+    return [
+        cell
+        for cell in cells
+        if all(
+            axis_label(axis_values(cell.spec.engine.model_dump())[k]) == v
+            for k, v in filters.items()
+        )
+    ]
 
 
 def _run_matrix(path: Path, sets: list[str], full: bool, level: int) -> int:
@@ -117,11 +145,17 @@ def _run_matrix(path: Path, sets: list[str], full: bool, level: int) -> int:
     for cell in cells:
         out = run_spec(cell.spec, catalog, level=level)
         failed += not out.ok
-        typer.echo(f"{'ok' if out.ok else 'FAILED':6} {cell.name}: {out.stats.iterations} steps, "
-                   f"{out.checks} checks, {len(out.violations)} violations, {out.seconds:.2f}s")
+        typer.echo(
+            f"{'ok' if out.ok else 'FAILED':6} {cell.name}: {out.stats.iterations} steps, "
+            f"{out.checks} checks, {len(out.violations)} violations, {out.seconds:.2f}s"
+        )
         if not out.ok:
             findings = [*map(str, out.violations[:3]), *(f"expected {g}" for g in out.unmet)]
-            for line in [f"replay: {cell.replay}", *findings, *([f"error: {out.error}"] if out.error else [])]:
+            for line in [
+                f"replay: {cell.replay}",
+                *findings,
+                *([f"error: {out.error}"] if out.error else []),
+            ]:
                 typer.echo(f"       {line}")
     typer.echo(f"{len(cells) - failed}/{len(cells)} cells passed")
     return 1 if failed else 0

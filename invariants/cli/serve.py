@@ -37,10 +37,12 @@ class CheckerMonitor:
         violations = self.checker.violations
         stats = self.checker.stats()
         return {
-            "level": self.level, "num_violations": len(violations) + self.checker.dropped,
+            "level": self.level,
+            "num_violations": len(violations) + self.checker.dropped,
             "by_invariant": dict(summarize(violations)),
             "violations": [asdict(v) for v in violations[:MAX_REPORTED]],
-            "evaluations": sum(s.evaluations for s in stats.values()), "num_invariants": len(stats),
+            "evaluations": sum(s.evaluations for s in stats.values()),
+            "num_invariants": len(stats),
         }
 
     def health(self) -> tuple[bool, str]:
@@ -58,11 +60,30 @@ class CheckerMonitor:
         evaluations = sum(s.evaluations for s in self.checker.stats().values())
         total = len(self.checker.violations) + self.checker.dropped
         return [
-            Metric("kvspec_violations", "Invariant violations recorded", "counter", (({}, float(total)),)),
-            Metric("kvspec_invariant_violations", "Invariant violations recorded, per invariant", "counter",
-                   tuple(({"invariant": rid}, float(n)) for rid, n in sorted(counts.items()))),
-            Metric("kvspec_checker_evaluations", "Invariant evaluations", "counter", (({}, float(evaluations)),)),
-            Metric("kvspec_strict_level", "--strict-mem-check level", "gauge", (({}, float(self.level)),)),
+            Metric(
+                "kvspec_violations",
+                "Invariant violations recorded",
+                "counter",
+                (({}, float(total)),),
+            ),
+            Metric(
+                "kvspec_invariant_violations",
+                "Invariant violations recorded, per invariant",
+                "counter",
+                tuple(({"invariant": rid}, float(n)) for rid, n in sorted(counts.items())),
+            ),
+            Metric(
+                "kvspec_checker_evaluations",
+                "Invariant evaluations",
+                "counter",
+                (({}, float(evaluations)),),
+            ),
+            Metric(
+                "kvspec_strict_level",
+                "--strict-mem-check level",
+                "gauge",
+                (({}, float(self.level)),),
+            ),
         ]
 
 
@@ -94,22 +115,52 @@ def serve(
     model: Annotated[str, Opt(help="sim | tiny")] = DEFAULTS.model,
     seed: Annotated[int, Opt(help="The one seed of the engine.")] = DEFAULTS.seed,
     page_size: Annotated[int, Opt(help="Tokens per KV page.")] = DEFAULTS.page_size,
-    chunked_prefill_size: Annotated[int, Opt(help="Chunk size; -1 turns chunked prefill off.")] = DEFAULTS.chunked_prefill_size,
-    enable_mixed_chunk: Annotated[bool, Opt(help="Decodes ride in prefill batches.")] = DEFAULTS.enable_mixed_chunk,
-    disable_overlap_schedule: Annotated[bool, Opt(help="Turn the overlap scheduler off.")] = DEFAULTS.disable_overlap_schedule,
-    enable_streaming_session: Annotated[bool, Opt(help="Allow streaming sessions.")] = DEFAULTS.enable_streaming_session,
-    speculative_algorithm: Annotated[str | None, Opt(help="EAGLE (v1) | EAGLE_V2.")] = DEFAULTS.speculative_algorithm,
-    speculative_num_steps: Annotated[int, Opt(help="EAGLE draft steps.")] = DEFAULTS.speculative_num_steps,
-    speculative_eagle_topk: Annotated[int, Opt(help="EAGLE top-k (1: a chain).")] = DEFAULTS.speculative_eagle_topk,
-    speculative_num_draft_tokens: Annotated[int, Opt(help="Tokens one verify checks.")] = DEFAULTS.speculative_num_draft_tokens,
+    chunked_prefill_size: Annotated[
+        int, Opt(help="Chunk size; -1 turns chunked prefill off.")
+    ] = DEFAULTS.chunked_prefill_size,
+    enable_mixed_chunk: Annotated[
+        bool, Opt(help="Decodes ride in prefill batches.")
+    ] = DEFAULTS.enable_mixed_chunk,
+    disable_overlap_schedule: Annotated[
+        bool, Opt(help="Turn the overlap scheduler off.")
+    ] = DEFAULTS.disable_overlap_schedule,
+    enable_streaming_session: Annotated[
+        bool, Opt(help="Allow streaming sessions.")
+    ] = DEFAULTS.enable_streaming_session,
+    speculative_algorithm: Annotated[
+        str | None, Opt(help="EAGLE (v1) | EAGLE_V2.")
+    ] = DEFAULTS.speculative_algorithm,
+    speculative_num_steps: Annotated[
+        int, Opt(help="EAGLE draft steps.")
+    ] = DEFAULTS.speculative_num_steps,
+    speculative_eagle_topk: Annotated[
+        int, Opt(help="EAGLE top-k (1: a chain).")
+    ] = DEFAULTS.speculative_eagle_topk,
+    speculative_num_draft_tokens: Annotated[
+        int, Opt(help="Tokens one verify checks.")
+    ] = DEFAULTS.speculative_num_draft_tokens,
     attention: Annotated[str, Opt(help="mha | swa | mla")] = DEFAULTS.attention,
-    sliding_window: Annotated[int, Opt(help="Window of the SWA layers (--attention swa).")] = DEFAULTS.sliding_window,
-    max_running_requests: Annotated[int | None, Opt(help="Running-request limit.")] = DEFAULTS.max_running_requests,
-    context_length: Annotated[int, Opt(help="Longest prompt + completion.")] = DEFAULTS.context_length,
-    max_total_tokens: Annotated[int, Opt(help="KV pool size in tokens.")] = DEFAULTS.max_total_tokens,
-    test_retract: Annotated[bool, Opt(help="Force a retract every 3 forwards (SGLANG_TEST_RETRACT).")] = DEFAULTS.test_retract,
-    strict_mem_check: Annotated[int, Opt(help="0 off, 1 record, 2 stop admitting on a violation.")] = DEFAULTS.strict_mem_check,
-    api_key: Annotated[str | None, Opt(help="Require 'Authorization: Bearer KEY'.")] = DEFAULTS.api_key,
+    sliding_window: Annotated[
+        int, Opt(help="Window of the SWA layers (--attention swa).")
+    ] = DEFAULTS.sliding_window,
+    max_running_requests: Annotated[
+        int | None, Opt(help="Running-request limit.")
+    ] = DEFAULTS.max_running_requests,
+    context_length: Annotated[
+        int, Opt(help="Longest prompt + completion.")
+    ] = DEFAULTS.context_length,
+    max_total_tokens: Annotated[
+        int, Opt(help="KV pool size in tokens.")
+    ] = DEFAULTS.max_total_tokens,
+    test_retract: Annotated[
+        bool, Opt(help="Force a retract every 3 forwards (SGLANG_TEST_RETRACT).")
+    ] = DEFAULTS.test_retract,
+    strict_mem_check: Annotated[
+        int, Opt(help="0 off, 1 record, 2 stop admitting on a violation.")
+    ] = DEFAULTS.strict_mem_check,
+    api_key: Annotated[
+        str | None, Opt(help="Require 'Authorization: Bearer KEY'.")
+    ] = DEFAULTS.api_key,
 ) -> None:
     """Serve SGLang's native HTTP API (/generate, sessions, abort, flush) with the checker
     behind /invariants, /metrics and /health."""

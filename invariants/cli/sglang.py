@@ -9,12 +9,18 @@ import typer
 
 from invariants.cli.app import app
 
-sglang_app = typer.Typer(help="Real SGLang's memory classes on CPU, under the same invariants.",
-                         no_args_is_help=True)
+sglang_app = typer.Typer(
+    help="Real SGLang's memory classes on CPU, under the same invariants.", no_args_is_help=True
+)
 app.add_typer(sglang_app, name="sglang")
 
-PythonOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer reads Optional
-    "--sglang-python", help="The sglang venv's python (default $KVSPEC_SGLANG_PYTHON, then .sglang-venv).")]
+PythonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sglang-python",
+        help="The sglang venv's python (default $KVSPEC_SGLANG_PYTHON, then .sglang-venv).",
+    ),
+]
 
 
 def print_outcome(name: str, outcome) -> int:
@@ -22,10 +28,15 @@ def print_outcome(name: str, outcome) -> int:
     passed silently), 1 a finding (violation, unmet goal, crash), 0 clean. Both `kvspec sglang
     run` and `kvspec run --target sglang` answer through this."""
     if outcome.unsupported:
-        typer.echo(f"{name}: not supported by the sglang target: {'; '.join(outcome.unsupported)}", err=True)
+        typer.echo(
+            f"{name}: not supported by the sglang target: {'; '.join(outcome.unsupported)}",
+            err=True,
+        )
         return 2
     typer.echo(f"{name} on sglang {outcome.sglang_version}: {outcome.stats}")
-    typer.echo(f"{outcome.checks} checks, {len(outcome.violations)} violations, {outcome.seconds:.1f}s")
+    typer.echo(
+        f"{outcome.checks} checks, {len(outcome.violations)} violations, {outcome.seconds:.1f}s"
+    )
     for violation in outcome.violations[:5]:
         typer.echo(str(violation))
     for goal in outcome.unmet:
@@ -40,7 +51,9 @@ def print_outcome(name: str, outcome) -> int:
 @sglang_app.command("run")
 def run_command(
     spec: Annotated[Optional[Path], typer.Argument(help="A scenario spec (specs/*.yaml).")] = None,  # noqa: UP045
-    scenario: Annotated[Optional[str], typer.Option(help="A built-in op scenario: sessions | prefix.")] = None,  # noqa: UP045
+    scenario: Annotated[
+        str | None, typer.Option(help="A built-in op scenario: sessions | prefix.")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of a built-in scenario.")] = 0,
     sglang_python: PythonOpt = None,
 ) -> None:
@@ -56,11 +69,18 @@ def run_command(
         if scenario is not None:
             if scenario not in SCENARIOS:
                 raise typer.BadParameter(f"{scenario!r}: choose one of {', '.join(SCENARIOS)}")
-            name, outcome = scenario, run_trace_on_sglang(SCENARIOS[scenario](seed), load_catalog(),
-                                                          python=sglang_python)
+            name, outcome = (
+                scenario,
+                run_trace_on_sglang(
+                    SCENARIOS[scenario](seed), load_catalog(), python=sglang_python
+                ),
+            )
         elif spec is not None:
             loaded = load_spec(spec)
-            name, outcome = loaded.name, run_spec_on_sglang(loaded, load_catalog(), python=sglang_python)
+            name, outcome = (
+                loaded.name,
+                run_spec_on_sglang(loaded, load_catalog(), python=sglang_python),
+            )
         else:
             raise typer.BadParameter("give a SPEC or --scenario")
     except (SpecError, SGLangUnavailable) as exc:
@@ -71,7 +91,9 @@ def run_command(
 
 @sglang_app.command("diff")
 def diff_command(
-    spec: Annotated[Path, typer.Argument(help="A scenario spec (plain traffic, sessions, aborts).")],
+    spec: Annotated[
+        Path, typer.Argument(help="A scenario spec (plain traffic, sessions, aborts).")
+    ],
     show: Annotated[int, typer.Option(help="Differences to print.")] = 10,
     sglang_python: PythonOpt = None,
 ) -> None:
@@ -88,8 +110,10 @@ def diff_command(
     except (SpecError, SGLangUnavailable, ValueError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"{result.name}: {result.steps} steps, {len(result.differences)} bucket differences, "
-               f"{len(result.unexpected)} undeclared")
+    typer.echo(
+        f"{result.name}: {result.steps} steps, {len(result.differences)} bucket differences, "
+        f"{len(result.unexpected)} undeclared"
+    )
     for difference in (result.unexpected or result.differences)[:show]:
         typer.echo(f"  {difference}")
     for gap in GAPS:
@@ -107,8 +131,12 @@ def check_command(sglang_python: PythonOpt = None) -> None:
 
     caught = 0
     for kind in ("skip_free", "double_free"):
-        outcome = run_trace_on_sglang(sessions_scenario(), load_catalog(), python=sglang_python,
-                                      fault={"kind": kind, "step": 1})
+        outcome = run_trace_on_sglang(
+            sessions_scenario(),
+            load_catalog(),
+            python=sglang_python,
+            fault={"kind": kind, "step": 1},
+        )
         census = [v for v in outcome.violations if v.invariant.startswith("census.")]
         typer.echo(f"{kind}: injected {outcome.faults[:1]}")
         typer.echo(f"  first census finding: {census[0] if census else 'NONE'}")

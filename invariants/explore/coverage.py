@@ -50,8 +50,10 @@ def goals_met(outcome: TraceOutcome, reuse: SlotReuseObserver) -> frozenset[str]
         "chunking": stats.chunked_prefills > 0,
         "spec_reject": any(stats.spec_accept_hist[:-1]),  # a verify accepted fewer than all drafts
         "session_reuse": reuse.seen,
-        "abort": any(r.status == "ok" and r.index < len(ops) and isinstance(ops[r.index], Abort)
-                     for r in outcome.results),
+        "abort": any(
+            r.status == "ok" and r.index < len(ops) and isinstance(ops[r.index], Abort)
+            for r in outcome.results
+        ),
     }
     return frozenset(goal for goal, hit in met.items() if hit)
 

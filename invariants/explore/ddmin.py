@@ -44,7 +44,9 @@ def shrink(trace: Trace, fails: Predicate, *, budget: int = SHRINK_BUDGET) -> Tr
     return shrink_counted(trace, fails, budget=budget)[0]
 
 
-def shrink_counted(trace: Trace, fails: Predicate, *, budget: int = SHRINK_BUDGET) -> tuple[Trace, int]:
+def shrink_counted(
+    trace: Trace, fails: Predicate, *, budget: int = SHRINK_BUDGET
+) -> tuple[Trace, int]:
     """`shrink`, with the number of predicate runs it spent (at most ``budget``)."""
     test = _Budget(trace, fails, budget)
     ops = ddmin(list(trace.ops), test)
@@ -95,7 +97,7 @@ def simplify(ops: list[Op], test: Callable[[list[Op]], bool]) -> list[Op]:
         changed = False
         for i in range(len(ops)):
             for candidate in simpler(ops[i]):
-                trial = [*ops[:i], candidate, *ops[i + 1:]]
+                trial = [*ops[:i], candidate, *ops[i + 1 :]]
                 if test(trial):
                     ops, changed = trial, True
                     break
@@ -107,9 +109,11 @@ def simpler(op: Op) -> list[Op]:
     if isinstance(op, Submit):
         shorter = [op.input_ids[:k] for k in _smaller(len(op.input_ids))]
         fewer = _smaller(op.max_new_tokens)
-        return ([op.model_copy(update={"input_ids": ids}) for ids in shorter]
-                + [op.model_copy(update={"max_new_tokens": m}) for m in fewer]
-                + ([op.model_copy(update={"return_logprob": False})] if op.return_logprob else []))
+        return (
+            [op.model_copy(update={"input_ids": ids}) for ids in shorter]
+            + [op.model_copy(update={"max_new_tokens": m}) for m in fewer]
+            + ([op.model_copy(update={"return_logprob": False})] if op.return_logprob else [])
+        )
     if isinstance(op, Step):
         return [Step(n=k) for k in _smaller(op.n)]
     return []

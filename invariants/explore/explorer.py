@@ -80,9 +80,19 @@ def run_seed(seed: int, steps: int) -> SeedResult:
     except ConfigError as exc:  # the swarm drew a configuration the engine refuses
         return SeedResult(seed, label, "config", str(exc), frozenset(), len(trace.ops), 0, 0.0)
     key = failure_key(outcome)
-    detail = "" if key is None else outcome.describe(1) or "drain did not reach idle within its budget"
-    return SeedResult(seed, label, key, detail, goals_met(outcome, reuse), len(trace.ops), outcome.steps,
-                      time.perf_counter() - start)
+    detail = (
+        "" if key is None else outcome.describe(1) or "drain did not reach idle within its budget"
+    )
+    return SeedResult(
+        seed,
+        label,
+        key,
+        detail,
+        goals_met(outcome, reuse),
+        len(trace.ops),
+        outcome.steps,
+        time.perf_counter() - start,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +129,17 @@ class ExploreReport:
         return [goal for goal, n in self.coverage.items() if n == 0]
 
 
-def explore(seeds: int = DEFAULT_SEEDS, steps: int = DEFAULT_STEPS, *, seed_start: int = 0, workers: int = 1,
-            fail_fast: bool = False, out_dir: Path = FAILURE_DIR, max_shrunk: int = MAX_SHRUNK,
-            shrink_budget: int = SHRINK_BUDGET) -> ExploreReport:
+def explore(
+    seeds: int = DEFAULT_SEEDS,
+    steps: int = DEFAULT_STEPS,
+    *,
+    seed_start: int = 0,
+    workers: int = 1,
+    fail_fast: bool = False,
+    out_dir: Path = FAILURE_DIR,
+    max_shrunk: int = MAX_SHRUNK,
+    shrink_budget: int = SHRINK_BUDGET,
+) -> ExploreReport:
     """Run seeds ``seed_start …`` (``workers`` processes), then shrink the first failing
     seed of each distinct failure key (at most ``max_shrunk``) into ``out_dir``."""
     start = time.perf_counter()
@@ -144,15 +162,21 @@ def _results(seeds: range, steps: int, workers: int) -> Iterator[SeedResult]:
     return map_in_order(functools.partial(run_seed, steps=steps), seeds, workers)
 
 
-def shrink_seed(result: SeedResult, steps: int, out_dir: Path, budget: int = SHRINK_BUDGET) -> Finding:
+def shrink_seed(
+    result: SeedResult, steps: int, out_dir: Path, budget: int = SHRINK_BUDGET
+) -> Finding:
     """Shrink the failing trace of ``result``'s seed and write it as ``seed-<n>.json``."""
     assert result.failure is not None
     trace = generate_trace(result.seed, steps)
     outcome = check_trace(trace)
-    if outcome.stopped_at is not None and outcome.stopped_at < len(trace.ops):  # later ops never ran
+    if outcome.stopped_at is not None and outcome.stopped_at < len(
+        trace.ops
+    ):  # later ops never ran
         trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])
     small, runs = shrink_counted(trace, fails_like(result.failure), budget=budget)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"seed-{result.seed}.json"
     small.model_copy(update={"name": f"explore-seed-{result.seed}-shrunk"}).save(path)
-    return Finding(result.seed, result.failure, result.detail, path, result.ops, len(small.ops), runs)
+    return Finding(
+        result.seed, result.failure, result.detail, path, result.ops, len(small.ops), runs
+    )

@@ -50,8 +50,12 @@ def generate_trace(seed: int, steps: int) -> Trace:
     swarm = sample_swarm(seed)
     gen = _Generator(swarm, np.random.default_rng([seed, 4]))
     ops = gen.safety(steps)
-    return Trace(name=f"explore-seed-{seed}", seed=seed, engine=swarm.engine,
-                 ops=[*ops, *gen.drain(ops), FlushCache()])
+    return Trace(
+        name=f"explore-seed-{seed}",
+        seed=seed,
+        engine=swarm.engine,
+        ops=[*ops, *gen.drain(ops), FlushCache()],
+    )
 
 
 @dataclass(slots=True, eq=False)
@@ -74,8 +78,16 @@ class _Generator:
             kind = kinds[int(self.rng.choice(len(kinds), p=p / p.sum()))]
             new = self._make(kind)
             ops.extend(new)
-            scheduled += sum(op.n if isinstance(op, Step) else WAIT_STEPS if isinstance(op, WaitFor)
-                             else 1 if isinstance(op, ForceRetract) else 0 for op in new)
+            scheduled += sum(
+                op.n
+                if isinstance(op, Step)
+                else WAIT_STEPS
+                if isinstance(op, WaitFor)
+                else 1
+                if isinstance(op, ForceRetract)
+                else 0
+                for op in new
+            )
         return ops
 
     def drain(self, safety: list[Op]) -> list[Op]:
@@ -97,14 +109,18 @@ class _Generator:
             return [FlushCache()]
         if kind == "advance_clock":
             return [AdvanceClock(seconds=float(rng.choice([0.5, 5.0, 30.0])))]
-        if not self.sessions or kind == "open_session" and len(self.sessions) < MAX_OPEN_SESSIONS:
+        if not self.sessions or (kind == "open_session" and len(self.sessions) < MAX_OPEN_SESSIONS):
             return [self._open()]
         sid = list(self.sessions)[int(rng.integers(len(self.sessions)))]
         if kind == "close_session":
             del self.sessions[sid]
             return [CloseSession(sid=sid)]
         turn = self._submit(sid)
-        return [turn, WaitFor(rids=[turn.rid], max_steps=WAIT_STEPS)] if kind == "wait_turn" else [turn]
+        return (
+            [turn, WaitFor(rids=[turn.rid], max_steps=WAIT_STEPS)]
+            if kind == "wait_turn"
+            else [turn]
+        )
 
     def _open(self) -> OpenSession:
         sid = f"s{self.num_sessions}"
@@ -124,22 +140,33 @@ class _Generator:
             ids = rng.integers(0, 256, shape.input_limit + int(rng.integers(0, 8))).tolist()
         else:
             head = shape.heads[int(rng.integers(len(shape.heads)))] if rng.random() < 0.6 else ()
-            ids = [*head[: int(rng.integers(0, len(head) + 1))],
-                   *rng.integers(0, 256, int(rng.integers(1, shape.suffix_max))).tolist()]
+            ids = [
+                *head[: int(rng.integers(0, len(head) + 1))],
+                *rng.integers(0, 256, int(rng.integers(1, shape.suffix_max))).tolist(),
+            ]
         session = None if sid is None else self._session_ref(sid)
         if sid is not None:
             self.last_turn[sid] = rid
-        return Submit(rid=rid, input_ids=ids, max_new_tokens=int(rng.integers(1, shape.new_max + 1)),
-                      session=session, return_logprob=bool(rng.random() < 0.1))
+        return Submit(
+            rid=rid,
+            input_ids=ids,
+            max_new_tokens=int(rng.integers(1, shape.new_max + 1)),
+            session=session,
+            return_logprob=bool(rng.random() < 0.1),
+        )
 
     def _session_ref(self, sid: str) -> SessionRef:
         """Streaming turns append; plain-session turns name their parent, now and then with
         SGLang's offset / replace / drop_previous_output (some of which it rejects)."""
-        parent = self.last_turn.get(sid) if not self.sessions[sid] and self.rng.random() < 0.8 else None
+        parent = (
+            self.last_turn.get(sid) if not self.sessions[sid] and self.rng.random() < 0.8 else None
+        )
         extra = [{}, {}, {}, {"offset": -1}, {"replace": True}, {"drop_previous_output": True}]
         return SessionRef(id=sid, rid=parent, **extra[int(self.rng.integers(len(extra)))])
 
     def _abort(self) -> Abort:
         if self.rids and self.rng.random() < 0.3:
             return Abort(rid=self.rids[int(self.rng.integers(len(self.rids)))])
-        return Abort(phase=PHASES[int(self.rng.integers(len(PHASES)))], pick=int(self.rng.integers(64)))
+        return Abort(
+            phase=PHASES[int(self.rng.integers(len(PHASES)))], pick=int(self.rng.integers(64))
+        )

@@ -69,12 +69,23 @@ class Replay:
         if v is None:
             if self.failure is None:
                 return [f"no violation: {len(ops)} ops, {self.outcome.steps} steps, idle reached"]
-            return [f"failure: {self.failure}", self.outcome.describe() or "the drain did not reach idle",
-                    *(self.outcome.error_traceback or "").rstrip().splitlines()[-6:]]
-        where = op_label(ops[self.op_index]) if self.op_index is not None and self.op_index < len(ops) else "drain"
+            return [
+                f"failure: {self.failure}",
+                self.outcome.describe() or "the drain did not reach idle",
+                *(self.outcome.error_traceback or "").rstrip().splitlines()[-6:],
+            ]
+        where = (
+            op_label(ops[self.op_index])
+            if self.op_index is not None and self.op_index < len(ops)
+            else "drain"
+        )
         lines = [str(v), f"  title: {v.title}", f"  op #{self.op_index}: {where}"]
         lines += [f"  witness: {w}" for w in v.witnesses]
-        lines += ["", f"state diff (last step view -> {v.event} view at step {v.step}):", *self.diff]
+        lines += [
+            "",
+            f"state diff (last step view -> {v.event} view at step {v.step}):",
+            *self.diff,
+        ]
         return lines
 
 
@@ -99,12 +110,18 @@ def view_diff(before: StateView, after: StateView, limit: int = MAX_DIFF_LINES) 
         if path in old and path in new:
             if old[path] != new[path]:
                 lines.append(f"  {path}: {old[path]} -> {new[path]}")
-        elif (record is None or record in old_records and record in new_records) and \
-                (value := new.get(path, old.get(path))) != ():  # an empty list: its records say it
+        elif (record is None or (record in old_records and record in new_records)) and (
+            value := new.get(path, old.get(path))
+        ) != ():  # an empty list: its records say it
             lines.append(f"{'+' if path in new else '-'} {path}: {value}")
-    for sign, records, side in (("+", new_records - old_records, new), ("-", old_records - new_records, old)):
+    for sign, records, side in (
+        ("+", new_records - old_records, new),
+        ("-", old_records - new_records, old),
+    ):
         for record in sorted(records):
-            fields = [f"{p[len(record) + 1:]}={v}" for p, v in side.items() if _record(p) == record and v]
+            fields = [
+                f"{p[len(record) + 1 :]}={v}" for p, v in side.items() if _record(p) == record and v
+            ]
             lines.append(f"{sign} {record}: {' '.join(fields)}"[:160])
     if len(lines) > limit:
         lines = [*lines[:limit], f"  ... {len(lines) - limit} more"]

@@ -24,19 +24,26 @@ def print_report(report: ExploreReport, steps: int, workers: int, echo: Echo = p
     if len(failed) > MAX_LISTED:
         echo(f"... {len(failed) - MAX_LISTED} more failing seeds")
     seeds = len(report.results)
-    echo(f"explored {seeds} seeds x {steps} steps in {report.seconds:.1f} s ({workers} worker"
-         f"{'s' if workers > 1 else ''}): {len(failed)} failing")
+    echo(
+        f"explored {seeds} seeds x {steps} steps in {report.seconds:.1f} s ({workers} worker"
+        f"{'s' if workers > 1 else ''}): {len(failed)} failing"
+    )
     echo("sometimes goals (seeds that made each happen):")
     for goal, count in report.coverage.items():
         echo(f"  {goal:<14} {count:>5}/{seeds}  {'' if count else 'NEVER: '}{GOALS[goal]}")
     for f in report.findings:
-        echo(f"finding {f.key} (seed {f.seed}): shrunk {f.original_ops} -> {f.shrunk_ops} ops "
-             f"in {f.shrink_runs} runs\n  replay: kvspec replay {f.path}")
+        echo(
+            f"finding {f.key} (seed {f.seed}): shrunk {f.original_ops} -> {f.shrunk_ops} ops "
+            f"in {f.shrink_runs} runs\n  replay: kvspec replay {f.path}"
+        )
     shrunk = {f.seed for f in report.findings}
     for r in failed:
         if r.seed not in shrunk and r.failure == "config":
             echo(f"seed {r.seed}: the swarm drew a configuration the engine refuses: {r.detail}")
     rest = [r.seed for r in failed if r.seed not in shrunk and r.failure != "config"]
     if rest:
-        echo(f"not shrunk (same failure as a shrunk seed, or over the limit): seeds {rest[:MAX_LISTED]}; "
-             f"rerun one with: kvspec explore --seeds 1 --steps {steps} --seed-start SEED")
+        echo(
+            "not shrunk (same failure as a shrunk seed, or over the limit): "
+            f"seeds {rest[:MAX_LISTED]}; "
+            f"rerun one with: kvspec explore --seeds 1 --steps {steps} --seed-start SEED"
+        )

@@ -27,12 +27,25 @@ from invariants.spec import EngineSpec
 SKIPPED_VALUES = {"attention": ("mla",)}  # the tiny model: see the module docstring
 # op kind -> base weight; the first two always run, the others a seed may switch off
 BASE_WEIGHTS: dict[str, float] = {
-    "submit": 3.0, "step": 4.0, "turn": 2.0, "open_session": 0.6, "close_session": 0.3,
-    "abort": 1.0, "force_retract": 0.5, "flush_cache": 0.2, "advance_clock": 0.3, "wait_turn": 0.5,
+    "submit": 3.0,
+    "step": 4.0,
+    "turn": 2.0,
+    "open_session": 0.6,
+    "close_session": 0.3,
+    "abort": 1.0,
+    "force_retract": 0.5,
+    "flush_cache": 0.2,
+    "advance_clock": 0.3,
+    "wait_turn": 0.5,
 }
 ALWAYS = ("submit", "step")
-FEATURES = {"sessions": ("turn", "open_session", "close_session", "wait_turn"), "abort": ("abort",),
-            "retract": ("force_retract",), "flush": ("flush_cache",), "clock": ("advance_clock",)}
+FEATURES = {
+    "sessions": ("turn", "open_session", "close_session", "wait_turn"),
+    "abort": ("abort",),
+    "retract": ("force_retract",),
+    "flush": ("flush_cache",),
+    "clock": ("advance_clock",),
+}
 NEW_MAX = 64  # the most new tokens a request asks for
 CALM_PROB = 0.15  # seeds with no fault ops at all: only traffic
 FEATURE_OFF_PROB = 0.3
@@ -61,15 +74,23 @@ class Swarm:
     def label(self) -> str:
         on = [k for k, w in self.weights.items() if w > 0 and k not in ALWAYS]
         e = self.engine
-        return (f"ps{e.page_size} {e.cache} pool{e.max_total_tokens} overlap{'+' if e.enable_overlap else '-'} "
-                f"swa{'+' if e.swa_tokens else '-'} eagle{'+' if e.speculative else '-'} ops[{','.join(on)}]")
+
+        def sign(on: object) -> str:
+            return "+" if on else "-"
+
+        return (
+            f"ps{e.page_size} {e.cache} pool{e.max_total_tokens} overlap{sign(e.enable_overlap)} "
+            f"swa{sign(e.swa_tokens)} eagle{sign(e.speculative)} ops[{','.join(on)}]"
+        )
 
 
 def sample_axes(rng: np.random.Generator) -> dict[str, Any]:
     """One value per matrix axis (redrawn until no declared constraint is broken)."""
     matrix = load_matrix()
-    axes = {axis: [v for v in values if v not in SKIPPED_VALUES.get(axis, ())]
-            for axis, values in matrix.axes.items()}
+    axes = {
+        axis: [v for v in values if v not in SKIPPED_VALUES.get(axis, ())]
+        for axis, values in matrix.axes.items()
+    }
     while True:
         row = {axis: values[int(rng.integers(len(values)))] for axis, values in axes.items()}
         if not violations(row, matrix):
@@ -82,8 +103,12 @@ def sample_swarm(seed: int) -> Swarm:
     weights = sample_weights(np.random.default_rng([seed, 1]))
     if not engine.enable_streaming_session and np.random.default_rng([seed, 2]).random() < 0.5:
         weights = {k: (0.0 if k in FEATURES["sessions"] else w) for k, w in weights.items()}
-    return Swarm(engine, weights, sample_prompts(np.random.default_rng([seed, 3]), engine),
-                 0.8 if engine.enable_streaming_session else 0.0)
+    return Swarm(
+        engine,
+        weights,
+        sample_prompts(np.random.default_rng([seed, 3]), engine),
+        0.8 if engine.enable_streaming_session else 0.0,
+    )
 
 
 def sample_engine(rng: np.random.Generator) -> EngineSpec:
@@ -92,17 +117,30 @@ def sample_engine(rng: np.random.Generator) -> EngineSpec:
     row = sample_axes(rng)
     ps = int(row.get("page_size", 1))
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 8 * ps)
-    fields = apply_axes(EngineSpec(
-        page_size=ps, max_total_tokens=tokens, max_num_reqs=int(rng.integers(3, 12)),
-        chunked_prefill_size=None if rng.random() < 0.15 else int(rng.choice([16, 32, 64, 128])),
-        sliding_window=int(rng.choice([16, 32, 64])), eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
-        enable_streaming_session=bool(rng.random() < 0.5)).model_dump(), row)
+    fields = apply_axes(
+        EngineSpec(
+            page_size=ps,
+            max_total_tokens=tokens,
+            max_num_reqs=int(rng.integers(3, 12)),
+            chunked_prefill_size=None
+            if rng.random() < 0.15
+            else int(rng.choice([16, 32, 64, 128])),
+            sliding_window=int(rng.choice([16, 32, 64])),
+            eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
+            enable_streaming_session=bool(rng.random() < 0.5),
+        ).model_dump(),
+        row,
+    )
     if fields.get("swa_tokens"):  # a SWA pool of its own size, still page-sized
         fields["swa_tokens"] = max(paging.ceil_align(tokens // int(rng.choice([1, 2])), ps), 4 * ps)
     if fields.get("speculative"):
         steps = int(rng.integers(1, 5))
-        fields["speculative"] = {**fields["speculative"], "num_steps": steps, "num_draft_tokens": steps + 1,
-                                 "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2)}
+        fields["speculative"] = {
+            **fields["speculative"],
+            "num_steps": steps,
+            "num_draft_tokens": steps + 1,
+            "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2),
+        }
     # admission charges prompt + new tokens + a page against the smaller pool: keep that fitting
     smallest = min(tokens, fields.get("swa_tokens") or tokens)
     fields["context_len"] = min(smallest - NEW_MAX - 2 * ps - 16, 512 if ps < 256 else 1024)
@@ -111,7 +149,10 @@ def sample_engine(rng: np.random.Generator) -> EngineSpec:
 
 def sample_weights(rng: np.random.Generator) -> dict[str, float]:
     """Base weights scaled log-uniformly (×¼…×4); whole features off; some seeds calm."""
-    weights = {k: w * float(np.exp(rng.uniform(np.log(0.25), np.log(4.0)))) for k, w in BASE_WEIGHTS.items()}
+    weights = {
+        k: w * float(np.exp(rng.uniform(np.log(0.25), np.log(4.0))))
+        for k, w in BASE_WEIGHTS.items()
+    }
     calm = rng.random() < CALM_PROB
     for kinds in FEATURES.values():
         if calm or rng.random() < FEATURE_OFF_PROB:
@@ -123,5 +164,8 @@ def sample_prompts(rng: np.random.Generator, engine: EngineSpec) -> PromptShape:
     """Shared heads up to a third of the input limit; suffixes up to half of it."""
     limit = engine.engine_config(seed=0).max_req_input_len  # the seed plays no part in the limit
     head_len = int(rng.integers(4, max(5, limit // 3)))
-    heads = tuple(tuple(int(t) for t in rng.integers(0, 256, head_len)) for _ in range(int(rng.integers(1, 5))))
+    heads = tuple(
+        tuple(int(t) for t in rng.integers(0, 256, head_len))
+        for _ in range(int(rng.integers(1, 5)))
+    )
     return PromptShape(heads, max(2, limit // 2), int(rng.choice([8, 16, 32, NEW_MAX])), limit)

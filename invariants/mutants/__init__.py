@@ -14,21 +14,39 @@ from invariants.mutants.base import BUGS_DIR, Entry, FalsePositive, Mutant, Plan
 from invariants.mutants.planted import PLANTED
 
 FALSE_POSITIVES: tuple[FalsePositive, ...] = (
-    FalsePositive("22213-busy-double-count", "sglang#22213",
-                  "pre-#22213 busy check counts a borrowed slot as session-held and as uncached",
-                  "22213-busy-double-count.rules.yaml", "22213-busy-double-count.json",
-                  ids("old.busy_sum_counts_borrowed_slots")),
-    FalsePositive("20070-idle-formula", "sglang#20070",
-                  "pre-#20070 idle checks ignore session-held KV and the turn-1 lock, use raw lengths",
-                  "20070-idle-formula.rules.yaml", "20070-idle-formula.json",
-                  ids("old.hybrid_idle_num_used_zero", "old.idle_held_raw_allocated")),
-    FalsePositive("20476-reuse-one-row-per-batch", "sglang#20476",
-                  "0.5.9 pool assert: one request per batch may arrive with a row (restored turns do)",
-                  "20476-reuse-one-row-per-batch.rules.yaml", "20476-reuse-one-row-per-batch.json",
-                  ids("old.one_reusing_request_per_batch")),
+    FalsePositive(
+        "22213-busy-double-count",
+        "sglang#22213",
+        "pre-#22213 busy check counts a borrowed slot as session-held and as uncached",
+        "22213-busy-double-count.rules.yaml",
+        "22213-busy-double-count.json",
+        ids("old.busy_sum_counts_borrowed_slots"),
+    ),
+    FalsePositive(
+        "20070-idle-formula",
+        "sglang#20070",
+        "pre-#20070 idle checks ignore session-held KV and the turn-1 lock, use raw lengths",
+        "20070-idle-formula.rules.yaml",
+        "20070-idle-formula.json",
+        ids("old.hybrid_idle_num_used_zero", "old.idle_held_raw_allocated"),
+    ),
+    FalsePositive(
+        "20476-reuse-one-row-per-batch",
+        "sglang#20476",
+        "0.5.9 pool assert: one request per batch may arrive with a row (restored turns do)",
+        "20476-reuse-one-row-per-batch.rules.yaml",
+        "20476-reuse-one-row-per-batch.json",
+        ids("old.one_reusing_request_per_batch"),
+    ),
 )
 
-ZOO: tuple[Entry, ...] = (*session.MUTANTS, *sched.MUTANTS, *speculative.MUTANTS, *PLANTED, *FALSE_POSITIVES)
+ZOO: tuple[Entry, ...] = (
+    *session.MUTANTS,
+    *sched.MUTANTS,
+    *speculative.MUTANTS,
+    *PLANTED,
+    *FALSE_POSITIVES,
+)
 BY_NAME: dict[str, Entry] = {e.name: e for e in ZOO}
 if len(BY_NAME) != len(ZOO):
     raise ValueError("bug zoo: duplicate entry names")

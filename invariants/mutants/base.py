@@ -122,4 +122,14 @@ def ids(*names: str) -> frozenset[str]:
     return frozenset(names)
 
 
-__all__ = ["BUGS_DIR", "Entry", "FalsePositive", "Mutant", "Patch", "Planted", "PlantedViews", "ids", "swap"]
+__all__ = [
+    "BUGS_DIR",
+    "Entry",
+    "FalsePositive",
+    "Mutant",
+    "Patch",
+    "Planted",
+    "PlantedViews",
+    "ids",
+    "swap",
+]

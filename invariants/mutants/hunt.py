@@ -4,7 +4,8 @@ and how short the shrunk reproducer is.
 
 Keeps: a catch counts only when the trigger is clean without the mutant, a ``.yaml``
 trigger meets its ``expect`` goals there (otherwise the catch means nothing), and an
-expected invariant fires at the first violating event; a false-positive entry counts only when the old rules fire and the catalog stays silent on the same views; a
+expected invariant fires at the first violating event; a false-positive entry counts only
+when the old rules fire and the catalog stays silent on the same views; a
 planted entry counts only when the fixed state is clean and the bug's state is caught. There
 is no passing status other than "caught".
 """
@@ -34,7 +35,9 @@ class Finding:
     event; for a false positive, the old rules that fired)."""
 
     entry: Entry
-    status: str  # caught | missed | unexpected | false-positive-fired | dirty-trigger | weak-trigger
+    status: (
+        str  # caught | missed | unexpected | false-positive-fired | dirty-trigger | weak-trigger
+    )
     caught_by: tuple[str, ...] = ()
     event: str = ""
     step: int = -1
@@ -67,8 +70,12 @@ def weak_trigger(entry: Entry, trace: Trace, clean: TraceOutcome) -> Finding | N
     unmet = trigger_goals(entry.trigger_path, clean)
     if not unmet:
         return None
-    return Finding(entry, "weak-trigger", trace_ops=len(trace.ops),
-                   detail="the clean run missed the trigger's expect: " + "; ".join(unmet))
+    return Finding(
+        entry,
+        "weak-trigger",
+        trace_ops=len(trace.ops),
+        detail="the clean run missed the trigger's expect: " + "; ".join(unmet),
+    )
 
 
 def first_event(outcome: TraceOutcome) -> tuple[tuple[str, ...], str, int]:
@@ -76,16 +83,20 @@ def first_event(outcome: TraceOutcome) -> tuple[tuple[str, ...], str, int]:
     first = outcome.first_violation
     if first is None:
         return (), "", -1
-    same = [v.invariant for v in outcome.violations if (v.step, v.event) == (first.step, first.event)]
+    same = [
+        v.invariant for v in outcome.violations if (v.step, v.event) == (first.step, first.event)
+    ]
     return tuple(dict.fromkeys(same)), first.event, first.step
 
 
 def fires(entry: Mutant, catalog: Catalog, invariant: str) -> Callable[[Trace], bool]:
     """The shrink predicate: under the mutant, ``invariant`` (the one that caught it) fires."""
+
     def predicate(trace: Trace) -> bool:
         with entry.patch():
             outcome = run_trace(trace, catalog)
         return any(v.invariant == invariant for v in outcome.violations)
+
     return predicate
 
 
@@ -116,7 +127,9 @@ def hunt(entry: Entry, catalog: Catalog | None = None, shrinker: Shrinker | None
         outcome = run_trace(trace, rules)
     seconds = time.perf_counter() - start
     caught_by, event, step = first_event(outcome)
-    status = "caught" if set(caught_by) & entry.expect else ("unexpected" if caught_by else "missed")
+    status = (
+        "caught" if set(caught_by) & entry.expect else ("unexpected" if caught_by else "missed")
+    )
     shrunk = None
     if status == "caught" and shrinker is not None:
         caught = next(i for i in caught_by if i in entry.expect)
@@ -140,17 +153,36 @@ def _hunt_planted(entry: Planted, catalog: Catalog) -> Finding:
     catalog = run_rules(entry, catalog)
     clean = check_views(entry.plant(False), catalog)
     if clean:
-        return Finding(entry, "dirty-trigger", tuple(dict.fromkeys(v.invariant for v in clean)),
-                       detail=f"the fixed state is not clean: {clean[0]}")
+        return Finding(
+            entry,
+            "dirty-trigger",
+            tuple(dict.fromkeys(v.invariant for v in clean)),
+            detail=f"the fixed state is not clean: {clean[0]}",
+        )
     start = time.perf_counter()
     found = check_views(entry.plant(True), catalog)
     seconds = time.perf_counter() - start
     caught_by = tuple(dict.fromkeys(v.invariant for v in found))
-    status = "caught" if set(caught_by) & entry.expect else ("unexpected" if caught_by else "missed")
+    status = (
+        "caught" if set(caught_by) & entry.expect else ("unexpected" if caught_by else "missed")
+    )
     first = found[0] if found else None
-    detail = f"{first} (planted: {entry.why})" if first else f"no invariant fired on the planted state ({entry.why})"
-    return Finding(entry, status, caught_by, first.event if first else "", first.step if first else -1,
-                   seconds, 0, None, detail)
+    detail = (
+        f"{first} (planted: {entry.why})"
+        if first
+        else f"no invariant fired on the planted state ({entry.why})"
+    )
+    return Finding(
+        entry,
+        status,
+        caught_by,
+        first.event if first else "",
+        first.step if first else -1,
+        seconds,
+        0,
+        None,
+        detail,
+    )
 
 
 def _hunt_false_positive(entry: FalsePositive, catalog: Catalog, trace: Trace) -> Finding:
@@ -162,15 +194,43 @@ def _hunt_false_positive(entry: FalsePositive, catalog: Catalog, trace: Trace) -
     fired = tuple(dict.fromkeys(v.invariant for v in old.violations))
     first = old.violations[0] if old.violations else None
     if not outcome.ok:
-        return Finding(entry, "false-positive-fired", fired, seconds=seconds, trace_ops=len(trace.ops),
-                       detail=f"the shipped catalog fired on correct code: {outcome.describe(2)}")
+        return Finding(
+            entry,
+            "false-positive-fired",
+            fired,
+            seconds=seconds,
+            trace_ops=len(trace.ops),
+            detail=f"the shipped catalog fired on correct code: {outcome.describe(2)}",
+        )
     weak = weak_trigger(entry, trace, outcome)
     if weak is not None:
         return weak
     status = "caught" if set(fired) & entry.expect else "missed"
-    detail = str(first) if first is not None else "the old formula did not fire: the trigger is not the scenario"
-    return Finding(entry, status, fired, first.event if first else "", first.step if first else -1, seconds,
-                   len(trace.ops), None, detail)
+    detail = (
+        str(first)
+        if first is not None
+        else "the old formula did not fire: the trigger is not the scenario"
+    )
+    return Finding(
+        entry,
+        status,
+        fired,
+        first.event if first else "",
+        first.step if first else -1,
+        seconds,
+        len(trace.ops),
+        None,
+        detail,
+    )
 
 
-__all__ = ["Finding", "check_views", "fires", "first_event", "hunt", "load_trigger", "run_rules", "trigger_goals"]
+__all__ = [
+    "Finding",
+    "check_views",
+    "fires",
+    "first_event",
+    "hunt",
+    "load_trigger",
+    "run_rules",
+    "trigger_goals",
+]

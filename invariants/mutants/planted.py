@@ -25,15 +25,23 @@ from invariants.mutants.speculative import trim_leaving_swa_cursor
 
 # ---- #22900: the overshoot trim and the SWA cursor ----
 
-OVERSHOOT_MEMORY = MemoryConfig(page_size=4, max_total_tokens=256, max_num_reqs=2, context_len=64,
-                                swa_tokens=256, sliding_window=8)
+OVERSHOOT_MEMORY = MemoryConfig(
+    page_size=4,
+    max_total_tokens=256,
+    max_num_reqs=2,
+    context_len=64,
+    swa_tokens=256,
+    sliding_window=8,
+)
 
 
 def overshoot_req(mem: KVMemory) -> Req:
     """A finishing v2 request (page size 4, window 8): prompt 36, 6 output tokens of which
     2 are returned (target 38), committed 42, reserved to 48, SWA KV freed up to 40 (the
     #22900 report: cursor 42 > target 38)."""
-    req = Req("r", [(5 * i) % 256 for i in range(36)], sampling_params=SamplingParams(max_new_tokens=2))
+    req = Req(
+        "r", [(5 * i) % 256 for i in range(36)], sampling_params=SamplingParams(max_new_tokens=2)
+    )
     req.init_next_round_input(mem)
     mem.alloc_for_extend([req])
     accounting.extend_allocation(mem, [req], [48])
@@ -58,7 +66,10 @@ def swa_overshoot(bug: bool) -> PlantedViews:
 
 PREABORT_CONFIG = EngineConfig(
     memory=MemoryConfig(page_size=4, max_total_tokens=2048, max_num_reqs=16, context_len=512),
-    chunked_prefill_size=64, enable_overlap=False, enable_streaming_session=True)
+    chunked_prefill_size=64,
+    enable_overlap=False,
+    enable_streaming_session=True,
+)
 FIRST_TURN = ByteTokenizer().encode("Let me tell you something about France.", add_bos=True)
 
 
@@ -75,8 +86,12 @@ def preabort_slot(bug: bool) -> PlantedViews:
     engine.pop_result(rid)
     cache = engine.mem.tree_cache
     assert isinstance(cache, StreamingSession)
-    req = engine.sessions.create_req("turn-2", [0], SessionParams(id=sid),
-                                     lambda ids: Req("turn-2", ids, sampling_params=SamplingParams(max_new_tokens=8)))
+    req = engine.sessions.create_req(
+        "turn-2",
+        [0],
+        SessionParams(id=sid),
+        lambda ids: Req("turn-2", ids, sampling_params=SamplingParams(max_new_tokens=8)),
+    )
     req.origin_input_ids = [0]  # SGLang's stand-in for the too-long prompt
     req.to_finish = FinishReason.of_abort("Input length exceeds the maximum allowed length", 400)
     slot = (pre_abort_restores if bug else StreamingSession.find_active_slot)(cache, req)
@@ -88,18 +103,28 @@ def preabort_slot(bug: bool) -> PlantedViews:
 
 
 PLANTED: tuple[Planted, ...] = (
-    Planted("22790-pre-abort-restores-slot", "sglang#22790",
-            "a pre-aborted (too long) turn still restores the slot and saves its one-token prefix into it",
-            preabort_slot, ids("session.held_nonneg"),
-            why="kvspec answers a too-long input at submit (status 400, never queued; SGLang queued it "
-                "as [0] with to_finish set), and the only other to_finish turn that reaches a match is "
-                "one aborted then retracted, whose retract already wiped the slot"),
-    Planted("22900-swa-cursor-uncapped", "sglang#22900",
-            "the overshoot trim leaves swa_evicted_seqlen above the trimmed committed length",
-            swa_overshoot, ids("req.swa_evicted_le_committed"), catalog_off=ids("req.finished_released"),
-            why="kvspec's SWA cursor is set at prepare to at most committed - window - page, and a "
-                "finishing v2 round's target (origin + finished_len) is above the committed length "
-                "that prepare saw, so the cursor never passes it"),
+    Planted(
+        "22790-pre-abort-restores-slot",
+        "sglang#22790",
+        "a pre-aborted (too long) turn still restores the slot and saves its one-token prefix "
+        "into it",
+        preabort_slot,
+        ids("session.held_nonneg"),
+        why="kvspec answers a too-long input at submit (status 400, never queued; SGLang queued it "
+        "as [0] with to_finish set), and the only other to_finish turn that reaches a match is "
+        "one aborted then retracted, whose retract already wiped the slot",
+    ),
+    Planted(
+        "22900-swa-cursor-uncapped",
+        "sglang#22900",
+        "the overshoot trim leaves swa_evicted_seqlen above the trimmed committed length",
+        swa_overshoot,
+        ids("req.swa_evicted_le_committed"),
+        catalog_off=ids("req.finished_released"),
+        why="kvspec's SWA cursor is set at prepare to at most committed - window - page, and a "
+        "finishing v2 round's target (origin + finished_len) is above the committed length "
+        "that prepare saw, so the cursor never passes it",
+    ),
 )
 
 __all__ = ["OVERSHOOT_MEMORY", "PLANTED", "overshoot_req", "preabort_slot", "swa_overshoot"]

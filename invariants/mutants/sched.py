@@ -20,7 +20,9 @@ REAL_RELEASE_KV = retract.release_kv
 REAL_SCHED_RELEASE = Scheduler._release
 
 
-def retract_inserting(mem: Any, req: Req, is_insert: bool, released: list[Any], speculative: bool = False) -> None:
+def retract_inserting(
+    mem: Any, req: Req, is_insert: bool, released: list[Any], speculative: bool = False
+) -> None:
     """A retract that releases with ``is_insert=True``: the unfinished request's KV goes
     into the tree as if it had finished (the sums stay balanced, the tree just grows)."""
     REAL_RELEASE_KV(mem, req, True, released, speculative)  # fix: is_insert as given (False)
@@ -42,16 +44,28 @@ def tail_free_from_floor(committed_len: int, allocated_len: int, ps: int) -> tup
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("retract-inserts-kv", "sglang.md §2.4 release order",
-           "a retract releases with is_insert=True: unfinished KV is cached as if finished",
-           lambda: swap(retract, "release_kv", retract_inserting),
-           "retract-inserts-kv.yaml", ids("req.release_insert_iff_finished")),
-    Mutant("22273-abort-not-released", "sglang#22273",
-           "a running request finished by an abort is retired without a release",
-           lambda: swap(Scheduler, "_release", abort_not_released),
-           "22273-abort-not-released.json", ids("req.finished_released")),
-    Mutant("22862-tail-free-from-floor", "sglang#22862",
-           "the over-allocated tail is freed from floor(committed): the committed page twice",
-           lambda: swap(paging, "tail_free_range", tail_free_from_floor),
-           "22862-tail-free-from-floor.yaml", ids("pool.busy_sum", "census.free_list_unique")),
+    Mutant(
+        "retract-inserts-kv",
+        "sglang.md §2.4 release order",
+        "a retract releases with is_insert=True: unfinished KV is cached as if finished",
+        lambda: swap(retract, "release_kv", retract_inserting),
+        "retract-inserts-kv.yaml",
+        ids("req.release_insert_iff_finished"),
+    ),
+    Mutant(
+        "22273-abort-not-released",
+        "sglang#22273",
+        "a running request finished by an abort is retired without a release",
+        lambda: swap(Scheduler, "_release", abort_not_released),
+        "22273-abort-not-released.json",
+        ids("req.finished_released"),
+    ),
+    Mutant(
+        "22862-tail-free-from-floor",
+        "sglang#22862",
+        "the over-allocated tail is freed from floor(committed): the committed page twice",
+        lambda: swap(paging, "tail_free_range", tail_free_from_floor),
+        "22862-tail-free-from-floor.yaml",
+        ids("pool.busy_sum", "census.free_list_unique"),
+    ),
 )

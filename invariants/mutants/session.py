@@ -23,7 +23,9 @@ REAL_CREATE_REQ = Session.create_req
 # ---- match: #20070, #22862 ----
 
 
-def match_without_protected_len(self: StreamingSession, req: Req, key: Sequence[int]) -> MatchResult | None:
+def match_without_protected_len(
+    self: StreamingSession, req: Req, key: Sequence[int]
+) -> MatchResult | None:
     """Pre-#20070: the match result carries no ``cache_protected_len``, so the request takes
     ``len(prefix_indices)`` (the slot's committed length, off a page boundary) instead of the
     slot's page-aligned turn-1 prefix."""
@@ -37,7 +39,9 @@ def match_without_protected_len(self: StreamingSession, req: Req, key: Sequence[
     return MatchResult(indices, slot.virtual_node)  # fix: + slot.cache_protected_len
 
 
-def match_with_double_logit_reserve(self: StreamingSession, req: Req, key: Sequence[int]) -> MatchResult | None:
+def match_with_double_logit_reserve(
+    self: StreamingSession, req: Req, key: Sequence[int]
+) -> MatchResult | None:
     """Pre-#22862: ``prefix_len = min(committed, max(len(token_ids) - 1, 0))`` applies the
     one-token logit reserve a second time (``key`` already drops it), and nothing frees
     ``[prefix_len, allocated)`` before the extend overwrites the row there."""
@@ -143,45 +147,85 @@ def pre_abort_restores(self: StreamingSession, req: Req) -> SessionSlot | None:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("20070-unaligned-protected", "sglang#20070",
-           "turn >= 2 takes cache_protected_len = len(prefix_indices), off a page boundary",
-           lambda: swap(StreamingSession, "match_request", match_without_protected_len),
-           "20070-unaligned-protected.json", ids("req.cache_protected_page_aligned")),
-    Mutant("20476-destructive-restore", "sglang#20476",
-           "the restore clears the slot's row; a rejected turn's retry falls through to the tree",
-           lambda: swap(SessionSlot, "restore_to_req", destructive_restore),
-           "20476-destructive-restore.json", ids("sched.busy_set_covers_live")),
-    Mutant("20476-chunk-stash-through-tree", "sglang#20476",
-           "a streaming turn's chunk stash goes through the inner cache's insert and lock",
-           lambda: swap(StreamingSession, "cache_unfinished_req", stash_through_inner),
-           "20476-chunk-stash-through-tree.json", ids("probe.streaming_chunk_unpublished"),
-           probe_rules="20476-chunk-stash-through-tree.rules.yaml"),
-    Mutant("22862-stale-tail-leak", "sglang#22862",
-           "the restore leaves [ceil(prefix_len), allocated) allocated under the extend",
-           lambda: swap(StreamingSession, "_free_tail", free_no_tail),
-           "22862-stale-tail-leak.json", ids("pool.busy_sum", "census.no_orphans")),
-    Mutant("22862-double-logit-reserve", "sglang#22862",
-           "prefix_len = min(committed, len(key) - 1): the logit reserve twice, the slot leaks",
-           lambda: swap(StreamingSession, "match_request", match_with_double_logit_reserve),
-           "22862-double-logit-reserve.json", ids("pool.busy_sum", "census.no_orphans")),
-    Mutant("22790-aborted-turn-is-history", "sglang#22790",
-           "create_req makes the new request the history at once; an aborted turn is inherited",
-           lambda: swap(Session, "create_req", eager_history),
-           "22790-aborted-turn-is-history.json", ids("response.history_is_last_success")),
-    Mutant("22790-abort-saves-slot", "sglang#22790",
-           "a mid-decode abort saves the turn's KV into the slot instead of wiping it",
-           lambda: swap(StreamingSession, "cache_finished_req", abort_saves_slot),
-           "22790-abort-saves-slot.json", ids("session.slot_within_last_turn")),
-    Mutant("22790-close-under-running-turn", "sglang#22790",
-           "close releases the slot at once, under the turn still running on its row",
-           lambda: swap(SessionController, "_close", eager_close),
-           "22790-close-under-running-turn.json", ids("req_pool.no_row_free_and_used")),
-    Mutant("u6-waiting-abort-keeps-inflight", "sglang.md §2.9 U6",
-           "an abort in the waiting queue never clears the session's in-flight flag",
-           lambda: swap(SessionController, "on_retired", retire_keeps_inflight),
-           "u6-waiting-abort-keeps-inflight.json", ids("session.single_live_request")),
-    Mutant("40252-retract-saves-slot", "sglang#40252",
-           "a retracted turn is saved into its slot and ends the in-flight turn while alive",
-           lambda: swap(StreamingSession, "cache_finished_req", retract_saves_slot),
-           "40252-retract-saves-slot.json", ids("session.single_live_request")),
+    Mutant(
+        "20070-unaligned-protected",
+        "sglang#20070",
+        "turn >= 2 takes cache_protected_len = len(prefix_indices), off a page boundary",
+        lambda: swap(StreamingSession, "match_request", match_without_protected_len),
+        "20070-unaligned-protected.json",
+        ids("req.cache_protected_page_aligned"),
+    ),
+    Mutant(
+        "20476-destructive-restore",
+        "sglang#20476",
+        "the restore clears the slot's row; a rejected turn's retry falls through to the tree",
+        lambda: swap(SessionSlot, "restore_to_req", destructive_restore),
+        "20476-destructive-restore.json",
+        ids("sched.busy_set_covers_live"),
+    ),
+    Mutant(
+        "20476-chunk-stash-through-tree",
+        "sglang#20476",
+        "a streaming turn's chunk stash goes through the inner cache's insert and lock",
+        lambda: swap(StreamingSession, "cache_unfinished_req", stash_through_inner),
+        "20476-chunk-stash-through-tree.json",
+        ids("probe.streaming_chunk_unpublished"),
+        probe_rules="20476-chunk-stash-through-tree.rules.yaml",
+    ),
+    Mutant(
+        "22862-stale-tail-leak",
+        "sglang#22862",
+        "the restore leaves [ceil(prefix_len), allocated) allocated under the extend",
+        lambda: swap(StreamingSession, "_free_tail", free_no_tail),
+        "22862-stale-tail-leak.json",
+        ids("pool.busy_sum", "census.no_orphans"),
+    ),
+    Mutant(
+        "22862-double-logit-reserve",
+        "sglang#22862",
+        "prefix_len = min(committed, len(key) - 1): the logit reserve twice, the slot leaks",
+        lambda: swap(StreamingSession, "match_request", match_with_double_logit_reserve),
+        "22862-double-logit-reserve.json",
+        ids("pool.busy_sum", "census.no_orphans"),
+    ),
+    Mutant(
+        "22790-aborted-turn-is-history",
+        "sglang#22790",
+        "create_req makes the new request the history at once; an aborted turn is inherited",
+        lambda: swap(Session, "create_req", eager_history),
+        "22790-aborted-turn-is-history.json",
+        ids("response.history_is_last_success"),
+    ),
+    Mutant(
+        "22790-abort-saves-slot",
+        "sglang#22790",
+        "a mid-decode abort saves the turn's KV into the slot instead of wiping it",
+        lambda: swap(StreamingSession, "cache_finished_req", abort_saves_slot),
+        "22790-abort-saves-slot.json",
+        ids("session.slot_within_last_turn"),
+    ),
+    Mutant(
+        "22790-close-under-running-turn",
+        "sglang#22790",
+        "close releases the slot at once, under the turn still running on its row",
+        lambda: swap(SessionController, "_close", eager_close),
+        "22790-close-under-running-turn.json",
+        ids("req_pool.no_row_free_and_used"),
+    ),
+    Mutant(
+        "u6-waiting-abort-keeps-inflight",
+        "sglang.md §2.9 U6",
+        "an abort in the waiting queue never clears the session's in-flight flag",
+        lambda: swap(SessionController, "on_retired", retire_keeps_inflight),
+        "u6-waiting-abort-keeps-inflight.json",
+        ids("session.single_live_request"),
+    ),
+    Mutant(
+        "40252-retract-saves-slot",
+        "sglang#40252",
+        "a retracted turn is saved into its slot and ends the in-flight turn while alive",
+        lambda: swap(StreamingSession, "cache_finished_req", retract_saves_slot),
+        "40252-retract-saves-slot.json",
+        ids("session.single_live_request"),
+    ),
 )

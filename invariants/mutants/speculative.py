@@ -52,15 +52,21 @@ def tail_never_freed(committed_len: int, allocated_len: int, ps: int) -> tuple[i
     return allocated_len, allocated_len  # fix: (ceil_align(committed_len, ps), allocated_len)
 
 
-def reserve_one_window(reqs: Sequence[Req], version: int, num_draft_tokens: int, alloc_len: int) -> list[int]:
+def reserve_one_window(
+    reqs: Sequence[Req], version: int, num_draft_tokens: int, alloc_len: int
+) -> list[int]:
     """v2 reserving one verify window (``committed + alloc_len``) instead of two: the
     in-flight round's accepted tokens push the next verify past the allocation."""
-    return [max(r.kv_allocated_len, r.kv_committed_len + alloc_len) for r in reqs]  # fix: 2 * alloc_len
+    return [
+        max(r.kv_allocated_len, r.kv_committed_len + alloc_len) for r in reqs
+    ]  # fix: 2 * alloc_len
 
 
 def trim_without_free(mem: KVMemory, req: Req, new_len: int) -> None:
     """A v1 verify trim that lowers ``kv_allocated_len`` without freeing the rejected tail."""
-    req.kv_committed_len = req.kv_allocated_len = new_len  # fix: free [ceil(new_len), allocated) first
+    req.kv_committed_len = req.kv_allocated_len = (
+        new_len  # fix: free [ceil(new_len), allocated) first
+    )
 
 
 def commit_v1_ahead(self: EagleWorker, req: Req, tokens: list[int]) -> None:
@@ -78,31 +84,61 @@ def commit_v1_ahead(self: EagleWorker, req: Req, tokens: list[int]) -> None:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("22651-bonus-lag", "sglang#22651",
-           "v2 prepare does not pre-claim the bonus slot; resolve adds the whole accept_len",
-           lambda: swap(accounting, "preclaim_bonus", no_bonus_preclaim,
-                        (accounting, "resolve_accepted", resolve_whole_accept_len)),
-           "22651-bonus-lag.yaml", ids("spec.overalloc_bounded", "spec.committed_tracks_device")),
-    Mutant("22897-overshoot-untrimmed", "sglang#22897",
-           "a finishing v2 turn keeps the KV of tokens past finished_len",
-           lambda: swap(accounting, "trim_overshoot", no_overshoot_trim),
-           "22897-overshoot-untrimmed.yaml", ids("req.committed_eq_allocated_at_release",
-                                                 "req.finished_commits_only_returned_tokens",
-                                                 "session.slot_within_last_turn")),
-    Mutant("22862-spec-tail-leak", "sglang#22862",
-           "a retracted EAGLE request's reservation past committed is never freed",
-           lambda: swap(paging, "tail_free_range", tail_never_freed),
-           "22862-spec-tail-leak.yaml", ids("pool.busy_sum", "census.no_orphans")),
-    Mutant("eagle-v2-one-window", "sglang.md §2.4 spec v2 allocation",
-           "v2 reserves committed + alloc_len instead of committed + 2 * alloc_len",
-           lambda: swap(accounting, "reserve_targets", reserve_one_window),
-           "eagle-v2-one-window.yaml", ids("spec.verify_window_allocated")),
-    Mutant("eagle-v1-trim-leak", "DESIGN.md decision 8",
-           "the v1 verify trim lowers allocated without freeing the rejected drafts",
-           lambda: swap(accounting, "trim_allocation", trim_without_free),
-           "eagle-v1-trim-leak.yaml", ids("pool.busy_sum")),
-    Mutant("eagle-v1-commit-ahead", "DESIGN.md decision 8",
-           "the v1 commit counts the first rejected draft as committed",
-           lambda: swap(EagleWorker, "_commit_v1", commit_v1_ahead),
-           "eagle-v1-commit-ahead.yaml", ids("spec.committed_tracks_device")),
+    Mutant(
+        "22651-bonus-lag",
+        "sglang#22651",
+        "v2 prepare does not pre-claim the bonus slot; resolve adds the whole accept_len",
+        lambda: swap(
+            accounting,
+            "preclaim_bonus",
+            no_bonus_preclaim,
+            (accounting, "resolve_accepted", resolve_whole_accept_len),
+        ),
+        "22651-bonus-lag.yaml",
+        ids("spec.overalloc_bounded", "spec.committed_tracks_device"),
+    ),
+    Mutant(
+        "22897-overshoot-untrimmed",
+        "sglang#22897",
+        "a finishing v2 turn keeps the KV of tokens past finished_len",
+        lambda: swap(accounting, "trim_overshoot", no_overshoot_trim),
+        "22897-overshoot-untrimmed.yaml",
+        ids(
+            "req.committed_eq_allocated_at_release",
+            "req.finished_commits_only_returned_tokens",
+            "session.slot_within_last_turn",
+        ),
+    ),
+    Mutant(
+        "22862-spec-tail-leak",
+        "sglang#22862",
+        "a retracted EAGLE request's reservation past committed is never freed",
+        lambda: swap(paging, "tail_free_range", tail_never_freed),
+        "22862-spec-tail-leak.yaml",
+        ids("pool.busy_sum", "census.no_orphans"),
+    ),
+    Mutant(
+        "eagle-v2-one-window",
+        "sglang.md §2.4 spec v2 allocation",
+        "v2 reserves committed + alloc_len instead of committed + 2 * alloc_len",
+        lambda: swap(accounting, "reserve_targets", reserve_one_window),
+        "eagle-v2-one-window.yaml",
+        ids("spec.verify_window_allocated"),
+    ),
+    Mutant(
+        "eagle-v1-trim-leak",
+        "DESIGN.md decision 8",
+        "the v1 verify trim lowers allocated without freeing the rejected drafts",
+        lambda: swap(accounting, "trim_allocation", trim_without_free),
+        "eagle-v1-trim-leak.yaml",
+        ids("pool.busy_sum"),
+    ),
+    Mutant(
+        "eagle-v1-commit-ahead",
+        "DESIGN.md decision 8",
+        "the v1 commit counts the first rejected draft as committed",
+        lambda: swap(EagleWorker, "_commit_v1", commit_v1_ahead),
+        "eagle-v1-commit-ahead.yaml",
+        ids("spec.committed_tracks_device"),
+    ),
 )

@@ -44,14 +44,35 @@ def _caught_cell(f: Finding) -> str:
 def print_findings(findings: Sequence[Finding], console: Console | None = None) -> None:
     """One row per entry, then the totals (median shrunk length over the shrunk ones)."""
     table = Table(title="kvspec bug zoo (research/sglang.md §5)")
-    for column in ("entry", "issue", "kind", "status", "caught by", "event", "step", "seconds", "ops", "shrunk"):
+    for column in (
+        "entry",
+        "issue",
+        "kind",
+        "status",
+        "caught by",
+        "event",
+        "step",
+        "seconds",
+        "ops",
+        "shrunk",
+    ):
         table.add_column(column, overflow="fold")
     for f in findings:
         shrunk = "-" if f.shrunk_ops is None else str(f.shrunk_ops)
         status = f"[{STYLE.get(f.status, 'red')}]{f.status}[/]"
         ops = "-" if isinstance(f.entry, Planted) else str(f.trace_ops)
-        table.add_row(f.entry.name, f.entry.issue, f.entry.kind, status, _caught_cell(f), f.event or "-",
-                      "-" if f.step < 0 else str(f.step), f"{f.seconds:.2f}", ops, shrunk)
+        table.add_row(
+            f.entry.name,
+            f.entry.issue,
+            f.entry.kind,
+            status,
+            _caught_cell(f),
+            f.event or "-",
+            "-" if f.step < 0 else str(f.step),
+            f"{f.seconds:.2f}",
+            ops,
+            shrunk,
+        )
     console = console or Console()
     console.print(table)
     for f in findings:
@@ -68,17 +89,32 @@ def summary_line(findings: Sequence[Finding]) -> str:
     shrunk = [f.shrunk_ops for f in findings if f.shrunk_ops is not None]
     median = f"{statistics.median(shrunk):g} ops" if shrunk else "-"
     slowest = max((f.seconds for f in findings), default=0.0)
-    return (f"{caught}/{len(findings)} caught ({planted} planted), {len(findings) - caught} failing; "
-            f"slowest mutant run {slowest:.2f} s; median shrunk trace {median}")
+    return (
+        f"{caught}/{len(findings)} caught ({planted} planted), {len(findings) - caught} failing; "
+        f"slowest mutant run {slowest:.2f} s; median shrunk trace {median}"
+    )
 
 
 def zoo_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
-    return [{"name": f.entry.name, "issue": f.entry.issue, "kind": f.entry.kind, "status": f.status,
-             "caught_by": list(f.caught_by), "expect": sorted(f.entry.expect), "event": f.event, "step": f.step,
-             "seconds": round(f.seconds, 4),
-             "trace_ops": None if isinstance(f.entry, Planted) else f.trace_ops, "shrunk_ops": f.shrunk_ops,
-             "trigger": f"specs/bugs/{f.entry.trigger}" if f.entry.trigger else None,
-             "why_planted": getattr(f.entry, "why", None), "detail": f.detail} for f in findings]
+    return [
+        {
+            "name": f.entry.name,
+            "issue": f.entry.issue,
+            "kind": f.entry.kind,
+            "status": f.status,
+            "caught_by": list(f.caught_by),
+            "expect": sorted(f.entry.expect),
+            "event": f.event,
+            "step": f.step,
+            "seconds": round(f.seconds, 4),
+            "trace_ops": None if isinstance(f.entry, Planted) else f.trace_ops,
+            "shrunk_ops": f.shrunk_ops,
+            "trigger": f"specs/bugs/{f.entry.trigger}" if f.entry.trigger else None,
+            "why_planted": getattr(f.entry, "why", None),
+            "detail": f.detail,
+        }
+        for f in findings
+    ]
 
 
 __all__ = ["print_findings", "run_zoo", "summary_line", "zoo_json"]

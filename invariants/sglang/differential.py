@@ -91,8 +91,9 @@ class DiffResult:
 
 def lockstep_spec(spec: Spec) -> Spec:
     """``spec`` with kvspec's engine set to the granularity the glue follows."""
-    engine = spec.engine.model_copy(update=dict(enable_overlap=False, enable_mixed_chunk=False,
-                                                chunked_prefill_size=None))
+    engine = spec.engine.model_copy(
+        update=dict(enable_overlap=False, enable_mixed_chunk=False, chunked_prefill_size=None)
+    )
     return spec.model_copy(update={"engine": engine})
 
 
@@ -113,11 +114,15 @@ class _Lockstep:
 
     def __init__(self, trace: Trace, driver: SGLangDriver) -> None:
         self.trace, self.batches = trace, _Batches()
-        self.engine = Engine(trace.engine.engine_config(trace.seed), clock=SimClock(),
-                             observers=[self.batches])
+        self.engine = Engine(
+            trace.engine.engine_config(trace.seed), clock=SimClock(), observers=[self.batches]
+        )
         self.sglang = TraceDriver(driver, trace.seed)
-        self.config = {"page_size": trace.engine.page_size, "sliding_window": trace.engine.sliding_window,
-                       "sessions": any(isinstance(op, OpenSession) for op in trace.ops)}
+        self.config = {
+            "page_size": trace.engine.page_size,
+            "sliding_window": trace.engine.sliding_window,
+            "sessions": any(isinstance(op, OpenSession) for op in trace.ops),
+        }
         self.ours: list[dict[str, int]] = []
         self.theirs: list[dict[str, int]] = []
         self.found: list[Difference] = []
@@ -145,8 +150,14 @@ class _Lockstep:
             if op.rid not in engine.requests:
                 params = SamplingParams(max_new_tokens=op.max_new_tokens, ignore_eos=op.ignore_eos)
                 session = op.session and op.session.params()
-                engine.submit(op.input_ids, params, rid=op.rid, session_params=session,
-                              return_logprob=op.return_logprob, logprob_start_len=op.logprob_start_len)
+                engine.submit(
+                    op.input_ids,
+                    params,
+                    rid=op.rid,
+                    session_params=session,
+                    return_logprob=op.return_logprob,
+                    logprob_start_len=op.logprob_start_len,
+                )
         elif isinstance(op, OpenSession):
             with contextlib.suppress(SessionError):
                 engine.open_session(1000, op.sid, op.streaming, op.timeout)
@@ -179,7 +190,9 @@ class _Lockstep:
             a, b = ours.get(bucket, -1), theirs.get(bucket, -1)
             if a != b:
                 pool, _, name = bucket.rpartition(".")
-                gap = declared(_pool(ours, bucket), _pool(theirs, bucket), name, self.config, pool or "full")
+                gap = declared(
+                    _pool(ours, bucket), _pool(theirs, bucket), name, self.config, pool or "full"
+                )
                 gap_id = gap.id if gap else None
                 self.found.append(Difference(len(self.ours), self.label, bucket, a, b, gap_id))
 
@@ -190,20 +203,28 @@ class _Lockstep:
             if self.engine.is_idle():
                 break
             self.step()
-        if any(s.close_on_finish for s in self.engine.sessions.sessions.values()) or not self.sglang.idle():
+        if (
+            any(s.close_on_finish for s in self.engine.sessions.sessions.values())
+            or not self.sglang.idle()
+        ):
             self.step()
         if not self.sglang.idle():
             self.schedule_difference("kvspec is idle, sglang is not")
 
     def schedule_difference(self, detail: str) -> None:
-        self.found.append(Difference(len(self.ours) + 1, self.label, "schedule", -1, -1, None, detail))
+        self.found.append(
+            Difference(len(self.ours) + 1, self.label, "schedule", -1, -1, None, detail)
+        )
 
 
 def _unfinished(engine: Engine, phase: str) -> list[str]:
     sched = engine.scheduler
-    reqs: list[Any] = {"waiting": list(sched.waiting_queue), "running": list(sched.running_batch.reqs),
-                       "chunked": [sched.chunked_req] if sched.chunked_req is not None else [],
-                       "any": list(engine.requests.values())}[phase]
+    reqs: list[Any] = {
+        "waiting": list(sched.waiting_queue),
+        "running": list(sched.running_batch.reqs),
+        "chunked": [sched.chunked_req] if sched.chunked_req is not None else [],
+        "any": list(engine.requests.values()),
+    }[phase]
     return [r.rid for r in reqs if not r.finished()]
 
 
@@ -222,8 +243,13 @@ def _pool(row: dict[str, int], bucket: str) -> dict[str, int]:
     return {b: row.get(f"{prefix}.{b}" if prefix else b, -1) for b in POOL_BUCKETS}
 
 
-def differential(spec: Spec, python: str | None = None, *, fault: dict[str, Any] | None = None,
-                 driver: SGLangDriver | None = None) -> DiffResult:
+def differential(
+    spec: Spec,
+    python: str | None = None,
+    *,
+    fault: dict[str, Any] | None = None,
+    driver: SGLangDriver | None = None,
+) -> DiffResult:
     """The spec's trace on both targets in lockstep (``fault``: patched into SGLang's
     allocator, to show an undeclared difference is caught; ``driver``: reuse one)."""
     missing = unsupported_engine(spec.engine)  # first: lockstep_spec of EAGLE v2 is refused
@@ -243,4 +269,6 @@ def differential(spec: Spec, python: str | None = None, *, fault: dict[str, Any]
             run.drain()
         except DriverError as exc:
             run.schedule_difference(str(exc))
-    return DiffResult(spec.name, len(run.ours), tuple(run.ours), tuple(run.theirs), tuple(run.found))
+    return DiffResult(
+        spec.name, len(run.ours), tuple(run.ours), tuple(run.theirs), tuple(run.found)
+    )

@@ -55,19 +55,27 @@ def _rows(row: Row) -> int:
 
 
 GAPS: tuple[Gap, ...] = (
-    Gap("eviction.amount", ("free", "evictable"),
+    Gap(
+        "eviction.amount",
+        ("free", "evictable"),
         "how much an allocation evicts when the pool is short: kvspec follows SGLang 0.5.11 "
         "(alloc_token_slots evicts the whole extend at page size 1); 0.5.23's evict_for_alloc "
         "evicts the shortfall only at page size 1, and the shortfall plus per-request page "
         "padding at page size > 1 (docs/benchmarks.md). Tokens move between free and evictable; "
         "their sum is the same on both targets",
-        lambda config: True),
-    Gap("session.borrowed_row_is_request_owned", ("session_held", "request_owned"),
+        lambda config: True,
+    ),
+    Gap(
+        "session.borrowed_row_is_request_owned",
+        ("session_held", "request_owned"),
         "kvspec counts a session row lent to its running turn as request-owned (held slots "
         "exclude active rows, research/sglang.md §2.2, #22213); 0.5.23 counts every session "
         "record as session-held, including while a turn runs on it",
-        lambda config: bool(config.get("sessions"))),
-    Gap("swa.window_only_at_checkpoint", ("free", "evictable", "protected", "request_owned"),
+        lambda config: bool(config.get("sessions")),
+    ),
+    Gap(
+        "swa.window_only_at_checkpoint",
+        ("free", "evictable", "protected", "request_owned"),
         "0.5.23 keeps only the window of a checkpointed request's SWA KV: "
         "UnifiedRadixCache.checkpoint_into_tree (mem_cache/unified_radix_cache.py:1211-1221, "
         "on by default: SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS, environ.py:728) calls "
@@ -85,22 +93,33 @@ GAPS: tuple[Gap, ...] = (
         "free/evictable; the four buckets keep their sum, and SGLang never holds more SWA "
         "(protected + request_owned + session_held) than kvspec, save what its rows keep "
         "longer between evictions (swa.eviction_cadence below)",
-        _swa, pools=("swa",), bound=lambda ours, theirs, allowance: _held(theirs) - _held(ours) <= allowance),
-    Gap("swa.eviction_cadence", ("free", "session_held", "request_owned"),
+        _swa,
+        pools=("swa",),
+        bound=lambda ours, theirs, allowance: _held(theirs) - _held(ours) <= allowance,
+    ),
+    Gap(
+        "swa.eviction_cadence",
+        ("free", "session_held", "request_owned"),
         "when a running request's out-of-window SWA KV is freed: 0.5.23 gates it per request on "
         "tokens, evicting only once SGLANG_SWA_EVICTION_INTERVAL (128, environ.py:730) tokens "
         "have slid out of the window past the last cursor (ScheduleBatch._swa_eviction_trigger, "
         "managers/schedule_batch.py:4047-4066; maybe_evict_swa :4068, its decode_batch_idx >= 1 "
         "guard :4087; the same gate in free_swa_out_of_window_slots, mem_cache/common.py:98); "
         "0.5.11 evicts on a decode-step cadence, every window's decode steps "
-        "(decode_batch_idx % eviction_interval == 1, research/sglang.md §2.3 rule 6 and §5 #20070), "
+        "(decode_batch_idx % eviction_interval == 1, research/sglang.md §2.3 rule 6 and "
+        "§5 #20070), "
         "and so does kvspec (engine/sched/batch.py prepare_for_decode). Between evictions "
         "SGLang's rows (a running request's, or a streaming session's slot) keep up to the "
         "interval plus a page of SWA KV that kvspec has freed. SWA pool only: tokens move from "
         "free to request_owned/session_held, never the other way; the three keep their sum",
-        _swa, pools=("swa",), bound=lambda ours, theirs, allowance: _rows(theirs) >= _rows(ours),
-        excess=lambda ours, theirs: _rows(theirs) - _rows(ours)),
-    Gap("swa.branch_insert_stops_at_live_window", ("protected", "request_owned"),
+        _swa,
+        pools=("swa",),
+        bound=lambda ours, theirs, allowance: _rows(theirs) >= _rows(ours),
+        excess=lambda ours, theirs: _rows(theirs) - _rows(ours),
+    ),
+    Gap(
+        "swa.branch_insert_stops_at_live_window",
+        ("protected", "request_owned"),
         "a consequence of the gap above in the full pool: 0.5.23's match records "
         "swa_branching_seqlen when the full-KV hit runs past the last live SWA window "
         "(SWAComponent.finalize_match_result_in_tree_core, swa.py:379; match_kv_cache, "
@@ -110,7 +129,10 @@ GAPS: tuple[Gap, ...] = (
         "SWA branching (cache_unfinished_req inserts the whole page-aligned fill, "
         "swa_radix_cache.py:477), nor does kvspec. Full pool of an SWA hybrid only: tokens move "
         "from protected to request_owned, never the other way; their sum is the same",
-        _swa, pools=("full",), bound=lambda ours, theirs, allowance: theirs["request_owned"] >= ours["request_owned"]),
+        _swa,
+        pools=("full",),
+        bound=lambda ours, theirs, allowance: theirs["request_owned"] >= ours["request_owned"],
+    ),
 )
 
 
@@ -133,7 +155,9 @@ def _joint(bucket: str, gaps: list[Gap]) -> list[Gap]:
     return joint
 
 
-def declared(ours: Row, theirs: Row, bucket: str, config: dict[str, Any], pool: str = "full") -> Gap | None:
+def declared(
+    ours: Row, theirs: Row, bucket: str, config: dict[str, Any], pool: str = "full"
+) -> Gap | None:
     """The gap that declares a difference in ``bucket`` of ``pool`` at one step (None: a
     finding); ``ours``/``theirs``: that pool's buckets on kvspec and on SGLang. Gaps that
     share buckets and move at once (an SWA session turn) declare it jointly — the fewest
@@ -149,6 +173,11 @@ def declared(ours: Row, theirs: Row, bucket: str, config: dict[str, Any], pool: 
             if len(_joint(bucket, list(group))) == size and _balanced(ours, theirs, union):
                 if size == 1:
                     return group[0]
-                return Gap("+".join(gap.id for gap in group), union,
-                           " AND ".join(gap.reason for gap in group), lambda config: True, (pool,))
+                return Gap(
+                    "+".join(gap.id for gap in group),
+                    union,
+                    " AND ".join(gap.reason for gap in group),
+                    lambda config: True,
+                    (pool,),
+                )
     return None

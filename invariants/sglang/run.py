@@ -25,8 +25,12 @@ from invariants.spec import Spec
 
 MAX_STEPS = 200_000
 # spec counter names (kvspec's SchedulerStats) -> the driver's counts
-GOALS = {"finished_reqs": "finished", "cached_tokens": "prefix_hit_tokens",
-         "evicted_tokens": "evicted_tokens", "aborted_reqs": "aborted"}
+GOALS = {
+    "finished_reqs": "finished",
+    "cached_tokens": "prefix_hit_tokens",
+    "evicted_tokens": "evicted_tokens",
+    "aborted_reqs": "aborted",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,30 +76,59 @@ def chunking_note(trace: Trace) -> list[str]:
     chunk = trace.engine.chunked_prefill_size
     longest = max((len(op.input_ids) for op in trace.ops if isinstance(op, Submit)), default=0)
     if chunk and longest > chunk:
-        return [f"chunked prefill not reproduced: prompts up to {longest} tokens prefill whole "
-                f"(chunked_prefill_size={chunk})"]
+        return [
+            f"chunked prefill not reproduced: prompts up to {longest} tokens prefill whole "
+            f"(chunked_prefill_size={chunk})"
+        ]
     return []
 
 
-def run_spec_on_sglang(spec: Spec, catalog: Catalog, level: int = Level.RECORD,
-                       python: str | None = None, *, driver: SGLangDriver | None = None,
-                       keep_views: bool = False) -> SGLangOutcome:
+def run_spec_on_sglang(
+    spec: Spec,
+    catalog: Catalog,
+    level: int = Level.RECORD,
+    python: str | None = None,
+    *,
+    driver: SGLangDriver | None = None,
+    keep_views: bool = False,
+) -> SGLangOutcome:
     """Run ``spec``'s trace (the runner's own ``build_trace``) on real SGLang under the
     checker with the spec's invariant set (SpecOutcome-compatible result)."""
     trace = build_trace(spec)
     missing = unsupported(trace)
     if missing:
-        return SGLangOutcome(spec, SGLangStats(), (), (), 0, 0.0,
-                             f"not supported by the sglang target: {'; '.join(missing)}",
-                             unsupported=tuple(missing))
-    return run_trace_on_sglang(trace, spec_catalog(spec, catalog), level, python, spec=spec, driver=driver,
-                               keep_views=keep_views)
+        return SGLangOutcome(
+            spec,
+            SGLangStats(),
+            (),
+            (),
+            0,
+            0.0,
+            f"not supported by the sglang target: {'; '.join(missing)}",
+            unsupported=tuple(missing),
+        )
+    return run_trace_on_sglang(
+        trace,
+        spec_catalog(spec, catalog),
+        level,
+        python,
+        spec=spec,
+        driver=driver,
+        keep_views=keep_views,
+    )
 
 
-def run_trace_on_sglang(trace: Trace, catalog: Catalog, level: int = Level.RECORD, python: str | None = None,
-                        *, spec: Spec | None = None, keep_views: bool = False,
-                        fault: dict[str, Any] | None = None,
-                        driver: SGLangDriver | None = None) -> SGLangOutcome:
+def run_trace_on_sglang(
+    trace: Trace,
+    catalog: Catalog,
+    level: int = Level.RECORD,
+    python: str | None = None,
+    *,
+    spec: Spec | None = None,
+    keep_views: bool = False,
+    fault: dict[str, Any] | None = None,
+    driver: SGLangDriver | None = None,
+) -> SGLangOutcome:
     """A trace's ops on real SGLang under the checker, then the drain to idle;
     ``SGLangUnavailable`` if there is none. ``driver``: reuse a running one (tests)."""
     missing = unsupported(trace)
@@ -109,15 +142,34 @@ def run_trace_on_sglang(trace: Trace, catalog: Catalog, level: int = Level.RECOR
         version, faults = live.version, tuple(live.faults)
     seconds = time.perf_counter() - start
     goals = spec.expect if spec is not None else {}
-    unmet = tuple(f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
-                  for name, least in goals.items() if name in GOALS and getattr(stats, GOALS[name]) < least)
+    unmet = tuple(
+        f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
+        for name, least in goals.items()
+        if name in GOALS and getattr(stats, GOALS[name]) < least
+    )
     checks = sum(s.evaluations for s in checker.stats().values())
-    return SGLangOutcome(spec, stats, tuple(checker.violations), unmet, checks, seconds, error, version,
-                         faults, tuple(views), tuple(chunking_note(trace)))
+    return SGLangOutcome(
+        spec,
+        stats,
+        tuple(checker.violations),
+        unmet,
+        checks,
+        seconds,
+        error,
+        version,
+        faults,
+        tuple(views),
+        tuple(chunking_note(trace)),
+    )
 
 
-def _drive(driver: SGLangDriver, trace: Trace, checker: Checker, keep_views: bool,
-           fault: dict[str, Any] | None) -> tuple[SGLangStats, list[Any], str | None]:
+def _drive(
+    driver: SGLangDriver,
+    trace: Trace,
+    checker: Checker,
+    keep_views: bool,
+    fault: dict[str, Any] | None,
+) -> tuple[SGLangStats, list[Any], str | None]:
     """Config, every op, the drain; every view through ``checker``."""
     kept: list[Any] = []
     run = TraceDriver(driver, trace.seed)

@@ -22,16 +22,26 @@ def sessions_scenario(seed: int = 0, turns: int = 3) -> Trace:
     """Two streaming sessions of ``turns`` turns, non-session traffic sharing their first
     prompts, an aborted running turn, an aborted queued request, close, then pressure."""
     rng = np.random.default_rng(seed)
-    engine = EngineSpec(page_size=1, max_total_tokens=512, max_num_reqs=8, context_len=512,
-                        enable_streaming_session=True)
+    engine = EngineSpec(
+        page_size=1,
+        max_total_tokens=512,
+        max_num_reqs=8,
+        context_len=512,
+        enable_streaming_session=True,
+    )
     prompts = {sid: _ids(rng, 24) for sid in ("a", "b")}
     ops: list[Op] = [OpenSession(sid=sid, streaming=True) for sid in prompts]
     for turn in range(turns):
         for sid, prompt in prompts.items():
             ids = prompt if turn == 0 else _ids(rng, 6)
-            ops.append(Submit(rid=f"{sid}{turn}", input_ids=ids, max_new_tokens=4,
-                              session=SessionRef(id=sid)))
-        ops.append(Submit(rid=f"plain{turn}", input_ids=prompts["a"] + _ids(rng, 8), max_new_tokens=3))
+            ops.append(
+                Submit(
+                    rid=f"{sid}{turn}", input_ids=ids, max_new_tokens=4, session=SessionRef(id=sid)
+                )
+            )
+        ops.append(
+            Submit(rid=f"plain{turn}", input_ids=prompts["a"] + _ids(rng, 8), max_new_tokens=3)
+        )
         ops.append(Step())
         if turn == 1:
             ops.append(Abort(rid="b1"))  # running turn: released, slot dropped
@@ -47,9 +57,13 @@ def prefix_scenario(page_size: int = 1) -> Trace:
     rng = np.random.default_rng(0)
     engine = EngineSpec(page_size=page_size, max_total_tokens=64, max_num_reqs=8, context_len=128)
     first = _ids(rng, 20)
-    ops: list[Op] = [Submit(rid="r1", input_ids=first, max_new_tokens=4), Step(n=4),
-                     Submit(rid="r2", input_ids=first[:16] + _ids(rng, 8), max_new_tokens=2), Step(n=2),
-                     Submit(rid="r3", input_ids=_ids(rng, 40), max_new_tokens=2)]
+    ops: list[Op] = [
+        Submit(rid="r1", input_ids=first, max_new_tokens=4),
+        Step(n=4),
+        Submit(rid="r2", input_ids=first[:16] + _ids(rng, 8), max_new_tokens=2),
+        Step(n=2),
+        Submit(rid="r3", input_ids=_ids(rng, 40), max_new_tokens=2),
+    ]
     return Trace(name="prefix", seed=0, engine=engine, ops=ops)
 
 

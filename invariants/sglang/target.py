@@ -36,8 +36,10 @@ def sglang_python(explicit: str | Path | None = None) -> Path:
 def unavailable_reason(python: Path) -> str | None:
     """Why the sglang target cannot run with ``python`` (None: it can)."""
     if not python.exists():
-        return (f"no sglang interpreter at {python}: run `make sglang-env`, or point "
-                f"--sglang-python / ${ENV_VAR} at a python with sglang {SGLANG_VERSION}")
+        return (
+            f"no sglang interpreter at {python}: run `make sglang-env`, or point "
+            f"--sglang-python / ${ENV_VAR} at a python with sglang {SGLANG_VERSION}"
+        )
     return None
 
 
@@ -51,9 +53,14 @@ class SGLangDriver:
             raise SGLangUnavailable(reason)
         self.faults: list[dict[str, Any]] = []
         self.result: Any = None  # the last op's own answer (abort: the rid, unfinished: rids)
-        self.proc = subprocess.Popen([str(self.python), str(DRIVER)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     bufsize=1)
+        self.proc = subprocess.Popen(
+            [str(self.python), str(DRIVER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
         banner = self._read("startup")
         if not banner.get("ready"):
             raise SGLangUnavailable(f"sglang driver did not start: {banner}")
@@ -65,8 +72,10 @@ class SGLangDriver:
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait(timeout=30)
-            raise SGLangUnavailable(f"sglang driver exited ({code}) during {what}; run "
-                                    f"`{self.python} {DRIVER}` by hand to see why")
+            raise SGLangUnavailable(
+                f"sglang driver exited ({code}) during {what}; run "
+                f"`{self.python} {DRIVER}` by hand to see why"
+            )
         return json.loads(line)
 
     def send(self, op: dict[str, Any]) -> list[dict[str, Any]]:

@@ -33,7 +33,9 @@ from invariants.sglang.target import DriverError, SGLangDriver
 from invariants.spec import EngineSpec
 
 UNSUPPORTED_OPS = {
-    "force_retract": "force_retract: the glue has no retraction (SGLang's retract_decode is not driven)",
+    "force_retract": (
+        "force_retract: the glue has no retraction (SGLang's retract_decode is not driven)"
+    ),
     "flush_cache": "flush_cache: the glue does not drive Scheduler.flush_cache",
 }
 DRAIN_STEPS = 200_000
@@ -42,10 +44,14 @@ View = dict[str, Any]
 
 def unsupported_engine(engine: EngineSpec) -> list[str]:
     """Engine features of a spec that the sglang glue does not reproduce."""
-    checks = {"cache: chunk": engine.cache != "radix", "speculative": engine.speculative is not None,
-              "test_retract": engine.test_retract, "enable_mixed_chunk": engine.enable_mixed_chunk,
-              "model: tiny": engine.model != "sim",
-              "eos_prob > 0 (lengths would be the model's)": engine.eos_prob > 0}
+    checks = {
+        "cache: chunk": engine.cache != "radix",
+        "speculative": engine.speculative is not None,
+        "test_retract": engine.test_retract,
+        "enable_mixed_chunk": engine.enable_mixed_chunk,
+        "model: tiny": engine.model != "sim",
+        "eos_prob > 0 (lengths would be the model's)": engine.eos_prob > 0,
+    }
     return [name for name, on in checks.items() if on]
 
 
@@ -55,15 +61,25 @@ def unsupported(trace: Trace) -> list[str]:
     return unsupported_engine(trace.engine) + ops
 
 
-def driver_config(engine: EngineSpec, seed: int = 0, fault: dict[str, Any] | None = None) -> dict[str, Any]:
+def driver_config(
+    engine: EngineSpec, seed: int = 0, fault: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The driver's config op for an engine section (kvspec's own limits: input length, BOS)."""
     config = engine.engine_config(seed)
-    return {"op": "config", "page_size": engine.page_size, "pool_tokens": engine.max_total_tokens,
-            "swa_tokens": engine.swa_tokens, "sliding_window": engine.sliding_window,
-            "max_reqs": engine.max_num_reqs, "max_context": engine.context_len,
-            "batch": engine.max_running_requests or engine.max_num_reqs,
-            "max_prefill_tokens": engine.chunked_prefill_size or 16384,
-            "max_input_len": config.max_req_input_len, "bos_id": BOS_ID, "fault": fault}
+    return {
+        "op": "config",
+        "page_size": engine.page_size,
+        "pool_tokens": engine.max_total_tokens,
+        "swa_tokens": engine.swa_tokens,
+        "sliding_window": engine.sliding_window,
+        "max_reqs": engine.max_num_reqs,
+        "max_context": engine.context_len,
+        "batch": engine.max_running_requests or engine.max_num_reqs,
+        "max_prefill_tokens": engine.chunked_prefill_size or 16384,
+        "max_input_len": config.max_req_input_len,
+        "bos_id": BOS_ID,
+        "fault": fault,
+    }
 
 
 def output_rng(seed: int) -> np.random.Generator:
@@ -72,10 +88,16 @@ def output_rng(seed: int) -> np.random.Generator:
 
 
 def submit_op(op: Submit, rng: np.random.Generator) -> dict[str, Any]:
-    out: dict[str, Any] = {"op": "submit", "rid": op.rid, "input_ids": list(op.input_ids),
-                           "max_new_tokens": op.max_new_tokens, "ignore_eos": op.ignore_eos,
-                           "output_ids": rng.integers(0, NUM_BYTES, op.max_new_tokens).tolist(),
-                           "return_logprob": op.return_logprob, "logprob_start_len": op.logprob_start_len}
+    out: dict[str, Any] = {
+        "op": "submit",
+        "rid": op.rid,
+        "input_ids": list(op.input_ids),
+        "max_new_tokens": op.max_new_tokens,
+        "ignore_eos": op.ignore_eos,
+        "output_ids": rng.integers(0, NUM_BYTES, op.max_new_tokens).tolist(),
+        "return_logprob": op.return_logprob,
+        "logprob_start_len": op.logprob_start_len,
+    }
     if op.session is not None:
         out["session"] = op.session.params()
     return out
@@ -104,12 +126,20 @@ class TraceDriver:
             self.used.add(op.rid)
             return self.driver.send(submit_op(op, self.rng))
         if isinstance(op, OpenSession):
-            return self.driver.send({"op": "open_session", "session_id": op.sid, "streaming": op.streaming,
-                                     "timeout": op.timeout})
+            return self.driver.send(
+                {
+                    "op": "open_session",
+                    "session_id": op.sid,
+                    "streaming": op.streaming,
+                    "timeout": op.timeout,
+                }
+            )
         if isinstance(op, CloseSession):
             return self.driver.send({"op": "close_session", "session_id": op.sid})
         if isinstance(op, Abort):
-            return self.driver.send({"op": "abort", "rid": op.rid, "phase": op.phase, "pick": op.pick})
+            return self.driver.send(
+                {"op": "abort", "rid": op.rid, "phase": op.phase, "pick": op.pick}
+            )
         if isinstance(op, AdvanceClock):
             return self.driver.send({"op": "advance_clock", "seconds": op.seconds})
         if isinstance(op, Step):

@@ -21,14 +21,21 @@ def _census(raw: dict[str, Any], page_size: int) -> dict[str, Any]:
     owned = [(label, np.asarray(pages, dtype=np.int64)) for label, pages in raw["owned"]]
     referenced = [(label, np.asarray(pages, dtype=np.int64)) for label, pages in raw["referenced"]]
     free = np.asarray(raw["free_pages"], dtype=np.int64)
-    return view_to_dict(take_census(raw["num_pages"], free, owned, referenced, slots_per_page=page_size))
+    return view_to_dict(
+        take_census(raw["num_pages"], free, owned, referenced, slots_per_page=page_size)
+    )
 
 
 def to_state_view(raw: dict[str, Any]) -> StateView:
     """One driver view as a StateView; unknown keys are an error naming the key."""
     data = dict(raw)
-    data["pools"] = [{**{k: v for k, v in pool.items() if k != "census_input"},
-                      "census": _census(pool["census_input"], pool.get("page_size", 1))} for pool in raw["pools"]]
+    data["pools"] = [
+        {
+            **{k: v for k, v in pool.items() if k != "census_input"},
+            "census": _census(pool["census_input"], pool.get("page_size", 1)),
+        }
+        for pool in raw["pools"]
+    ]
     problems = [f"{'.'.join(map(str, loc))}: {reason}" for loc, reason in unknown_view_keys(data)]
     if problems:
         raise ValueError("sglang driver view does not fit engine/view.py: " + "; ".join(problems))

@@ -11,8 +11,15 @@ TIMEOUT_PER_CONDITION = "3"
 
 
 def crosshair(target: Path) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "crosshair", "check", "--analysis_kind=PEP316",
-           f"--per_condition_timeout={TIMEOUT_PER_CONDITION}", str(target)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "crosshair",
+        "check",
+        "--analysis_kind=PEP316",
+        f"--per_condition_timeout={TIMEOUT_PER_CONDITION}",
+        str(target),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 

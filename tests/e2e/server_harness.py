@@ -28,8 +28,13 @@ from invariants.cli.serve import serve_app
 
 TOKENIZER = ByteTokenizer()
 BOS = TOKENIZER.bos_token_id
-BASE_ARGS = ServerArgs(enable_streaming_session=True, max_total_tokens=16384, context_length=2048,
-                       chunked_prefill_size=64, strict_mem_check=2)
+BASE_ARGS = ServerArgs(
+    enable_streaming_session=True,
+    max_total_tokens=16384,
+    context_length=2048,
+    chunked_prefill_size=64,
+    strict_mem_check=2,
+)
 
 
 class LiveServer:
@@ -44,10 +49,17 @@ class LiveServer:
         self.app = serve_app(self.args)
         # a long keep-alive: a pooled connection the server closes while the client reuses it
         # would surface as a spurious ReadError under load
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5,
-                                timeout_keep_alive=120)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=120,
+        )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
@@ -100,12 +112,19 @@ def hold_request(server: LiveServer, rid: str, tokens: int = 1) -> Iterator[None
 
     def gated_step() -> bool:
         req = loop.engine.requests.get(rid)
-        if req is not None and req.to_finish is None and not req.finished() and len(req.output_ids) >= tokens:
+        if (
+            req is not None
+            and req.to_finish is None
+            and not req.finished()
+            and len(req.output_ids) >= tokens
+        ):
             time.sleep(HOLD_POLL_S)
             return True  # busy: the loop keeps serving commands without stepping
         return step()
 
-    loop._step = gated_step  # the instance attribute shadows the method (the loop thread reads it per step)
+    loop._step = (
+        gated_step  # the instance attribute shadows the method (the loop thread reads it per step)
+    )
     try:
         yield
     finally:
@@ -117,7 +136,9 @@ def encode(text: str, bos: bool = True) -> list[int]:
 
 
 def open_session(client: httpx.Client, streaming: bool = True, **extra: Any) -> str:
-    r = client.post("/open_session", json={"capacity_of_str_len": 1000, "streaming": streaming, **extra})
+    r = client.post(
+        "/open_session", json={"capacity_of_str_len": 1000, "streaming": streaming, **extra}
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -126,13 +147,27 @@ def close_session(client: httpx.Client, sid: str) -> None:
     assert client.post("/close_session", json={"session_id": sid}).status_code == 200
 
 
-def generate(client: httpx.Client, ids: list[int] | None = None, max_new_tokens: int = 8, sid: str | None = None,
-             prev: str | None = None, *, text: str | None = None, session: dict[str, Any] | None = None,
-             **body: Any) -> httpx.Response:
+def generate(
+    client: httpx.Client,
+    ids: list[int] | None = None,
+    max_new_tokens: int = 8,
+    sid: str | None = None,
+    prev: str | None = None,
+    *,
+    text: str | None = None,
+    session: dict[str, Any] | None = None,
+    **body: Any,
+) -> httpx.Response:
     """POST /generate with SGLang's test sampling (greedy, no stop trim, specials kept)."""
     payload: dict[str, Any] = {
-        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "no_stop_trim": True,
-                            "skip_special_tokens": False}, **body}
+        "sampling_params": {
+            "max_new_tokens": max_new_tokens,
+            "temperature": 0,
+            "no_stop_trim": True,
+            "skip_special_tokens": False,
+        },
+        **body,
+    }
     payload.update({"text": text} if text is not None else {"input_ids": ids})
     if sid is not None:
         payload["session_params"] = {"id": sid, "rid": prev, **(session or {})}
@@ -161,12 +196,16 @@ def assert_clean_idle(client: httpx.Client, sessions_closed: bool = True) -> dic
     or slot is left, so every pool is ``free + evictable + protected == capacity``."""
     report = wait_idle(client)
     assert client.get("/health").status_code == 200
-    assert report["healthy"] and report["checker"]["num_violations"] == 0, report["checker"]["violations"][:3]
+    assert report["healthy"] and report["checker"]["num_violations"] == 0, report["checker"][
+        "violations"
+    ][:3]
     assert report["checker"]["evaluations"] > 0
     for pool in report["engine"]["pools"]:
         census = pool["census"]
         assert pool["balanced"] and pool["request_owned"] == 0, pool
-        assert census["taken"] and census["duplicates"] == census["dangling"] == census["orphans"] == 0, census
+        assert (
+            census["taken"] and census["duplicates"] == census["dangling"] == census["orphans"] == 0
+        ), census
         if sessions_closed:
             assert pool["session_held"] == 0
             assert pool["free"] + pool["evictable"] + pool["protected"] == pool["capacity"]

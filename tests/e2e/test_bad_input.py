@@ -30,13 +30,27 @@ SCHEMA_CASES: list[tuple[str, str, Any, str]] = [
     ("two-prompts", "/generate", {"text": "a", "input_ids": [1, 2]}, "Either text or input_ids"),
     ("empty-ids", "/generate", {"input_ids": []}, "input_ids"),
     ("id-outside-vocab", "/generate", {"input_ids": [1, 300]}, "outside the vocabulary"),
-    ("negative-max-new", "/generate", {"text": "a", "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens"),
+    (
+        "negative-max-new",
+        "/generate",
+        {"text": "a", "sampling_params": {"max_new_tokens": -1}},
+        "max_new_tokens",
+    ),
     ("unknown-sampling-key", "/generate", {"text": "a", "sampling_params": {"bogus": 1}}, "bogus"),
-    ("bad-temperature", "/generate", {"text": "a", "sampling_params": {"temperature": "hot"}}, "temperature"),
+    (
+        "bad-temperature",
+        "/generate",
+        {"text": "a", "sampling_params": {"temperature": "hot"}},
+        "temperature",
+    ),
     ("n-above-one", "/generate", {"text": "a", "sampling_params": {"n": 2}}, "n"),
     ("unknown-key", "/generate", {"text": "a", "priority": 3}, "priority"),
-    ("unknown-session-key", "/generate", {"text": "a", "session_params": {"id": "s", "streaming": True}},
-     "streaming"),
+    (
+        "unknown-session-key",
+        "/generate",
+        {"text": "a", "session_params": {"id": "s", "streaming": True}},
+        "streaming",
+    ),
     ("batch-text", "/generate", {"text": ["a", "b"]}, "text"),
     ("open-no-capacity", "/open_session", {"streaming": True}, "capacity_of_str_len"),
     ("open-bad-timeout", "/open_session", {"capacity_of_str_len": 1, "timeout": -1}, "timeout"),
@@ -52,8 +66,12 @@ def shared_client() -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.mark.parametrize(("path", "body", "needle"), [c[1:] for c in SCHEMA_CASES], ids=[c[0] for c in SCHEMA_CASES])
-def test_schema_violations_answer_400(shared_client: httpx.Client, path: str, body: Any, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "body", "needle"), [c[1:] for c in SCHEMA_CASES], ids=[c[0] for c in SCHEMA_CASES]
+)
+def test_schema_violations_answer_400(
+    shared_client: httpx.Client, path: str, body: Any, needle: str
+) -> None:
     """A body that breaks the schema answers 400 with a message naming the field."""
     r = shared_client.post(path, json=body)
     assert r.status_code == 400, r.text
@@ -62,7 +80,9 @@ def test_schema_violations_answer_400(shared_client: httpx.Client, path: str, bo
 
 def test_malformed_json_answers_400(shared_client: httpx.Client) -> None:
     """A body that is not JSON answers 400, not 422 or 500."""
-    r = shared_client.post("/generate", content=b"{not json", headers={"content-type": "application/json"})
+    r = shared_client.post(
+        "/generate", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
 
 
@@ -72,56 +92,85 @@ def _reject(client: httpx.Client, body: dict[str, Any]) -> str:
     return r.json()["error"]["message"]
 
 
-def test_engine_rejections_answer_400_and_the_engine_goes_on(server_client: tuple[LiveServer, httpx.Client]) -> None:
+def test_engine_rejections_answer_400_and_the_engine_goes_on(
+    server_client: tuple[LiveServer, httpx.Client],
+) -> None:
     """Unknown and closed sessions, streaming-session rejections (replace, offset,
     drop_previous_output, a second turn in flight, a turn after a deferred close), a prompt
     over the context length, a logprob start past the prompt, a duplicate rid, a duplicate
     session id: each 400 with SGLang's message, also when the request asked to stream; then
     the session still works and idle accounting is exact."""
     server, client = server_client
-    assert _reject(client, {"text": "a", "session_params": {"id": "nope"}}) == \
-        "Invalid request: session id nope does not exist"
+    assert (
+        _reject(client, {"text": "a", "session_params": {"id": "nope"}})
+        == "Invalid request: session id nope does not exist"
+    )
     sid = open_session(client)
     dup = client.post("/open_session", json={"capacity_of_str_len": 1, "session_id": sid})
     assert dup.status_code == 400 and "Failed to open the session" in dup.json()["error"]["message"]
     first = generate(client, encode("hello"), 4, sid).json()["meta_info"]
-    for key, value, message in (("replace", True, "Streaming sessions do not support replace."),
-                                ("offset", 2, "Streaming sessions do not support offset."),
-                                ("drop_previous_output", True, "Streaming sessions do not support drop_previous_output.")):
+    for key, value, message in (
+        ("replace", True, "Streaming sessions do not support replace."),
+        ("offset", 2, "Streaming sessions do not support offset."),
+        ("drop_previous_output", True, "Streaming sessions do not support drop_previous_output."),
+    ):
         body = {"text": "x", "stream": True, "session_params": {"id": sid, key: value}}
         assert _reject(client, body) == message
-    assert "maximum allowed length" in _reject(client, {"text": "y" * 3000, "session_params": {"id": sid}})
+    assert "maximum allowed length" in _reject(
+        client, {"text": "y" * 3000, "session_params": {"id": sid}}
+    )
     start = _reject(client, {"text": "abc", "return_logprob": True, "logprob_start_len": 50})
     assert start.startswith("logprob_start_len=50 is higher than the number of input tokens")
-    body = {"text": "long", "stream": True, "rid": "busy-turn", "sampling_params": {"max_new_tokens": 100000},
-            "session_params": {"id": sid}}
+    body = {
+        "text": "long",
+        "stream": True,
+        "rid": "busy-turn",
+        "sampling_params": {"max_new_tokens": 100000},
+        "session_params": {"id": sid},
+    }
     with hold_request(server, "busy-turn"), client.stream("POST", "/generate", json=body) as stream:
         lines = stream.iter_lines()  # kept: dropping it closes the connection (= a disconnect)
         assert next(lines).startswith("data: ")
-        assert _reject(client, {"text": "x", "session_params": {"id": sid}}) == \
-            "Streaming session already has an active request."
-        assert _reject(client, {"text": "x", "rid": "busy-turn"}) == "duplicate request id 'busy-turn'"
+        assert (
+            _reject(client, {"text": "x", "session_params": {"id": sid}})
+            == "Streaming session already has an active request."
+        )
+        assert (
+            _reject(client, {"text": "x", "rid": "busy-turn"}) == "duplicate request id 'busy-turn'"
+        )
         close_session(client, sid)  # deferred: the turn is in flight
-        assert _reject(client, {"text": "x", "session_params": {"id": sid}}) == \
-            f"Invalid request: close was requested for session {sid}"
+        assert (
+            _reject(client, {"text": "x", "session_params": {"id": sid}})
+            == f"Invalid request: close was requested for session {sid}"
+        )
         assert client.post("/abort_request", json={"rid": "busy-turn"}).status_code == 200
         chunks = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "abort"
     assert first["finish_reason"]["type"] == "length"
     assert_clean_idle(client)
-    assert _reject(client, {"text": "x", "session_params": {"id": sid}}) == \
-        f"Invalid request: session id {sid} does not exist"
+    assert (
+        _reject(client, {"text": "x", "session_params": {"id": sid}})
+        == f"Invalid request: session id {sid} does not exist"
+    )
 
 
 def _no_server_error(url: str, failures: list[str], statuses: list[int]) -> Any:
     """A Hypothesis test body: call the case, record its status and any 5xx."""
-    @settings(max_examples=25, deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
     def check(case: Any) -> None:
         response = case.call(base_url=url, timeout=30)
         statuses.append(response.status_code)
         if response.status_code >= 500:
-            failures.append(f"{case.method} {case.path} -> {response.status_code}: {response.text[:200]}")
+            failures.append(
+                f"{case.method} {case.path} -> {response.status_code}: {response.text[:200]}"
+            )
 
     return check
 
@@ -138,7 +187,9 @@ def test_schemathesis_finds_no_server_error(server_client: tuple[LiveServer, htt
     for operation in schema.get_all_operations():
         given(operation.ok().as_strategy())(_no_server_error(server.url, failures, statuses))()
     assert failures == []
-    assert len(statuses) >= 100 and {200, 400} <= set(statuses)  # it reached both the engine and the validators
+    assert len(statuses) >= 100 and {200, 400} <= set(
+        statuses
+    )  # it reached both the engine and the validators
     client.post("/abort_request", json={"abort_all": True})
     client.post("/flush_cache")
     assert client.get("/health").status_code == 200

@@ -21,7 +21,9 @@ BUSY = "Streaming session already has an active request."  # an abort not yet pr
 LOAD_ARGS = replace(BASE_ARGS, context_length=16384, max_total_tokens=65536)
 
 
-async def _stream(client: httpx.AsyncClient, body: dict[str, Any], stop_after: int | None) -> dict[str, Any] | None:
+async def _stream(
+    client: httpx.AsyncClient, body: dict[str, Any], stop_after: int | None
+) -> dict[str, Any] | None:
     """Read a stream: to its end (returns the last meta_info), or — ``stop_after`` tokens in —
     abandon it (disconnect; returns None) or abort it by rid (stop_after < 0)."""
     last = None
@@ -32,7 +34,11 @@ async def _stream(client: httpx.AsyncClient, body: dict[str, Any], stop_after: i
             if not line.startswith("data: {"):
                 continue
             last = json.loads(line[6:])["meta_info"]
-            if stop_after is not None and last["completion_tokens"] >= abs(stop_after) and last["finish_reason"] is None:
+            if (
+                stop_after is not None
+                and last["completion_tokens"] >= abs(stop_after)
+                and last["finish_reason"] is None
+            ):
                 if stop_after > 0:
                     return None  # leaving the block closes the connection mid-stream
                 await client.post("/abort_request", json={"rid": body["rid"]})
@@ -40,14 +46,22 @@ async def _stream(client: httpx.AsyncClient, body: dict[str, Any], stop_after: i
     return last
 
 
-async def _turn(client: httpx.AsyncClient, body: dict[str, Any], mode: str) -> dict[str, Any] | None:
+async def _turn(
+    client: httpx.AsyncClient, body: dict[str, Any], mode: str
+) -> dict[str, Any] | None:
     """One turn in ``mode``; retried while the previous turn's abort is still in flight."""
     for _ in range(200):
         if mode == "plain":
             r = await client.post("/generate", json=body)
-            result = r.json()["meta_info"] if r.status_code == 200 else {"status": r.status_code, "error": r.json()}
+            result = (
+                r.json()["meta_info"]
+                if r.status_code == 200
+                else {"status": r.status_code, "error": r.json()}
+            )
         else:
-            result = await _stream(client, body, {"stream": None, "disconnect": 2, "abort": -2}[mode])
+            result = await _stream(
+                client, body, {"stream": None, "disconnect": 2, "abort": -2}[mode]
+            )
         if result is None or result.get("error", {}).get("error", {}).get("message") != BUSY:
             return result
         await asyncio.sleep(0.01)
@@ -57,19 +71,29 @@ async def _turn(client: httpx.AsyncClient, body: dict[str, Any], mode: str) -> d
 async def _session(client: httpx.AsyncClient, index: int, turns: int, rng: random.Random) -> int:
     """One session's turns; returns how many were cut (disconnect or abort)."""
     streaming = index % 4 != 3
-    r = await client.post("/open_session", json={"capacity_of_str_len": 1000, "streaming": streaming})
+    r = await client.post(
+        "/open_session", json={"capacity_of_str_len": 1000, "streaming": streaming}
+    )
     sid, total, last_ok, cut = r.json(), 0, None, 0
     for t in range(turns):
         mode = rng.choices(["plain", "stream", "disconnect", "abort"], [5, 2, 1, 1])[0]
         text = f"S{index} T{t} " + "x" * rng.randint(0, 24)
-        body = {"text": text, "rid": f"s{index}-t{t}", "session_params": {"id": sid, "rid": last_ok},
-                "sampling_params": {"max_new_tokens": 100000 if mode in ("disconnect", "abort") else rng.randint(1, 12)}}
+        body = {
+            "text": text,
+            "rid": f"s{index}-t{t}",
+            "session_params": {"id": sid, "rid": last_ok},
+            "sampling_params": {
+                "max_new_tokens": 100000 if mode in ("disconnect", "abort") else rng.randint(1, 12)
+            },
+        }
         meta = await _turn(client, body, mode)
         assert meta is None or "finish_reason" in meta, (index, t, mode, meta)
         if meta is None or meta["finish_reason"]["type"] == "abort":
             cut += 1
             continue
-        expected = total + len(encode(text)) - (1 if total else 0)  # the BOS is stripped when appending
+        expected = (
+            total + len(encode(text)) - (1 if total else 0)
+        )  # the BOS is stripped when appending
         assert meta["prompt_tokens"] == expected, (index, t, mode, meta)
         total, last_ok = meta["prompt_tokens"] + meta["completion_tokens"], meta["id"]
     assert (await client.post("/close_session", json={"session_id": sid})).status_code == 200
@@ -77,9 +101,12 @@ async def _session(client: httpx.AsyncClient, index: int, turns: int, rng: rando
 
 
 async def _load(url: str, sessions: int, turns: int, seed: int) -> int:
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=2 * sessions)) as client:
-        cuts = await asyncio.gather(*(_session(client, i, turns, random.Random(seed * 1000 + i))
-                                      for i in range(sessions)))
+    async with httpx.AsyncClient(
+        base_url=url, timeout=120, limits=httpx.Limits(max_connections=2 * sessions)
+    ) as client:
+        cuts = await asyncio.gather(
+            *(_session(client, i, turns, random.Random(seed * 1000 + i)) for i in range(sessions))
+        )
     return sum(cuts)
 
 

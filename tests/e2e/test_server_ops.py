@@ -29,24 +29,42 @@ from server_harness import (
 from typer.testing import CliRunner
 
 
-def test_disconnect_mid_stream_aborts_and_returns_kv(server_client: tuple[LiveServer, httpx.Client]) -> None:
+def test_disconnect_mid_stream_aborts_and_returns_kv(
+    server_client: tuple[LiveServer, httpx.Client],
+) -> None:
     """A streaming turn whose client goes away after three tokens is aborted (the scheduler
     counts it), its KV returns (exact accounting at idle, the session's slot intact), and the
     next turn appends to the last successful one."""
     server, client = server_client
     sid = open_session(client)
     first = meta(generate(client, encode("first turn"), 6, sid))
-    body = {"text": "abandoned", "stream": True, "rid": "abandoned", "sampling_params": {"max_new_tokens": 100000},
-            "session_params": {"id": sid}}
-    with hold_request(server, "abandoned", tokens=3), client.stream("POST", "/generate", json=body) as stream:
+    body = {
+        "text": "abandoned",
+        "stream": True,
+        "rid": "abandoned",
+        "sampling_params": {"max_new_tokens": 100000},
+        "session_params": {"id": sid},
+    }
+    with (
+        hold_request(server, "abandoned", tokens=3),
+        client.stream("POST", "/generate", json=body) as stream,
+    ):
         for line in stream.iter_lines():
-            if line.startswith("data: {") and json.loads(line[6:])["meta_info"]["completion_tokens"] >= 3:
+            if (
+                line.startswith("data: {")
+                and json.loads(line[6:])["meta_info"]["completion_tokens"] >= 3
+            ):
                 break  # leaving the block closes the connection mid-stream
         stream.close()
-        report = assert_clean_idle(client, sessions_closed=False)  # the disconnect's abort released the hold
+        report = assert_clean_idle(
+            client, sessions_closed=False
+        )  # the disconnect's abort released the hold
     assert report["engine"]["stats"]["aborted_reqs"] == 1
     third = meta(generate(client, encode("third"), 4, sid))
-    assert third["prompt_tokens"] == first["prompt_tokens"] + first["completion_tokens"] + len(encode("third")) - 1
+    assert (
+        third["prompt_tokens"]
+        == first["prompt_tokens"] + first["completion_tokens"] + len(encode("third")) - 1
+    )
     close_session(client, sid)
     assert_clean_idle(client)
 
@@ -67,7 +85,10 @@ def test_level_2_violation_stops_admitting(monkeypatch: pytest.MonkeyPatch) -> N
         health = client.get("/health")
         assert health.status_code == 503 and "pool.busy_sum" in health.json()["error"]["message"]
         refused = generate(client, encode("more"), 4)
-        assert refused.status_code == 503 and "not admitting new work" in refused.json()["error"]["message"]
+        assert (
+            refused.status_code == 503
+            and "not admitting new work" in refused.json()["error"]["message"]
+        )
         assert client.post("/open_session", json={"capacity_of_str_len": 1}).status_code == 503
         report = client.get("/invariants").json()
         assert not report["healthy"] and report["checker"]["by_invariant"]["pool.busy_sum"] >= 1
@@ -113,8 +134,11 @@ def test_api_key_guards_everything_but_health_and_metrics() -> None:
     with live_server(replace(BASE_ARGS, api_key="sekret")) as (_, client):
         assert client.post("/generate", json={"text": "a"}).status_code == 401
         assert client.get("/metrics").status_code == 200
-        ok = client.post("/generate", json={"text": "a", "sampling_params": {"max_new_tokens": 2}},
-                         headers={"Authorization": "Bearer sekret"})
+        ok = client.post(
+            "/generate",
+            json={"text": "a", "sampling_params": {"max_new_tokens": 2}},
+            headers={"Authorization": "Bearer sekret"},
+        )
         assert ok.status_code == 200
         info = client.get("/get_server_info", headers={"Authorization": "Bearer sekret"}).json()
         assert info["server_args"]["api_key"] == "***" and info["server_args"]["page_size"] == 1
@@ -125,7 +149,9 @@ def test_session_timeout_reaps_on_wall_time(client: httpx.Client) -> None:
     sid = open_session(client, timeout=0.2)
     assert generate(client, encode("short"), 2, sid).status_code == 200
     deadline = time.monotonic() + 10
-    while client.get("/invariants").json()["engine"]["open_sessions"] and time.monotonic() < deadline:
+    while (
+        client.get("/invariants").json()["engine"]["open_sessions"] and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     assert_clean_idle(client)
     gone = generate(client, encode("late"), 2, sid)
@@ -135,8 +161,12 @@ def test_session_timeout_reaps_on_wall_time(client: httpx.Client) -> None:
 def test_flush_cache_only_when_idle(server_client: tuple[LiveServer, httpx.Client]) -> None:
     """/flush_cache answers 400 while a request runs and 200 at idle."""
     server, client = server_client
-    body: dict[str, Any] = {"text": "busy", "stream": True, "rid": "long-one",
-                            "sampling_params": {"max_new_tokens": 100000}}
+    body: dict[str, Any] = {
+        "text": "busy",
+        "stream": True,
+        "rid": "long-one",
+        "sampling_params": {"max_new_tokens": 100000},
+    }
     with hold_request(server, "long-one"), client.stream("POST", "/generate", json=body) as stream:
         lines = stream.iter_lines()
         assert next(lines).startswith("data: ")
@@ -152,5 +182,7 @@ def test_serve_refuses_a_bad_flag_combination() -> None:
     naming the conflict (EAGLE v2 needs the overlap scheduler)."""
     from invariants.cli import app
 
-    result = CliRunner().invoke(app, ["serve", "--speculative-algorithm", "EAGLE_V2", "--disable-overlap-schedule"])
+    result = CliRunner().invoke(
+        app, ["serve", "--speculative-algorithm", "EAGLE_V2", "--disable-overlap-schedule"]
+    )
     assert result.exit_code == 2 and "overlap" in result.output

@@ -25,20 +25,31 @@ from server_harness import (
     open_session,
 )
 
-CHUNKS = ["Let me tell you something about France.", "The capital of France is",
-          "The population of the city is", "A brief history of the city:"]
+CHUNKS = [
+    "Let me tell you something about France.",
+    "The capital of France is",
+    "The population of the city is",
+    "A brief history of the city:",
+]
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["streaming-enabled", "streaming-disabled"])
+@pytest.fixture(
+    scope="module", params=[True, False], ids=["streaming-enabled", "streaming-disabled"]
+)
 def server(request: pytest.FixtureRequest) -> Iterator[tuple[LiveServer, httpx.Client]]:
-    with live_server(replace(BASE_ARGS, enable_streaming_session=request.param, page_size=4)) as pair:
+    with live_server(
+        replace(BASE_ARGS, enable_streaming_session=request.param, page_size=4)
+    ) as pair:
         yield pair
 
 
 def _plain(client: httpx.Client, ids: list[int], max_new: int) -> dict[str, Any]:
     """The same context sent without a session (output ids and logprobs)."""
     body = generate(client, ids, max_new, return_logprob=True).json()
-    return {"ids": body["output_ids"], "logprobs": [lp for lp, _, _ in body["meta_info"]["output_token_logprobs"]]}
+    return {
+        "ids": body["output_ids"],
+        "logprobs": [lp for lp, _, _ in body["meta_info"]["output_token_logprobs"]],
+    }
 
 
 def _logprobs(response: httpx.Response) -> list[float]:
@@ -53,7 +64,10 @@ def test_session_control_offset_replace_backtrack(server: tuple[LiveServer, http
     _, client = server
     sid = open_session(client, streaming=False)
     again = client.post("/open_session", json={"capacity_of_str_len": 1000, "session_id": sid})
-    assert again.status_code == 400 and "Failed to open the session" in again.json()["error"]["message"]
+    assert (
+        again.status_code == 400
+        and "Failed to open the session" in again.json()["error"]["message"]
+    )
     context: list[int] = []
     rids: list[str] = []
     for i, text in enumerate(CHUNKS):
@@ -61,21 +75,50 @@ def test_session_control_offset_replace_backtrack(server: tuple[LiveServer, http
         context = (context[:-1] + ids[1:]) if context else ids
         session = {"offset": -1, "replace": True}
         prev = rids[-1] if rids else None
-        too_long = generate(client, ids, max_new, sid, prev, session=session, return_logprob=True,
-                            logprob_start_len=len(context) + 50)
-        assert too_long.status_code == 400 and "logprob_start_len" in too_long.json()["error"]["message"]
-        res = generate(client, ids, max_new, sid, prev, session=session, return_logprob=True,
-                       logprob_start_len=len(context) - 1)
+        too_long = generate(
+            client,
+            ids,
+            max_new,
+            sid,
+            prev,
+            session=session,
+            return_logprob=True,
+            logprob_start_len=len(context) + 50,
+        )
+        assert (
+            too_long.status_code == 400
+            and "logprob_start_len" in too_long.json()["error"]["message"]
+        )
+        res = generate(
+            client,
+            ids,
+            max_new,
+            sid,
+            prev,
+            session=session,
+            return_logprob=True,
+            logprob_start_len=len(context) - 1,
+        )
         plain = _plain(client, context, max_new)
-        assert meta(res)["prompt_tokens"] == len(context) and res.json()["output_ids"] == plain["ids"]
+        assert (
+            meta(res)["prompt_tokens"] == len(context) and res.json()["output_ids"] == plain["ids"]
+        )
         assert _logprobs(res) == pytest.approx(plain["logprobs"], abs=1e-9)
         context += res.json()["output_ids"]
         rids.append(meta(res)["id"])
-    back = generate(client, encode(CHUNKS[-1]), 12, sid, rids[0], session={"offset": -1, "replace": True})
-    head = encode(CHUNKS[0])  # the first request's prompt (its one output token dropped by offset -1)
-    assert back.json()["output_ids"] == _plain(client, head + encode(CHUNKS[-1], bos=False), 12)["ids"]
+    back = generate(
+        client, encode(CHUNKS[-1]), 12, sid, rids[0], session={"offset": -1, "replace": True}
+    )
+    head = encode(
+        CHUNKS[0]
+    )  # the first request's prompt (its one output token dropped by offset -1)
+    assert (
+        back.json()["output_ids"] == _plain(client, head + encode(CHUNKS[-1], bos=False), 12)["ids"]
+    )
     gone = generate(client, encode("x"), 4, sid, rids[1])
-    assert gone.status_code == 400 and gone.json()["error"]["message"] == "Invalid request session id"
+    assert (
+        gone.status_code == 400 and gone.json()["error"]["message"] == "Invalid request session id"
+    )
     close_session(client, sid)
     closed = generate(client, encode("x"), 4, sid)
     assert closed.status_code == 400
@@ -115,6 +158,7 @@ def test_streaming_needs_the_flag(server: tuple[LiveServer, httpx.Client]) -> No
         close_session(client, r.json())
     else:
         assert r.status_code == 400
-        assert r.json()["error"]["message"] == ("Streaming sessions are disabled. Please relaunch with "
-                                                "--enable-streaming-session.")
+        assert r.json()["error"]["message"] == (
+            "Streaming sessions are disabled. Please relaunch with --enable-streaming-session."
+        )
     assert_clean_idle(client)

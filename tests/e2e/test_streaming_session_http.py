@@ -31,22 +31,49 @@ from server_harness import (
 
 PANGRAM = "The quick brown fox jumps over the lazy dog."
 FILLER = " ".join(f"{PANGRAM} Sentence {i} of a long shared document." for i in range(100))
-CHUNKS = ("Let me tell you something about France.", "The capital of France is",
-          "The population of the city is")
+CHUNKS = (
+    "Let me tell you something about France.",
+    "The capital of France is",
+    "The population of the city is",
+)
 # (id, flags) — SGLang's classes, scaled to the sim model
 MATRIX: list[tuple[str, dict[str, Any]]] = [
     ("ps1-overlap", {"chunked_prefill_size": 64}),
-    ("ps256-normal-retract", {"page_size": 256, "disable_overlap_schedule": True, "test_retract": True,
-                              "chunked_prefill_size": 512, "max_total_tokens": 256 * 160, "context_length": 4096}),
-    ("ps1-overlap-retract-mixed", {"chunked_prefill_size": 128, "enable_mixed_chunk": True, "test_retract": True}),
+    (
+        "ps256-normal-retract",
+        {
+            "page_size": 256,
+            "disable_overlap_schedule": True,
+            "test_retract": True,
+            "chunked_prefill_size": 512,
+            "max_total_tokens": 256 * 160,
+            "context_length": 4096,
+        },
+    ),
+    (
+        "ps1-overlap-retract-mixed",
+        {"chunked_prefill_size": 128, "enable_mixed_chunk": True, "test_retract": True},
+    ),
     ("eagle-v1-ps1", {"speculative_algorithm": "EAGLE", "chunked_prefill_size": 64}),
-    ("eagle-v2-ps256-retract", {"speculative_algorithm": "EAGLE_V2", "page_size": 256, "test_retract": True,
-                                "chunked_prefill_size": 512, "max_total_tokens": 256 * 160, "context_length": 4096}),
+    (
+        "eagle-v2-ps256-retract",
+        {
+            "speculative_algorithm": "EAGLE_V2",
+            "page_size": 256,
+            "test_retract": True,
+            "chunked_prefill_size": 512,
+            "max_total_tokens": 256 * 160,
+            "context_length": 4096,
+        },
+    ),
 ]
 
 
 SLOW_ROWS = {"eagle-v1-ps1"}  # beyond the issue's matrix: make test-full only
-PARAMS = [pytest.param(flags, id=name, marks=[pytest.mark.slow] if name in SLOW_ROWS else []) for name, flags in MATRIX]
+PARAMS = [
+    pytest.param(flags, id=name, marks=[pytest.mark.slow] if name in SLOW_ROWS else [])
+    for name, flags in MATRIX
+]
 
 
 @pytest.fixture(scope="module", params=PARAMS)
@@ -60,8 +87,14 @@ def _offset(srv: LiveServer) -> int:
     return 0 if srv.engine.config.enable_overlap else -1
 
 
-def turn(client: httpx.Client, sid: str, text: str, max_new: int = 12, prev: str | None = None,
-         **session: Any) -> dict[str, Any]:
+def turn(
+    client: httpx.Client,
+    sid: str,
+    text: str,
+    max_new: int = 12,
+    prev: str | None = None,
+    **session: Any,
+) -> dict[str, Any]:
     return meta(generate(client, encode(text), max_new, sid, prev, session=session))
 
 
@@ -79,8 +112,13 @@ def test_kv_cache_inheritance(server: tuple[LiveServer, httpx.Client]) -> None:
         prev = metas[-1]["id"]
     assert metas[0]["cached_tokens"] == 0
     for before, after, text in zip(metas, metas[1:], CHUNKS[1:]):
-        assert after["cached_tokens"] == before["prompt_tokens"] + before["completion_tokens"] + _offset(srv)
-        assert after["prompt_tokens"] == before["prompt_tokens"] + before["completion_tokens"] + len(encode(text)) - 1
+        assert after["cached_tokens"] == before["prompt_tokens"] + before[
+            "completion_tokens"
+        ] + _offset(srv)
+        assert (
+            after["prompt_tokens"]
+            == before["prompt_tokens"] + before["completion_tokens"] + len(encode(text)) - 1
+        )
     close_session(client, sid)
     assert_clean_idle(client)
 
@@ -88,14 +126,24 @@ def test_kv_cache_inheritance(server: tuple[LiveServer, httpx.Client]) -> None:
 async def _session_rounds(url: str, sessions: int, turns: int, logprob: dict[str, Any]) -> None:
     """``sessions`` streaming sessions; each turn's requests sent concurrently, rid-chained."""
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        opened = await asyncio.gather(*(client.post("/open_session", json={"capacity_of_str_len": 1000,
-                                                                           "streaming": True})
-                                        for _ in range(sessions)))
+        opened = await asyncio.gather(
+            *(
+                client.post("/open_session", json={"capacity_of_str_len": 1000, "streaming": True})
+                for _ in range(sessions)
+            )
+        )
         sids = [r.json() for r in opened]
         prev: list[str | None] = [None] * sessions
         for t in range(turns):
-            bodies = [{"text": f"S{s} T{t}: {PANGRAM}", "sampling_params": {"max_new_tokens": 8},
-                       "session_params": {"id": sid, "rid": prev[s]}, **logprob} for s, sid in enumerate(sids)]
+            bodies = [
+                {
+                    "text": f"S{s} T{t}: {PANGRAM}",
+                    "sampling_params": {"max_new_tokens": 8},
+                    "session_params": {"id": sid, "rid": prev[s]},
+                    **logprob,
+                }
+                for s, sid in enumerate(sids)
+            ]
             responses = await asyncio.gather(*(client.post("/generate", json=b) for b in bodies))
             for s, r in enumerate(responses):
                 assert r.status_code == 200, r.text
@@ -103,7 +151,9 @@ async def _session_rounds(url: str, sessions: int, turns: int, logprob: dict[str
                 assert body["finish_reason"]["type"] == "length"
                 assert ("output_token_logprobs" in body) == bool(logprob)
                 prev[s] = body["id"]
-        closed = await asyncio.gather(*(client.post("/close_session", json={"session_id": sid}) for sid in sids))
+        closed = await asyncio.gather(
+            *(client.post("/close_session", json={"session_id": sid}) for sid in sids)
+        )
         assert all(r.status_code == 200 for r in closed)
 
 
@@ -120,20 +170,40 @@ def test_leak_logprob_concurrent(server: tuple[LiveServer, httpx.Client]) -> Non
 async def _stress(url: str, big_pages: bool) -> None:
     size = 600 if big_pages else 160
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        sids = [(await client.post("/open_session", json={"capacity_of_str_len": 1000, "streaming": True})).json()
-                for _ in range(8)]
+        sids = [
+            (
+                await client.post(
+                    "/open_session", json={"capacity_of_str_len": 1000, "streaming": True}
+                )
+            ).json()
+            for _ in range(8)
+        ]
         for t in range(4):
-            bodies = [{"text": FILLER[(s * 7 + t) * 37 % 3000:][:size], "sampling_params": {"max_new_tokens": 16},
-                       "session_params": {"id": sid}} for s, sid in enumerate(sids)]
-            bodies += [{"text": f"plain {t} {i}: {PANGRAM}", "sampling_params": {"max_new_tokens": 16}}
-                       for i in range(4)]
+            bodies = [
+                {
+                    "text": FILLER[(s * 7 + t) * 37 % 3000 :][:size],
+                    "sampling_params": {"max_new_tokens": 16},
+                    "session_params": {"id": sid},
+                }
+                for s, sid in enumerate(sids)
+            ]
+            bodies += [
+                {"text": f"plain {t} {i}: {PANGRAM}", "sampling_params": {"max_new_tokens": 16}}
+                for i in range(4)
+            ]
             responses = await asyncio.gather(*(client.post("/generate", json=b) for b in bodies))
-            assert all(r.status_code == 200 and r.json()["meta_info"]["finish_reason"]["type"] == "length"
-                       for r in responses), [r.text for r in responses if r.status_code != 200]
+            assert all(
+                r.status_code == 200 and r.json()["meta_info"]["finish_reason"]["type"] == "length"
+                for r in responses
+            ), [r.text for r in responses if r.status_code != 200]
         for sid in sids:
-            assert (await client.post("/close_session", json={"session_id": sid})).status_code == 200
+            assert (
+                await client.post("/close_session", json={"session_id": sid})
+            ).status_code == 200
         for i in range(3):
-            assert (await client.post("/generate", json={"text": f"cleanup {i}"})).status_code == 200
+            assert (
+                await client.post("/generate", json={"text": f"cleanup {i}"})
+            ).status_code == 200
 
 
 def test_stress_concurrent_sessions(server: tuple[LiveServer, httpx.Client]) -> None:
@@ -145,22 +215,35 @@ def test_stress_concurrent_sessions(server: tuple[LiveServer, httpx.Client]) -> 
     assert report["engine"]["stats"]["chunked_prefills"] > 0
 
 
-def _stream_then_abort(server: tuple[LiveServer, httpx.Client], sid: str, text: str) -> dict[str, Any]:
+def _stream_then_abort(
+    server: tuple[LiveServer, httpx.Client], sid: str, text: str
+) -> dict[str, Any]:
     """A long streaming turn, held running after its third token; then POST /abort_request
     abort_all; the stream's final chunk (returned) must carry the abort."""
     srv, client = server
-    body = {"text": text, "stream": True, "rid": "cut-turn", "sampling_params": {"max_new_tokens": 100000},
-            "session_params": {"id": sid}}
+    body = {
+        "text": text,
+        "stream": True,
+        "rid": "cut-turn",
+        "sampling_params": {"max_new_tokens": 100000},
+        "session_params": {"id": sid},
+    }
     last: dict[str, Any] = {}
-    with hold_request(srv, "cut-turn", tokens=3), client.stream("POST", "/generate", json=body) as response:
+    with (
+        hold_request(srv, "cut-turn", tokens=3),
+        client.stream("POST", "/generate", json=body) as response,
+    ):
         assert response.status_code == 200
         aborted = False
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            last = json.loads(line[len("data: "):])
+            last = json.loads(line[len("data: ") :])
             if not aborted and last["meta_info"]["completion_tokens"] >= 3:
-                assert client.post("/abort_request", json={"rid": "", "abort_all": True}).status_code == 200
+                assert (
+                    client.post("/abort_request", json={"rid": "", "abort_all": True}).status_code
+                    == 200
+                )
                 aborted = True
     return last["meta_info"]
 
@@ -173,7 +256,10 @@ def test_nth_mid_abort_recovery(server: tuple[LiveServer, httpx.Client]) -> None
     first = turn(client, sid, CHUNKS[0], 16)
     assert _stream_then_abort(server, sid, CHUNKS[1])["finish_reason"]["type"] == "abort"
     third = turn(client, sid, CHUNKS[2], 12)
-    assert third["prompt_tokens"] == first["prompt_tokens"] + first["completion_tokens"] + len(encode(CHUNKS[2])) - 1
+    assert (
+        third["prompt_tokens"]
+        == first["prompt_tokens"] + first["completion_tokens"] + len(encode(CHUNKS[2])) - 1
+    )
     close_session(client, sid)
     assert_clean_idle(client)
 
@@ -210,16 +296,28 @@ def test_abort_heavy_chunked_prefill_does_not_leak() -> None:
     """SGLang's AbortLeakRepro: context 512, page 256, 32 running; four sessions through
     rounds of concurrent turns and plain requests, too-long turns (HTTP 400, "maximum
     allowed length"), and recovery turns that still inherit their slot's KV."""
-    args = replace(BASE_ARGS, page_size=256, chunked_prefill_size=4096, context_length=512,
-                   max_total_tokens=256 * 64, max_running_requests=32)
+    args = replace(
+        BASE_ARGS,
+        page_size=256,
+        chunked_prefill_size=4096,
+        context_length=512,
+        max_total_tokens=256 * 64,
+        max_running_requests=32,
+    )
     with live_server(args) as (_, client):
         sids = [open_session(client) for _ in range(4)]
         for s, sid in enumerate(sids):
-            assert turn(client, sid, f"warm {s}: {PANGRAM[:16 + s]}", 4)["finish_reason"]["type"] == "length"
+            assert (
+                turn(client, sid, f"warm {s}: {PANGRAM[: 16 + s]}", 4)["finish_reason"]["type"]
+                == "length"
+            )
         for rnd in range(4):
             for sid in sids:
                 long = generate(client, encode(FILLER[: 600 + rnd]), 4, sid)
-                assert long.status_code == 400 and "maximum allowed length" in long.json()["error"]["message"]
+                assert (
+                    long.status_code == 400
+                    and "maximum allowed length" in long.json()["error"]["message"]
+                )
             for sid in sids:
                 recovered = meta(generate(client, encode(f"recover {rnd}", bos=False), 4, sid))
                 assert recovered["cached_tokens"] > 0

@@ -23,8 +23,12 @@ from engine.request import Req
 Cache = ChunkCache | RadixCache | SWARadixCache
 
 
-def make_req(rid: str, input_ids: list[int] | range, output_ids: list[int] | None = None,
-             extra_key: str | None = None) -> Req:  # fmt: skip
+def make_req(
+    rid: str,
+    input_ids: list[int] | range,
+    output_ids: list[int] | None = None,
+    extra_key: str | None = None,
+) -> Req:
     return Req(rid, list(input_ids), list(output_ids or []), extra_key=extra_key)
 
 
@@ -85,8 +89,13 @@ class Stack:
         """The scheduler's SWA eviction of a decoding request (``ScheduleBatch._evict_swa``)."""
         assert isinstance(self.allocator, SWAAllocator) and self.window is not None
         start = max(req.swa_evicted_seqlen, req.cache_protected_len)
-        cursor = paging.swa_evict_cursor(req.swa_evicted_seqlen, req.cache_protected_len,
-                                         req.kv_committed_len, self.window, self.page_size)  # fmt: skip
+        cursor = paging.swa_evict_cursor(
+            req.swa_evicted_seqlen,
+            req.cache_protected_len,
+            req.kv_committed_len,
+            self.window,
+            self.page_size,
+        )
         if cursor > start:
             self.allocator.free_swa(self.pool.read(req.req_pool_idx, start, cursor))
         req.swa_evicted_seqlen = cursor
@@ -109,12 +118,26 @@ class Stack:
 
     def full_available(self) -> int:
         alloc = self.allocator
-        return alloc.full_available_size() if isinstance(alloc, SWAAllocator) else alloc.available_size()
+        return (
+            alloc.full_available_size()
+            if isinstance(alloc, SWAAllocator)
+            else alloc.available_size()
+        )
 
 
-def make_stack(page_size: int, size: int, cache: str = "radix", *, swa_size: int | None = None,
-               window: int | None = None, rows: int = 8, context: int = 1024, strict: bool = True) -> Stack:  # fmt: skip
-    """A memory stack of ``size`` full tokens; ``cache`` is chunk | radix | swa_radix | swa_chunk."""
+def make_stack(
+    page_size: int,
+    size: int,
+    cache: str = "radix",
+    *,
+    swa_size: int | None = None,
+    window: int | None = None,
+    rows: int = 8,
+    context: int = 1024,
+    strict: bool = True,
+) -> Stack:
+    """A memory stack of ``size`` full tokens; ``cache`` is chunk | radix | swa_radix |
+    swa_chunk."""
     pool = ReqToTokenPool(rows, context, strict=strict)
     allocator: PagedAllocator | SWAAllocator
     if cache.startswith("swa"):
@@ -134,7 +157,13 @@ def make_stack(page_size: int, size: int, cache: str = "radix", *, swa_size: int
     else:
         assert isinstance(allocator, SWAAllocator)
         built = SWARadixCache(pool, allocator, page_size, window or page_size)
-    return Stack(page_size, allocator, pool, built, window or (page_size if cache.startswith("swa") else None))
+    return Stack(
+        page_size,
+        allocator,
+        pool,
+        built,
+        window or (page_size if cache.startswith("swa") else None),
+    )
 
 
 def assert_counters(cache: Cache) -> None:
@@ -176,7 +205,9 @@ def _assert_swa_ownership(stack: Stack, alloc: SWAAllocator) -> None:
         assert (swa > 0).all() if owner.holds_swa else (swa == 0).all(), owner.label
         owners.update(np.unique(swa[swa > 0] // ps).tolist())
     for req in stack.live:
-        swa = alloc.translate_to_swa(_held(stack, req, max(req.cache_protected_len, req.swa_evicted_seqlen)))
+        swa = alloc.translate_to_swa(
+            _held(stack, req, max(req.cache_protected_len, req.swa_evicted_seqlen))
+        )
         owners.update(np.unique(swa[swa > 0] // ps).tolist())
     assert owners == Counter(range(1, alloc.swa.num_pages + 1)), _diff(owners, alloc.swa.num_pages)
 

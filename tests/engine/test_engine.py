@@ -26,7 +26,10 @@ def _prompt(seed: int, n: int) -> list[int]:
 
 def _assert_pool_whole(engine: Engine) -> None:
     for pool in engine.state_view("idle").pools:
-        assert pool.free + pool.evictable == pool.capacity and pool.request_owned == pool.protected == 0
+        assert (
+            pool.free + pool.evictable == pool.capacity
+            and pool.request_owned == pool.protected == 0
+        )
 
 
 def test_generate_returns_results_in_prompt_order_with_usage() -> None:
@@ -36,8 +39,10 @@ def test_generate_returns_results_in_prompt_order_with_usage() -> None:
     engine = _engine()
     head = _prompt(0, 64)
     first = engine.generate([head + [1, 2, 3]], SamplingParams(max_new_tokens=5))[0]
-    a, b = engine.generate([head + [9, 9], _prompt(1, 10)], [SamplingParams(max_new_tokens=3),
-                                                             SamplingParams(max_new_tokens=4)])
+    a, b = engine.generate(
+        [head + [9, 9], _prompt(1, 10)],
+        [SamplingParams(max_new_tokens=3), SamplingParams(max_new_tokens=4)],
+    )
     assert (first.prompt_tokens, first.completion_tokens, len(first.output_ids)) == (67, 5, 5)
     assert first.finish_reason.to_json() == {"type": "length", "length": 5}
     assert (a.completion_tokens, b.completion_tokens) == (3, 4)
@@ -52,7 +57,9 @@ def test_a_fully_cached_prompt_still_recomputes_its_last_token() -> None:
     (page floored), so its first output token is recomputed — and identical."""
     engine = _engine()
     prompt = _prompt(5, 64)
-    first, again = (engine.generate([prompt], SamplingParams(max_new_tokens=3))[0] for _ in range(2))
+    first, again = (
+        engine.generate([prompt], SamplingParams(max_new_tokens=3))[0] for _ in range(2)
+    )
     assert first.cached_tokens == 0 and again.cached_tokens == 60  # floor_align(63, 4)
     assert again.output_ids == first.output_ids
 
@@ -63,12 +70,19 @@ def test_stop_and_eos_tokens_finish_with_stop() -> None:
     results = engine.generate([_prompt(i, 20) for i in range(8)], SamplingParams(max_new_tokens=40))
     stops = [r for r in results if r.finish_reason.kind == "stop"]
     assert stops and all(r.output_ids[-1] == EOS_ID == r.finish_reason.matched for r in stops)
-    ignore = engine.generate([_prompt(i, 20) for i in range(8)], SamplingParams(max_new_tokens=40, ignore_eos=True))
+    ignore = engine.generate(
+        [_prompt(i, 20) for i in range(8)], SamplingParams(max_new_tokens=40, ignore_eos=True)
+    )
     assert all(r.completion_tokens == 40 for r in ignore)
     plain = _engine().generate([_prompt(3, 20)], SamplingParams(max_new_tokens=30))[0]
     stop_at = plain.output_ids[4]
-    cut = _engine().generate([_prompt(3, 20)], SamplingParams(max_new_tokens=30, stop_token_ids=(stop_at,)))[0]
-    assert cut.finish_reason.kind == "stop" and cut.output_ids == plain.output_ids[: plain.output_ids.index(stop_at) + 1]
+    cut = _engine().generate(
+        [_prompt(3, 20)], SamplingParams(max_new_tokens=30, stop_token_ids=(stop_at,))
+    )[0]
+    assert (
+        cut.finish_reason.kind == "stop"
+        and cut.output_ids == plain.output_ids[: plain.output_ids.index(stop_at) + 1]
+    )
 
 
 def test_prompt_over_the_length_limit_is_aborted_before_memory() -> None:
@@ -79,10 +93,18 @@ def test_prompt_over_the_length_limit_is_aborted_before_memory() -> None:
     rid = engine.submit(_prompt(0, limit))
     result = engine.pop_result(rid)
     assert result.finish_reason.kind == "abort" and result.finish_reason.status_code == 400
-    assert "maximum allowed length" in (result.finish_reason.message or "") and result.completion_tokens == 0
+    assert (
+        "maximum allowed length" in (result.finish_reason.message or "")
+        and result.completion_tokens == 0
+    )
     view = engine.state_view("step")
     assert view.pools[0].free == view.pools[0].capacity and not view.req_pool.rows_in_use
-    assert engine.generate([_prompt(0, limit - 1)], SamplingParams(max_new_tokens=2))[0].completion_tokens == 2
+    assert (
+        engine.generate([_prompt(0, limit - 1)], SamplingParams(max_new_tokens=2))[
+            0
+        ].completion_tokens
+        == 2
+    )
 
 
 def test_abort_of_a_waiting_request_finishes_it_at_once() -> None:
@@ -141,10 +163,15 @@ def test_hooks_see_events_in_loop_order_and_none_costs_a_null_object() -> None:
         engine.generate([_prompt(0, 10)], SamplingParams(max_new_tokens=2))
         text = " ".join(log)
         if overlap:
-            assert text == ("schedule forward step schedule forward process step "
-                            "schedule forward process step response process step idle step")
+            assert text == (
+                "schedule forward step schedule forward process step "
+                "schedule forward process step response process step idle step"
+            )
         else:
-            assert text == "schedule forward process step schedule forward process step response idle step"
+            assert (
+                text
+                == "schedule forward process step schedule forward process step response idle step"
+            )
 
 
 def test_state_view_lists_live_requests_and_scheduler() -> None:

@@ -39,7 +39,11 @@ def test_req_views_are_reused_only_while_unchanged() -> None:
     first = cache.views(reqs, ReqPlaces())
     assert cache.views(reqs, ReqPlaces())[0] is first[0]
     moved = cache.views(reqs, ReqPlaces(running=set(reqs)))
-    assert moved[0] is not first[0] and moved[0].in_running and moved == ReqViewCache().views(reqs, ReqPlaces(running=set(reqs)))
+    assert (
+        moved[0] is not first[0]
+        and moved[0].in_running
+        and moved == ReqViewCache().views(reqs, ReqPlaces(running=set(reqs)))
+    )
 
 
 def test_selective_view_builds_only_named_sections() -> None:
@@ -69,7 +73,9 @@ def test_a_lock_rebuilds_the_locked_path_only() -> None:
     assert {v.id for v in after.fresh} == {shared.id}  # the root's lock is fixed at 1
     kept = {v.id: v for v in before}
     assert len(shared.children) >= 2 and all(v is kept[v.id] for v in after if v.id != shared.id)
-    assert [v.lock_ref for v in after if v.id == shared.id] == [1] and all(v.parent_lock_ref == -1 for v in after)
+    assert [v.lock_ref for v in after if v.id == shared.id] == [1] and all(
+        v.parent_lock_ref == -1 for v in after
+    )
 
 
 def test_the_views_follow_request_places() -> None:
@@ -79,22 +85,37 @@ def test_the_views_follow_request_places() -> None:
     engine.submit([1, 2, 3, 4], SamplingParams(max_new_tokens=4, ignore_eos=True))
     engine.step()
     reqs, cache = engine.scheduler.live_reqs(), ReqViewCache()
-    for places in (ReqPlaces(waiting=set(reqs)), ReqPlaces(batch=set(reqs)), ReqPlaces(batch=set(reqs))):
+    for places in (
+        ReqPlaces(waiting=set(reqs)),
+        ReqPlaces(batch=set(reqs)),
+        ReqPlaces(batch=set(reqs)),
+    ):
         views = cache.views(reqs, places)
         assert views == ReqViewCache().views(reqs, places)
     assert views[0].in_batch and not views[0].in_waiting
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 15), st.integers(-3, 14), st.integers(-2, 16)),
-                                    min_size=1, max_size=40))
-def test_the_census_row_block_equals_the_row_slices(width: int, spans: list[tuple[int, int, int]]) -> None:
+@given(
+    st.integers(1, 12),
+    st.lists(
+        st.tuples(st.integers(0, 15), st.integers(-3, 14), st.integers(-2, 16)),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_the_census_row_block_equals_the_row_slices(
+    width: int, spans: list[tuple[int, int, int]]
+) -> None:
     """The incremental census's gathered row pages are the per-row slices ``table[row,
     start:end]`` and ``table[row, :end]`` concatenated, or None (then it slices row by row)."""
     table = np.arange(16 * width, dtype=np.int32).reshape(16, width) + 1
     block = _row_block(table, spans)
     if block is None:
-        assert min(min(s) for s in spans) < 0 or max(e for *_, e in spans) * len(spans) > 4 * sum(e for *_, e in spans) + 4096
+        assert (
+            min(min(s) for s in spans) < 0
+            or max(e for *_, e in spans) * len(spans) > 4 * sum(e for *_, e in spans) + 4096
+        )
         return
     owned = [table[r, s:e] for r, s, e in spans]
     assert np.array_equal(block[0], np.concatenate(owned)) and block[2] == [len(o) for o in owned]
@@ -102,11 +123,21 @@ def test_the_census_row_block_equals_the_row_slices(width: int, spans: list[tupl
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.sampled_from([1, 4, 16]), st.lists(st.tuples(st.integers(-3, 300), st.integers(-3, 300)), max_size=12))
-def test_request_owned_is_the_sum_of_held_lengths(page_size: int, lengths: list[tuple[int, int]]) -> None:
+@given(
+    st.sampled_from([1, 4, 16]),
+    st.lists(st.tuples(st.integers(-3, 300), st.integers(-3, 300)), max_size=12),
+)
+def test_request_owned_is_the_sum_of_held_lengths(
+    page_size: int, lengths: list[tuple[int, int]]
+) -> None:
     """A pool view's request_owned (paging.total_held_len) is Σ paging.held_len over the rows —
     broken lengths (negative, protected past allocated) included."""
-    live = [Req(f"r{i}", [1], kv_allocated_len=a, cache_protected_len=p) for i, (a, p) in enumerate(lengths)]
-    expected = sum(paging.held_len(r.kv_allocated_len, r.cache_protected_len, page_size) for r in live)
+    live = [
+        Req(f"r{i}", [1], kv_allocated_len=a, cache_protected_len=p)
+        for i, (a, p) in enumerate(lengths)
+    ]
+    expected = sum(
+        paging.held_len(r.kv_allocated_len, r.cache_protected_len, page_size) for r in live
+    )
     allocated, protected = [r.kv_allocated_len for r in live], [r.cache_protected_len for r in live]
     assert paging.total_held_len(allocated, protected, page_size) == expected

@@ -36,8 +36,11 @@ def _prompts(seed: int, n: int, shared: int, low: int, high: int) -> list[list[i
     """Random byte prompts; each starts with a random-length head of one shared prefix."""
     rng = np.random.default_rng(seed)
     head = rng.integers(0, 256, shared).tolist()
-    return [head[: int(rng.integers(0, shared + 1))]
-            + rng.integers(0, 256, int(rng.integers(low, high + 1))).tolist() for _ in range(n)]
+    return [
+        head[: int(rng.integers(0, shared + 1))]
+        + rng.integers(0, 256, int(rng.integers(low, high + 1))).tolist()
+        for _ in range(n)
+    ]
 
 
 PROMPTS = _prompts(0, 12, 64, 5, 48)
@@ -57,22 +60,36 @@ class Witness:
             self.swa_evicted = max(self.swa_evicted, *evicted, 0)
 
 
-def _config(model: str, page_size: int, f: dict[str, Any],
-            tiny: TinyConfig | None = None) -> EngineConfig:
+def _config(
+    model: str, page_size: int, f: dict[str, Any], tiny: TinyConfig | None = None
+) -> EngineConfig:
     swa = model == "swa"
     # the features-on pool is small enough that the cache evicts; features off never retracts
     total = (512 if page_size == 1 else 2048) if f["retract"] else 4096
-    mem = MemoryConfig(page_size=page_size, max_total_tokens=total, max_num_reqs=8, context_len=256,
-                       cache=f["cache"], swa_tokens=total // 2 if swa else None,
-                       sliding_window=WINDOW if swa else None)
-    return EngineConfig(memory=mem, seed=11, model="tiny", tiny=tiny or MODELS[model],
-                        chunked_prefill_size=max(16, 2 * page_size) if f["chunked"] else None,
-                        enable_mixed_chunk=f["mixed"], test_retract=f["retract"],
-                        enable_overlap=f["overlap"])
+    mem = MemoryConfig(
+        page_size=page_size,
+        max_total_tokens=total,
+        max_num_reqs=8,
+        context_len=256,
+        cache=f["cache"],
+        swa_tokens=total // 2 if swa else None,
+        sliding_window=WINDOW if swa else None,
+    )
+    return EngineConfig(
+        memory=mem,
+        seed=11,
+        model="tiny",
+        tiny=tiny or MODELS[model],
+        chunked_prefill_size=max(16, 2 * page_size) if f["chunked"] else None,
+        enable_mixed_chunk=f["mixed"],
+        test_retract=f["retract"],
+        enable_overlap=f["overlap"],
+    )
 
 
-def _run(config: EngineConfig, prompts: list[list[int]] = PROMPTS,
-         max_new: int = MAX_NEW) -> tuple[list[GenerateResult], Engine, Witness]:
+def _run(
+    config: EngineConfig, prompts: list[list[int]] = PROMPTS, max_new: int = MAX_NEW
+) -> tuple[list[GenerateResult], Engine, Witness]:
     witness = Witness()
     engine = Engine(config, observers=[witness])
     results = engine.generate(prompts, SamplingParams(max_new_tokens=max_new))
@@ -86,8 +103,9 @@ def _tokens(results: list[GenerateResult]) -> list[tuple[tuple[int, ...], str]]:
 
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("model", list(MODELS))
-def test_every_cache_feature_on_gives_the_tokens_of_every_feature_off(model: str,
-                                                                     page_size: int) -> None:
+def test_every_cache_feature_on_gives_the_tokens_of_every_feature_off(
+    model: str, page_size: int
+) -> None:
     """Radix cache + chunked prefill + mixed chunk + retract + overlap produce exactly the
     greedy tokens of chunk cache, one-shot prefill, no mixing, no retract, no overlap; the
     features fired (cache hits, chunks, mixed batches, retracts; SWA eviction in hybrid
@@ -108,18 +126,25 @@ def test_every_cache_feature_on_gives_the_tokens_of_every_feature_off(model: str
 
 @pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("model", ["gqa", "swa", "mla"])
-def test_eagle_with_every_cache_feature_gives_the_tokens_of_every_feature_off(model: str,
-                                                                             version: int) -> None:
+def test_eagle_with_every_cache_feature_gives_the_tokens_of_every_feature_off(
+    model: str, version: int
+) -> None:
     """EAGLE (the tiny model's draft network, 3 steps) on top of radix cache + chunked prefill
     + retract (+ overlap for v2; SGLang turns mixed chunk off under EAGLE) gives exactly the
     features-off greedy tokens; the features fired, every accept length occurred."""
-    config = replace(_config(model, 16, {**ON, "overlap": version == 2}),
-                     speculative=SpecConfig(version=version))  # type: ignore[arg-type]
+    config = replace(
+        _config(model, 16, {**ON, "overlap": version == 2}), speculative=SpecConfig(version=version)
+    )  # type: ignore[arg-type]
     on, engine, seen = _run(config)
     off, _, _ = _run(_config(model, 16, OFF))
     assert _tokens(on) == _tokens(off)
     s = engine.stats
-    assert s.cached_tokens > 0 and s.chunked_prefills > 0 and s.retracted_reqs > 0 and s.mixed_batches == 0
+    assert (
+        s.cached_tokens > 0
+        and s.chunked_prefills > 0
+        and s.retracted_reqs > 0
+        and s.mixed_batches == 0
+    )
     assert all(n > 0 for n in s.spec_accept_hist), s.spec_accept_hist
     assert seen.swa_evicted > 0 or model != "swa"
 
@@ -152,9 +177,14 @@ def test_triton_kernels_give_the_torch_backends_tokens(model: str) -> None:
     feats = {**ON, "retract": False}
     outs = []
     for backend in ("torch", "triton"):
-        tiny = TinyConfig(num_layers=2, hidden_size=32, dtype="float32", backend=backend,
-                          attention="mla" if model == "mla" else "gqa",
-                          attention_pattern="FS" if model == "swa" else "F")
+        tiny = TinyConfig(
+            num_layers=2,
+            hidden_size=32,
+            dtype="float32",
+            backend=backend,
+            attention="mla" if model == "mla" else "gqa",
+            attention_pattern="FS" if model == "swa" else "F",
+        )
         results, engine, _ = _run(_config(model, 4, feats, tiny), prompts, max_new=6)
         assert engine.stats.mixed_batches > 0 and engine.stats.decode_batches > 0
         outs.append(_tokens(results))

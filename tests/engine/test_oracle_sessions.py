@@ -28,7 +28,11 @@ def _session_outputs(engine: Engine, inputs: list[list[int]]) -> list[list[int]]
     sid = engine.open_session(1000, streaming=True)
     outputs = []
     for turn in inputs:
-        (result,) = engine.generate([turn], SamplingParams(max_new_tokens=MAX_NEW, ignore_eos=True), session_params={"id": sid})
+        (result,) = engine.generate(
+            [turn],
+            SamplingParams(max_new_tokens=MAX_NEW, ignore_eos=True),
+            session_params={"id": sid},
+        )
         assert result.finish_reason.kind == "length", result.finish_reason
         outputs.append(list(result.output_ids))
     engine.close_session(sid)
@@ -40,7 +44,9 @@ def _plain_outputs(engine: Engine, inputs: list[list[int]]) -> list[list[int]]:
     history: list[int] = []
     outputs = []
     for turn in inputs:
-        (result,) = engine.generate([history + turn], SamplingParams(max_new_tokens=MAX_NEW, ignore_eos=True))
+        (result,) = engine.generate(
+            [history + turn], SamplingParams(max_new_tokens=MAX_NEW, ignore_eos=True)
+        )
         outputs.append(list(result.output_ids))
         history = history + turn + list(result.output_ids)
     return outputs
@@ -48,7 +54,9 @@ def _plain_outputs(engine: Engine, inputs: list[list[int]]) -> list[list[int]]:
 
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("model", ["gqa", "swa", "mla"])
-def test_streaming_session_turns_equal_whole_context_without_cache(model: str, page_size: int) -> None:
+def test_streaming_session_turns_equal_whole_context_without_cache(
+    model: str, page_size: int
+) -> None:
     """Session turns (slot KV inherited, all features on) == whole-context prompts, all off."""
     inputs = _turn_inputs(page_size * 7 + len(model))
     on = Engine(replace(_config(model, page_size, ON), enable_streaming_session=True))

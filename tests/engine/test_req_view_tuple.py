@@ -21,12 +21,27 @@ from invariants.loader import CatalogError, load_catalog
 # The dataclass-era contract: every field, in order, with its default (fixtures name only
 # the fields they test and rely on the rest).
 DEFAULTS = {
-    "rid": "", "req_pool_idx": -1, "seq_len": 0, "kv_committed_len": 0, "kv_allocated_len": 0,
-    "cache_protected_len": 0, "swa_evicted_seqlen": 0, "is_chunked": 0, "kv_committed_freed": False,
-    "kv_overallocated_freed": False, "origin_len": 0, "num_output": 0, "finished": False,
-    "to_finish": False, "is_retracted": False, "in_waiting": False, "in_running": False,
-    "in_batch": False, "spec_seq_len": -1, "spec_accept_len": 0,
-}  # fmt: skip
+    "rid": "",
+    "req_pool_idx": -1,
+    "seq_len": 0,
+    "kv_committed_len": 0,
+    "kv_allocated_len": 0,
+    "cache_protected_len": 0,
+    "swa_evicted_seqlen": 0,
+    "is_chunked": 0,
+    "kv_committed_freed": False,
+    "kv_overallocated_freed": False,
+    "origin_len": 0,
+    "num_output": 0,
+    "finished": False,
+    "to_finish": False,
+    "is_retracted": False,
+    "in_waiting": False,
+    "in_running": False,
+    "in_batch": False,
+    "spec_seq_len": -1,
+    "spec_accept_len": 0,
+}
 
 
 def test_fields_order_and_defaults_are_the_dataclass_ones() -> None:
@@ -83,7 +98,10 @@ def test_yaml_fixtures_build_req_views(tmp_path: Path) -> None:
     path = tmp_path / "reqs.yaml"
     path.write_text(REQ_RULE)
     fail = load_catalog([path]).get("t.reqs").fixtures["fail"].view.reqs
-    assert fail == (ReqView(rid="r1", kv_committed_len=5, kv_allocated_len=4),) and type(fail[0]) is ReqView
+    assert (
+        fail == (ReqView(rid="r1", kv_committed_len=5, kv_allocated_len=4),)
+        and type(fail[0]) is ReqView
+    )
 
 
 def test_an_unknown_request_field_names_file_line_and_field(tmp_path: Path) -> None:
@@ -96,7 +114,10 @@ def test_an_unknown_request_field_names_file_line_and_field(tmp_path: Path) -> N
         load_catalog([path])
     line = next(i for i, s in enumerate(text.splitlines(), 1) if "kv_comitted_len" in s)
     message = str(err.value)
-    assert f"{path}:{line}: [t.reqs] fixtures.fail.view.reqs.0: unknown key 'kv_comitted_len' in ReqView" in message
+    assert (
+        f"{path}:{line}: [t.reqs] fixtures.fail.view.reqs.0: "
+        "unknown key 'kv_comitted_len' in ReqView" in message
+    )
     assert "(fields: rid, req_pool_idx, seq_len," in message
 
 

@@ -21,19 +21,30 @@ from engine.view import ReqView
 def _ref_req_view(r: Req, places: ReqPlaces) -> ReqView:
     """The request view as ``snapshot`` built it before interning."""
     return ReqView(
-        rid=r.rid, req_pool_idx=-1 if r.req_pool_idx is None else r.req_pool_idx,
-        seq_len=len(r.fill_ids), kv_committed_len=r.kv_committed_len,
-        kv_allocated_len=r.kv_allocated_len, cache_protected_len=r.cache_protected_len,
-        swa_evicted_seqlen=r.swa_evicted_seqlen, is_chunked=r.is_chunked,
-        kv_committed_freed=r.kv_committed_freed, kv_overallocated_freed=r.kv_overallocated_freed,
-        origin_len=len(r.origin_input_ids), num_output=len(r.output_ids), finished=r.finished(),
-        to_finish=r.to_finish is not None, is_retracted=r.is_retracted, in_waiting=r in places.waiting,
-        in_running=r in places.running, in_batch=r in places.batch,
-    )  # fmt: skip
+        rid=r.rid,
+        req_pool_idx=-1 if r.req_pool_idx is None else r.req_pool_idx,
+        seq_len=len(r.fill_ids),
+        kv_committed_len=r.kv_committed_len,
+        kv_allocated_len=r.kv_allocated_len,
+        cache_protected_len=r.cache_protected_len,
+        swa_evicted_seqlen=r.swa_evicted_seqlen,
+        is_chunked=r.is_chunked,
+        kv_committed_freed=r.kv_committed_freed,
+        kv_overallocated_freed=r.kv_overallocated_freed,
+        origin_len=len(r.origin_input_ids),
+        num_output=len(r.output_ids),
+        finished=r.finished(),
+        to_finish=r.to_finish is not None,
+        is_retracted=r.is_retracted,
+        in_waiting=r in places.waiting,
+        in_running=r in places.running,
+        in_batch=r in places.batch,
+    )
 
 
 def _ref_live_reqs(sched: Any) -> list[Req]:
     """The live requests as ``Scheduler.live_reqs`` listed them through a generator."""
+
     def candidates() -> Iterator[Req]:
         yield from (r for r in sched.waiting_queue if r.req_pool_idx is not None)
         if sched.chunked_req is not None:
@@ -44,6 +55,7 @@ def _ref_live_reqs(sched: Any) -> list[Req]:
                 yield from batch.reqs
         for queued, _ in sched.result_queue:
             yield from queued.reqs
+
     return list(dict.fromkeys(candidates()))
 
 
@@ -64,22 +76,33 @@ class Compare:
             nodes = all_nodes(root)
             assert inner.tree_view().nodes == tuple(node_view(n, n is root, attr) for n in nodes)
             owners = [(o.label, o.slots.tolist(), o.holds_swa) for o in inner.slot_owners()]
-            assert owners == [(f"tree:n{n.id}", n.value.tolist(), not swa or not n.swa_tombstone) for n in nodes[1:]]
+            assert owners == [
+                (f"tree:n{n.id}", n.value.tolist(), not swa or not n.swa_tombstone)
+                for n in nodes[1:]
+            ]
         sched, batch = engine.scheduler, engine.scheduler.cur_batch
-        places = ReqPlaces(set(sched.waiting_queue), set(sched.running_batch.reqs),
-                           set(batch.reqs) if batch is not None else frozenset())  # fmt: skip
+        places = ReqPlaces(
+            set(sched.waiting_queue),
+            set(sched.running_batch.reqs),
+            set(batch.reqs) if batch is not None else frozenset(),
+        )
         live = _ref_live_reqs(sched)
         assert sched.live_reqs() == live  # the same requests (Req compares by identity), in order
         self.queued += bool(sched.result_queue)
         got = engine.state_view(event).reqs
         ref = tuple(_ref_req_view(r, places) for r in live)
         assert [[(getattr(v, f), type(getattr(v, f))) for f in ReqView._fields] for v in got] == [
-            [(getattr(v, f), type(getattr(v, f))) for f in ReqView._fields] for v in ref]
+            [(getattr(v, f), type(getattr(v, f))) for f in ReqView._fields] for v in ref
+        ]
 
 
 @pytest.mark.parametrize(("hybrid", "overlap"), [(False, True), (True, True), (False, False)])
 def test_views_equal_a_rebuild_through_engine_runs(hybrid: bool, overlap: bool) -> None:
-    memory = MemoryConfig(max_total_tokens=384, swa_tokens=384, sliding_window=16) if hybrid else MemoryConfig(max_total_tokens=384)
+    memory = (
+        MemoryConfig(max_total_tokens=384, swa_tokens=384, sliding_window=16)
+        if hybrid
+        else MemoryConfig(max_total_tokens=384)
+    )
     compare = Compare()
     engine = Engine(EngineConfig(memory=memory, enable_overlap=overlap), observers=[compare])
     prompts = [[1, 2, 3, 4] * k + [k] * 7 for k in range(1, 10)] + [[1, 2, 3, 4] * 6]

@@ -20,9 +20,29 @@ def test_checked_anchor_run_is_clean() -> None:
 
 def test_compare_pairs_cells_and_computes_ratios() -> None:
     """Ratios are kvspec ÷ SGLang per (page size, batch) cell present in both."""
-    ours = [{"page_size": 1, "batch": 8, "steps_per_s": 200.0, "conservation_check_us_per_step": 1.0,
-             "census_check_us_per_step": 2.0, "steps_timed": 5, "hit_tokens": 6, "evicted_tokens": 7}]
-    theirs = {"results": [{"page_size": 1, "batch": 8, "steps_per_s": {"median": 100.0}, "steps_timed": 5,
-                           "hit_tokens": 6, "evicted_tokens": 7}]}
+    ours = [
+        {
+            "page_size": 1,
+            "batch": 8,
+            "steps_per_s": 200.0,
+            "conservation_check_us_per_step": 1.0,
+            "census_check_us_per_step": 2.0,
+            "steps_timed": 5,
+            "hit_tokens": 6,
+            "evicted_tokens": 7,
+        }
+    ]
+    theirs = {
+        "results": [
+            {
+                "page_size": 1,
+                "batch": 8,
+                "steps_per_s": {"median": 100.0},
+                "steps_timed": 5,
+                "hit_tokens": 6,
+                "evicted_tokens": 7,
+            }
+        ]
+    }
     (row,) = compare(ours, theirs)
     assert row["speed_ratio"] == 2.0 and row["steps_timed"] == [5, 5]

@@ -12,20 +12,47 @@ from invariants.cli import app
 from invariants.loader import load_catalog
 
 CELL_KEYS = {
-    "batch", "pool_tokens", "mode", "runs", "timed_steps", "steps_per_s", "steps_per_s_min",
-    "steps_per_s_max", "us_per_step", "us_per_step_runs", "p99_us_per_step", "checker_us_per_step", "views_per_step",
-    "view_us_per_step", "census_us_per_step", "rules_us_per_step", "mean_running", "mean_launched",
-    "decode_share", "tree_nodes_at_end", "starved", "integrity_failures", "error",
+    "batch",
+    "pool_tokens",
+    "mode",
+    "runs",
+    "timed_steps",
+    "steps_per_s",
+    "steps_per_s_min",
+    "steps_per_s_max",
+    "us_per_step",
+    "us_per_step_runs",
+    "p99_us_per_step",
+    "checker_us_per_step",
+    "views_per_step",
+    "view_us_per_step",
+    "census_us_per_step",
+    "rules_us_per_step",
+    "mean_running",
+    "mean_launched",
+    "decode_share",
+    "tree_nodes_at_end",
+    "starved",
+    "integrity_failures",
+    "error",
 }
-TARGET_KEYS = {"off_batch32_ge_1000_steps_per_s", "full_le_2x_off_at_64k", "census_at_most_linear_in_pool"}
+TARGET_KEYS = {
+    "off_batch32_ge_1000_steps_per_s",
+    "full_le_2x_off_at_64k",
+    "census_at_most_linear_in_pool",
+}
 
 
 def test_bench_sim_json_has_documented_keys() -> None:
     """Every (batch, pool, mode) cell is reported with the documented keys, plus machine,
     settings, workloads, ratios and targets; the checked modes build views, off builds none."""
     result = bench_sim([2], [256, 512], MODES, steps=4, warmup=2, runs=1)
-    assert {"benchmark", "machine", "settings", "workloads", "cells", "ratios", "targets"} <= set(result)
-    assert {"platform", "cpu_model", "cpu_count", "python", "torch", "numpy"} <= set(result["machine"])
+    assert {"benchmark", "machine", "settings", "workloads", "cells", "ratios", "targets"} <= set(
+        result
+    )
+    assert {"platform", "cpu_model", "cpu_count", "python", "torch", "numpy"} <= set(
+        result["machine"]
+    )
     assert len(result["cells"]) == 2 * len(MODES)
     for cell in result["cells"]:
         assert cell["error"] is None, cell["error"]
@@ -37,7 +64,8 @@ def test_bench_sim_json_has_documented_keys() -> None:
 
 
 def test_sums_mode_leaves_out_census_and_integrity() -> None:
-    """`sums` checks every rule except census.* and kv.integrity; `full` checks the whole catalog."""
+    """`sums` checks every rule except census.* and kv.integrity; `full` checks the whole
+    catalog."""
     rules = load_catalog().rules
     sums = {r.id for r in select_rules(rules, "sums")}
     assert not any(rid.startswith(("census.", "kv.integrity")) for rid in sums)
@@ -56,8 +84,24 @@ def test_bench_shape_fits_a_full_batch_in_the_pool() -> None:
 def test_cli_bench_sim_writes_json_file(tmp_path: Path) -> None:
     """`kvspec bench sim --out FILE` writes the JSON to FILE and exits 0."""
     out = tmp_path / "sim.json"
-    args = ["bench", "sim", "--batch", "2", "--pool", "256", "--modes", "off,full", "--runs", "1",
-            "--steps", "3", "--warmup", "1", "--out", str(out)]
+    args = [
+        "bench",
+        "sim",
+        "--batch",
+        "2",
+        "--pool",
+        "256",
+        "--modes",
+        "off,full",
+        "--runs",
+        "1",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())

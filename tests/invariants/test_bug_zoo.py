@@ -32,7 +32,9 @@ TRACED = [e for e in ZOO if not isinstance(e, Planted)]
 def test_each_mutant_is_caught_by_its_expected_invariant(mutant: Mutant) -> None:
     """Under the mutant, an expected invariant fires at the first violating event."""
     found = hunt(mutant, CATALOG)
-    assert found.status == "caught", f"{mutant.name}: {found.status} {found.caught_by} {found.detail}"
+    assert found.status == "caught", (
+        f"{mutant.name}: {found.status} {found.caught_by} {found.detail}"
+    )
     assert set(found.caught_by) & mutant.expect and found.step >= 0
 
 
@@ -52,7 +54,9 @@ def test_each_planted_state_is_caught_and_its_fixed_state_clean(planted: Planted
     bug is given."""
     assert check_views(planted.plant(False), run_rules(planted, CATALOG)) == ()
     found = hunt(planted, CATALOG)
-    assert found.status == "caught", f"{planted.name}: {found.status} {found.caught_by} {found.detail}"
+    assert found.status == "caught", (
+        f"{planted.name}: {found.status} {found.caught_by} {found.detail}"
+    )
     assert set(found.caught_by) & planted.expect and len(planted.why) > 40
 
 
@@ -79,7 +83,9 @@ def test_registry_files_exist_and_old_rules_lint() -> None:
     assert len({e.name for e in ZOO}) == len(ZOO)
     for e in TRACED:
         assert e.trigger_path.parent == BUGS_DIR and e.trigger_path.exists(), e.trigger
-    for path in [fp.old_rules_path for fp in FALSE_POSITIVES] + [m.probe_rules_path for m in MUTANTS if m.probe_rules]:
+    for path in [fp.old_rules_path for fp in FALSE_POSITIVES] + [
+        m.probe_rules_path for m in MUTANTS if m.probe_rules
+    ]:
         assert path is not None and path.parent == BUGS_DIR and lint([path]) == []
     for e in [*MUTANTS, *PLANTED]:
         assert e.expect <= set(run_rules(e, CATALOG).ids), e.name
@@ -99,11 +105,24 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     """`kvspec bugs --only X`: 0 when X is caught (JSON written), 2 for an unknown name."""
     out = tmp_path / "zoo.json"
     runner = CliRunner()
-    ok = runner.invoke(app, ["bugs", "--only", "22651-bonus-lag", "--only", "22213-busy-double-count",
-                             "--no-shrink", "--json", str(out)])
+    ok = runner.invoke(
+        app,
+        [
+            "bugs",
+            "--only",
+            "22651-bonus-lag",
+            "--only",
+            "22213-busy-double-count",
+            "--no-shrink",
+            "--json",
+            str(out),
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     rows = json.loads(out.read_text())
-    assert [r["status"] for r in rows] == ["caught", "caught"] and rows[0]["caught_by"] == ["spec.overalloc_bounded"]
+    assert [r["status"] for r in rows] == ["caught", "caught"] and rows[0]["caught_by"] == [
+        "spec.overalloc_bounded"
+    ]
     assert runner.invoke(app, ["bugs", "--only", "no-such-bug"]).exit_code == 2
 
 
@@ -131,7 +150,9 @@ def test_a_yaml_triggers_expect_goals_are_checked_on_the_clean_run(tmp_path: Pat
     one the clean run falls short of fails the row, naming the goal, before the mutant runs."""
     mutant = entry("retract-inserts-kv")
     assert isinstance(mutant, Mutant) and mutant.trigger.endswith(".yaml")
-    text = mutant.trigger_path.read_text().replace("expect: {retracted_reqs: 1}", "expect: {retracted_reqs: 100000}")
+    text = mutant.trigger_path.read_text().replace(
+        "expect: {retracted_reqs: 1}", "expect: {retracted_reqs: 100000}"
+    )
     (tmp_path / "weak.yaml").write_text(text)
     found = hunt(replace(mutant, trigger=str(tmp_path / "weak.yaml")), CATALOG)
     assert found.status == "weak-trigger" and not found.ok

@@ -48,47 +48,106 @@ def test_good_catalog_loads(tmp_path: Path) -> None:
     """A well-formed file loads into compiled rules with their events and fixtures."""
     catalog = load_catalog([write(tmp_path, GOOD)])
     rule = catalog.get("t.busy")
-    assert rule.events == {"step", "idle"} and rule.var == "p" and set(rule.fixtures) == {"pass", "fail"}
+    assert (
+        rule.events == {"step", "idle"}
+        and rule.var == "p"
+        and set(rule.fixtures) == {"pass", "fail"}
+    )
     assert rule.source.endswith("cat.yaml:3")
 
 
 # (name, edit applied to GOOD, the line whose number the error must carry, reason fragment)
 BROKEN = [
-    ("unknown key", ("    title:", "    colour: red\n    title:"), "colour:", "[t.busy] unknown key 'colour'"),
+    (
+        "unknown key",
+        ("    title:", "    colour: red\n    title:"),
+        "colour:",
+        "[t.busy] unknown key 'colour'",
+    ),
     ("bad event", ("[step, idle]", "[step, stepp]"), "when:", "[t.busy] when.1:"),
     ("unknown name", ("p.free +", "q.free +"), "expr:", "[t.busy] expr: col 1: unknown name 'q'"),
-    ("unknown attribute", ("p.free +", "p.fre +"), "expr:",
-     "[t.busy] expr: col 3: attribute 'fre' is not a view field"),
+    (
+        "unknown attribute",
+        ("p.free +", "p.fre +"),
+        "expr:",
+        "[t.busy] expr: col 3: attribute 'fre' is not a view field",
+    ),
     ("syntax error", ("== p.capacity", "== == p.capacity"), "expr:", "[t.busy] expr: col"),
-    ("message hole", ("free={p.free}", "free={p.pop}"), "message:",
-     "[t.busy] message: col 19: attribute 'pop' is not a view field"),
-    ("bad fixture key", ("{capacity: 4, free: 3}", "{capacity: 4, fre: 3}"), "fre: 3",
-     "[t.busy] fixtures.fail.view.pools.0: unknown key 'fre' in PoolView"),
-    ("bad fixture value", ("{capacity: 4, free: 3}", "{capacity: four, free: 3}"), "four",
-     "[t.busy] fixtures.fail.view.pools.0.capacity:"),
-    ("fixture event not subscribed", ("        event: step\n        view: {pools: [{capacity: 4, free: 3}]}",
-                                      "        event: forward\n        view: {pools: [{capacity: 4, free: 3}]}"),
-     "event: forward", "[t.busy] fixtures.fail.event: 'forward' is not in when"),
-    ("missing key", ("    expr: p.free + p.request_owned == p.capacity\n", ""), "- id: t.busy",
-     "[t.busy] missing key 'expr'"),
-    ("bad id", ("id: t.busy", "id: Busy"), "- id: Busy", "[Busy] id 'Busy' must be dotted lowercase"),
-    ("where without for_each", ("    for_each: pools as p\n", "    where: step > 0\n"), "where:",
-     "[t.busy] where: where needs for_each"),
+    (
+        "message hole",
+        ("free={p.free}", "free={p.pop}"),
+        "message:",
+        "[t.busy] message: col 19: attribute 'pop' is not a view field",
+    ),
+    (
+        "bad fixture key",
+        ("{capacity: 4, free: 3}", "{capacity: 4, fre: 3}"),
+        "fre: 3",
+        "[t.busy] fixtures.fail.view.pools.0: unknown key 'fre' in PoolView",
+    ),
+    (
+        "bad fixture value",
+        ("{capacity: 4, free: 3}", "{capacity: four, free: 3}"),
+        "four",
+        "[t.busy] fixtures.fail.view.pools.0.capacity:",
+    ),
+    (
+        "fixture event not subscribed",
+        (
+            "        event: step\n        view: {pools: [{capacity: 4, free: 3}]}",
+            "        event: forward\n        view: {pools: [{capacity: 4, free: 3}]}",
+        ),
+        "event: forward",
+        "[t.busy] fixtures.fail.event: 'forward' is not in when",
+    ),
+    (
+        "missing key",
+        ("    expr: p.free + p.request_owned == p.capacity\n", ""),
+        "- id: t.busy",
+        "[t.busy] missing key 'expr'",
+    ),
+    (
+        "bad id",
+        ("id: t.busy", "id: Busy"),
+        "- id: Busy",
+        "[Busy] id 'Busy' must be dotted lowercase",
+    ),
+    (
+        "where without for_each",
+        ("    for_each: pools as p\n", "    where: step > 0\n"),
+        "where:",
+        "[t.busy] where: where needs for_each",
+    ),
     ("bad for_each", ("pools as p", "pools into p"), "for_each:", "[t.busy] for_each: col 1:"),
-    ("negative for_steps", ("    title:", "    for_steps: -1\n    title:"), "for_steps:",
-     "[t.busy] for_steps:"),
+    (
+        "negative for_steps",
+        ("    title:", "    for_steps: -1\n    title:"),
+        "for_steps:",
+        "[t.busy] for_steps:",
+    ),
     ("yaml syntax", ("    title: counters add up", "    title: [unclosed"), "when:", "[?] YAML:"),
-    ("duplicate yaml key", ("    title: counters add up", "    title: a\n    title: b"), "title: b",
-     "[?] YAML: duplicate key 'title'"),
+    (
+        "duplicate yaml key",
+        ("    title: counters add up", "    title: a\n    title: b"),
+        "title: b",
+        "[?] YAML: duplicate key 'title'",
+    ),
     ("bad version", ("version: 1", "version: 2"), "version:", "[?] version:"),
-    ("non-scalar key", ("    title: counters add up", "    ? [a]\n    : 1\n    title: counters add up"),
-     "? [a]", "[?] YAML: a mapping key must be a plain scalar"),
+    (
+        "non-scalar key",
+        ("    title: counters add up", "    ? [a]\n    : 1\n    title: counters add up"),
+        "? [a]",
+        "[?] YAML: a mapping key must be a plain scalar",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("edit", "marker", "reason"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
-def test_broken_entry_names_file_line_and_reason(tmp_path: Path, edit: tuple[str, str],
-                                                 marker: str, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("edit", "marker", "reason"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN]
+)
+def test_broken_entry_names_file_line_and_reason(
+    tmp_path: Path, edit: tuple[str, str], marker: str, reason: str
+) -> None:
     """Each kind of mistake is a CatalogError pointing at the offending line."""
     assert edit[0] in GOOD
     text = GOOD.replace(edit[0], edit[1], 1)
@@ -116,7 +175,8 @@ def test_lint_collects_every_error(tmp_path: Path) -> None:
     """lint reports all problems of all entries, not just the first."""
     broken = GOOD.replace("p.free +", "p.fre +").replace("free={p.free}", "{nope}")
     text = broken + GOOD.split("invariants:\n", 1)[1].replace("t.busy", "t.two").replace(
-        "[step, idle]", "[stepp]")
+        "[step, idle]", "[stepp]"
+    )
     errors = lint([write(tmp_path, text)])
     assert len(errors) == 3
     assert [e.split(": [")[1].split("]")[0] for e in errors] == ["t.busy", "t.busy", "t.two"]
@@ -125,12 +185,14 @@ def test_lint_collects_every_error(tmp_path: Path) -> None:
 def test_lint_runs_fixtures(tmp_path: Path) -> None:
     """A pass fixture that fails and a fail fixture that passes are both lint errors."""
     text = GOOD.replace("{capacity: 4, free: 4}", "{capacity: 4, free: 2}").replace(
-        "{capacity: 4, free: 3}", "{capacity: 4, free: 4}")
+        "{capacity: 4, free: 3}", "{capacity: 4, free: 4}"
+    )
     path = write(tmp_path, text)
     errors = lint([path])
     assert errors == [
         f"{path}:{line_of(text, 'pass:')}: [t.busy] pass fixture fails: full: free=2",
-        f"{path}:{line_of(text, 'fail:')}: [t.busy] fail fixture passes: the invariant did not fire",
+        f"{path}:{line_of(text, 'fail:')}: [t.busy] fail fixture passes: "
+        "the invariant did not fire",
     ]
 
 
@@ -149,7 +211,8 @@ def test_lint_hints_prev_fixture(tmp_path: Path) -> None:
 
 
 def test_fixtures_of_a_for_steps_rule_still_fire(tmp_path: Path) -> None:
-    """Fixtures are evaluated past the `for_steps` grace, so a tolerant rule's fail fixture fires."""
+    """Fixtures are evaluated past the `for_steps` grace, so a tolerant rule's fail fixture
+    fires."""
     text = GOOD.replace("    title:", "    for_steps: 3\n    title:")
     assert lint([write(tmp_path, text)]) == []
 
@@ -158,7 +221,8 @@ def test_fixture_prev_is_loaded(tmp_path: Path) -> None:
     """A fixture's `prev` becomes the previous view the rule compares against."""
     text = GOOD.replace("p.free + p.request_owned == p.capacity", "prev.step <= step").replace(
         "        view: {pools: [{capacity: 4, free: 3}]}",
-        "        view: {step: 1, pools: [{}]}\n        prev: {step: 2}")
+        "        view: {step: 1, pools: [{}]}\n        prev: {step: 2}",
+    )
     assert lint([write(tmp_path, text)]) == []
 
 

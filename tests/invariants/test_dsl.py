@@ -10,7 +10,12 @@ import pytest
 
 from engine.view import PageOwners, PoolView, ReqView, StateView, view_field_names
 from invariants.dsl import (
-    FUNCTIONS, DslError, compile_expr, compile_template, make_env, render_value,
+    FUNCTIONS,
+    DslError,
+    compile_expr,
+    compile_template,
+    make_env,
+    render_value,
 )
 from invariants.loader import CatalogError, load_text
 from invariants.rule import BASE_NAMES
@@ -74,11 +79,16 @@ invariants:
 
 
 VIEW = StateView(
-    step=3, page_size=4,
-    pools=(PoolView(name="full", capacity=16, free=6, evictable=4, protected=2, request_owned=4),
-           PoolView(name="swa", capacity=8, free=8)),
-    reqs=(ReqView(rid="a", kv_committed_len=5, kv_allocated_len=8),
-          ReqView(rid="b", kv_committed_len=9, kv_allocated_len=9)),
+    step=3,
+    page_size=4,
+    pools=(
+        PoolView(name="full", capacity=16, free=6, evictable=4, protected=2, request_owned=4),
+        PoolView(name="swa", capacity=8, free=8),
+    ),
+    reqs=(
+        ReqView(rid="a", kv_committed_len=5, kv_allocated_len=8),
+        ReqView(rid="b", kv_committed_len=9, kv_allocated_len=9),
+    ),
 )
 
 ALLOWED = [
@@ -127,8 +137,24 @@ def test_no_view_field_names_a_builtin_attribute() -> None:
     """The attribute allow-list is safe only while no view field is also a method or attribute
     of a builtin value an expression can produce (int, str, tuple, set, generator, function)."""
     gen = (i for i in ())
-    builtin_attrs = {a for obj in (0, 0.0, "", (), [], set(), frozenset(), None, True, gen, sum,
-                                   types.SimpleNamespace) for a in dir(obj)}
+    builtin_attrs = {
+        a
+        for obj in (
+            0,
+            0.0,
+            "",
+            (),
+            [],
+            set(),
+            frozenset(),
+            None,
+            True,
+            gen,
+            sum,
+            types.SimpleNamespace,
+        )
+        for a in dir(obj)
+    }
     assert not view_field_names() & builtin_attrs
 
 
@@ -143,13 +169,16 @@ def test_template_holes_and_escapes() -> None:
     assert template.render(make_env(VIEW)) == "full: free=6 {raw}"
 
 
-@pytest.mark.parametrize(("source", "reason"), [
-    ("free={pools[0].gi_frame}", "col 16: attribute 'gi_frame' is not a view field"),
-    ("a {nope} b", "col 4: unknown name 'nope'"),
-    ("a {pools", "col 3: unclosed '{'"),
-    ("a } b", "col 3: single '}'"),
-    ("x {} y", "col 4: empty expression"),
-])
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ("free={pools[0].gi_frame}", "col 16: attribute 'gi_frame' is not a view field"),
+        ("a {nope} b", "col 4: unknown name 'nope'"),
+        ("a {pools", "col 3: unclosed '{'"),
+        ("a } b", "col 3: single '}'"),
+        ("x {} y", "col 4: empty expression"),
+    ],
+)
 def test_template_errors_name_column_in_message(source: str, reason: str) -> None:
     """A bad hole is a DslError whose column counts from the start of the message."""
     with pytest.raises(DslError) as err:

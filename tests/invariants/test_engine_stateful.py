@@ -49,19 +49,51 @@ def make_prompt(length: int, shared: int, seed: int) -> list[int]:
 class EngineMachine(SteppingRules):
     """The engine under random traffic; every event is checked by the strict catalog."""
 
-    @initialize(ps=st.sampled_from([1, 4, 16]), radix=st.booleans(), overlap=st.booleans(),
-                mixed=st.booleans(), swa=st.booleans(), retract=st.booleans(),
-                interval=st.integers(1, 4), chunk=st.sampled_from([16, 32, 64]), seed=st.integers(0, 3),
-                first=st.lists(PROMPTS, min_size=2, max_size=8))
-    def setup(self, ps: int, radix: bool, overlap: bool, mixed: bool, swa: bool, retract: bool,
-              interval: int, chunk: int, seed: int, first: list[tuple[int, int, int, int]]) -> None:
+    @initialize(
+        ps=st.sampled_from([1, 4, 16]),
+        radix=st.booleans(),
+        overlap=st.booleans(),
+        mixed=st.booleans(),
+        swa=st.booleans(),
+        retract=st.booleans(),
+        interval=st.integers(1, 4),
+        chunk=st.sampled_from([16, 32, 64]),
+        seed=st.integers(0, 3),
+        first=st.lists(PROMPTS, min_size=2, max_size=8),
+    )
+    def setup(
+        self,
+        ps: int,
+        radix: bool,
+        overlap: bool,
+        mixed: bool,
+        swa: bool,
+        retract: bool,
+        interval: int,
+        chunk: int,
+        seed: int,
+        first: list[tuple[int, int, int, int]],
+    ) -> None:
         """The engine of this example, with a first wave of requests queued."""
-        mem = MemoryConfig(page_size=ps, max_total_tokens=TOTAL_TOKENS, max_num_reqs=8,
-                           context_len=CONTEXT_LEN, cache="radix" if radix else "chunk",
-                           swa_tokens=TOTAL_TOKENS // 2 if swa else None, sliding_window=32 if swa else None)
-        config = EngineConfig(memory=mem, seed=seed, eos_prob=0.05, chunked_prefill_size=max(chunk, ps),
-                              enable_overlap=overlap, enable_mixed_chunk=mixed, test_retract=retract,
-                              test_retract_interval=interval)
+        mem = MemoryConfig(
+            page_size=ps,
+            max_total_tokens=TOTAL_TOKENS,
+            max_num_reqs=8,
+            context_len=CONTEXT_LEN,
+            cache="radix" if radix else "chunk",
+            swa_tokens=TOTAL_TOKENS // 2 if swa else None,
+            sliding_window=32 if swa else None,
+        )
+        config = EngineConfig(
+            memory=mem,
+            seed=seed,
+            eos_prob=0.05,
+            chunked_prefill_size=max(chunk, ps),
+            enable_overlap=overlap,
+            enable_mixed_chunk=mixed,
+            test_retract=retract,
+            test_retract_interval=interval,
+        )
         self.checker = Checker(CATALOG, Level.STRICT)
         self.events = EventCounter()
         self.engine = Engine(config, observers=[CheckerHook(self.checker), self.events])
@@ -75,11 +107,18 @@ class EngineMachine(SteppingRules):
         return sum(not self.engine.requests[rid].finished() for rid in self.rids)
 
     @precondition(lambda self: self._unfinished() < 10)
-    @rule(length=LENGTHS, shared=st.integers(0, 96), seed=st.integers(0, 2**16), max_new=st.integers(1, 32))
+    @rule(
+        length=LENGTHS,
+        shared=st.integers(0, 96),
+        seed=st.integers(0, 2**16),
+        max_new=st.integers(1, 32),
+    )
     @driving
     def submit(self, length: int, shared: int, seed: int, max_new: int) -> None:
         """A prompt at or over the input limit finishes at once (aborted, status 400)."""
-        rid = self.engine.submit(make_prompt(length, shared, seed), SamplingParams(max_new_tokens=max_new))
+        rid = self.engine.submit(
+            make_prompt(length, shared, seed), SamplingParams(max_new_tokens=max_new)
+        )
         self.rids.append(rid)
         if length >= self.engine.config.max_req_input_len:
             result = self.engine.results[rid]

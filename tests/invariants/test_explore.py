@@ -48,8 +48,12 @@ def test_same_seed_same_trace_and_outcome(tmp_path: Path) -> None:
     generate_trace(2, 120).save(tmp_path / "b.json")
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     first, second = run_seed(2, 120), run_seed(2, 120)
-    assert (first.failure, first.goals, first.steps, first.ops) == (second.failure, second.goals, second.steps,
-                                                                    second.ops)
+    assert (first.failure, first.goals, first.steps, first.ops) == (
+        second.failure,
+        second.goals,
+        second.steps,
+        second.ops,
+    )
 
 
 def test_swarm_configurations_are_valid_matrix_rows() -> None:
@@ -60,7 +64,10 @@ def test_swarm_configurations_are_valid_matrix_rows() -> None:
     for seed in SEEDS:
         engine = sample_swarm(seed).engine
         row = axis_values(engine.model_dump())
-        assert all(row[a] in axes[a] and row[a] not in SKIPPED_VALUES.get(a, ()) for a in axes), (seed, row)
+        assert all(row[a] in axes[a] and row[a] not in SKIPPED_VALUES.get(a, ()) for a in axes), (
+            seed,
+            row,
+        )
         assert not violations(row), (seed, row)
         engine.engine_config(seed)  # raises ConfigError on an invalid configuration
         rows.append(tuple(row.values()))
@@ -84,9 +91,15 @@ def test_trace_phases() -> None:
     closed, the engine must idle within a bounded budget, and the cache is flushed."""
     for seed in range(10):
         ops = generate_trace(seed, 150).ops
-        assert isinstance(ops[-1], FlushCache) and isinstance(ops[-2], Idle) and ops[-2].max_steps < 10**6
-        scheduled = sum(op.n if isinstance(op, Step) else op.max_steps if isinstance(op, WaitFor) else 0
-                        for op in ops)
+        assert (
+            isinstance(ops[-1], FlushCache)
+            and isinstance(ops[-2], Idle)
+            and ops[-2].max_steps < 10**6
+        )
+        scheduled = sum(
+            op.n if isinstance(op, Step) else op.max_steps if isinstance(op, WaitFor) else 0
+            for op in ops
+        )
         opened = {op.sid for op in ops if isinstance(op, OpenSession)}
         closed = {op.sid for op in ops if isinstance(op, CloseSession)}
         assert scheduled + sum(op.op == "force_retract" for op in ops) >= 150 and opened == closed
@@ -101,10 +114,13 @@ def test_correct_engine_passes_a_few_seeds() -> None:
 
 def test_workers_change_only_the_speed() -> None:
     """Two worker processes report the same results, in seed order, as one."""
+
     def key(report):
         return [(r.seed, r.label, r.failure, r.goals, r.steps) for r in report.results]
 
-    assert key(explore(seeds=3, steps=80, seed_start=10, workers=2)) == key(explore(seeds=3, steps=80, seed_start=10))
+    assert key(explore(seeds=3, steps=80, seed_start=10, workers=2)) == key(
+        explore(seeds=3, steps=80, seed_start=10)
+    )
 
 
 def test_any_subsequence_of_a_trace_still_runs() -> None:
@@ -120,12 +136,27 @@ def test_goals_are_read_from_what_happened() -> None:
     """A streaming session's second turn reuses the slot; an abort of a running request
     counts; the chunk cache never evicts; no EAGLE, no rejected draft."""
     ref = SessionRef(id="s")
-    trace = Trace(name="goals", seed=1, engine=EngineSpec(enable_streaming_session=True, max_total_tokens=1024,
-                                                          context_len=256, chunked_prefill_size=32, cache="chunk"),
-                  ops=[OpenSession(sid="s", streaming=True), Submit(rid="a", input_ids=list(range(60)),
-                       max_new_tokens=4, session=ref), WaitFor(rids=["a"]),
-                       Submit(rid="b", input_ids=[1, 2, 3], max_new_tokens=4, session=ref), WaitFor(rids=["b"]),
-                       Submit(rid="c", input_ids=list(range(9)), max_new_tokens=30), Step(n=4), Abort(rid="c")])
+    trace = Trace(
+        name="goals",
+        seed=1,
+        engine=EngineSpec(
+            enable_streaming_session=True,
+            max_total_tokens=1024,
+            context_len=256,
+            chunked_prefill_size=32,
+            cache="chunk",
+        ),
+        ops=[
+            OpenSession(sid="s", streaming=True),
+            Submit(rid="a", input_ids=list(range(60)), max_new_tokens=4, session=ref),
+            WaitFor(rids=["a"]),
+            Submit(rid="b", input_ids=[1, 2, 3], max_new_tokens=4, session=ref),
+            WaitFor(rids=["b"]),
+            Submit(rid="c", input_ids=list(range(9)), max_new_tokens=30),
+            Step(n=4),
+            Abort(rid="c"),
+        ],
+    )
     reuse = SlotReuseObserver()
     met = goals_met(run_trace(trace, default_catalog(), observers=[reuse]), reuse)
     assert met == {"session_reuse", "abort", "chunking"}
@@ -136,8 +167,11 @@ def test_failure_keys() -> None:
     """A drain that cannot reach idle within its budget is a liveness finding; a clean
     trace has no failure."""
     engine = EngineSpec(max_total_tokens=512, context_len=256)
-    stuck = Trace(name="k", engine=engine, ops=[Submit(rid="a", input_ids=[1] * 8, max_new_tokens=50),
-                                                Idle(max_steps=3)])
+    stuck = Trace(
+        name="k",
+        engine=engine,
+        ops=[Submit(rid="a", input_ids=[1] * 8, max_new_tokens=50), Idle(max_steps=3)],
+    )
     assert failure_key(check_trace(stuck)) == "liveness"
     assert failure_key(check_trace(stuck.with_ops(stuck.ops[:1]))) is None
 

@@ -25,7 +25,10 @@ CATALOG = load_catalog()
 
 
 def _records(checker: Checker) -> list[tuple[str, str, int, str, tuple[str, ...], int]]:
-    return [(v.invariant, v.event, v.step, v.kind, v.witnesses, v.num_failing) for v in checker.violations]
+    return [
+        (v.invariant, v.event, v.step, v.kind, v.witnesses, v.num_failing)
+        for v in checker.violations
+    ]
 
 
 @pytest.mark.parametrize("rule", CATALOG.rules, ids=lambda r: r.id)
@@ -46,8 +49,11 @@ def _lock_one_node(engine: Engine, pick: int) -> None:
     tree.locked_ancestors (a per-node rule) can see it."""
     cache = engine.mem.tree_cache
     registry = cache.node_registry()
-    nodes = [n for n in registry.all()[1:] if n.lock_ref == 0 and n.parent is not registry.root
-             and n.parent.lock_ref == 0]
+    nodes = [
+        n
+        for n in registry.all()[1:]
+        if n.lock_ref == 0 and n.parent is not registry.root and n.parent.lock_ref == 0
+    ]
     if nodes:
         node = nodes[pick % len(nodes)]
         node.lock_ref += 1
@@ -57,17 +63,24 @@ def _lock_one_node(engine: Engine, pick: int) -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([1, 4]),
-       st.lists(st.one_of(OPS, st.tuples(st.just("lock_one"), st.integers(0, 30))), min_size=1, max_size=20))
+@given(
+    st.sampled_from([1, 4]),
+    st.lists(
+        st.one_of(OPS, st.tuples(st.just("lock_one"), st.integers(0, 30))), min_size=1, max_size=20
+    ),
+)
 def test_broken_runs_give_the_same_violations(page_size: int, ops: list[tuple]) -> None:
     """Two recording checkers on one engine — fast path on and off — see the same events
     of a run with double frees, leaks, freed and leaked tree nodes, half-locked paths: the
     same records."""
-    memory = MemoryConfig(page_size=page_size, max_total_tokens=256, max_num_reqs=8, context_len=128,
-                          strict=False)
+    memory = MemoryConfig(
+        page_size=page_size, max_total_tokens=256, max_num_reqs=8, context_len=128, strict=False
+    )
     fast, slow = Checker(CATALOG, Level.RECORD), Checker(CATALOG, Level.RECORD, fast_path=False)
-    engine = Engine(EngineConfig(memory=memory, enable_overlap=False),
-                    observers=[CheckerHook(fast), CheckerHook(slow)])
+    engine = Engine(
+        EngineConfig(memory=memory, enable_overlap=False),
+        observers=[CheckerHook(fast), CheckerHook(slow)],
+    )
     rids: list[str] = []
     for op in ops:
         try:
@@ -81,7 +94,9 @@ def test_a_clean_run_takes_the_fast_path() -> None:
     """On a clean run every checked event passes through the fused test (none falls back),
     and the stats still count one evaluation per rule and event."""
     checker = Checker(CATALOG, Level.STRICT)
-    engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=512)), observers=[CheckerHook(checker)])
+    engine = Engine(
+        EngineConfig(memory=MemoryConfig(max_total_tokens=512)), observers=[CheckerHook(checker)]
+    )
     engine.generate([[5] * 40, [6] * 30, [5] * 20 + [7] * 9])
     step, idle = checker._fast["step"], checker._fast["idle"]
     assert step.passes == engine.step_count and idle.passes >= 1 and checker.violations == []
@@ -93,8 +108,10 @@ def test_a_half_locked_path_is_seen_after_an_incremental_step() -> None:
     """A node locked without its parent after the node memos hold: the fast path (over the
     fresh views only) does not pass it, and the violation is the one a full check finds."""
     fast, slow = Checker(CATALOG, Level.RECORD), Checker(CATALOG, Level.RECORD, fast_path=False)
-    engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=512), enable_overlap=False),
-                    observers=[CheckerHook(fast), CheckerHook(slow)])
+    engine = Engine(
+        EngineConfig(memory=MemoryConfig(max_total_tokens=512), enable_overlap=False),
+        observers=[CheckerHook(fast), CheckerHook(slow)],
+    )
     engine.generate([[5] * 20 + [6] * 10, [5] * 20 + [7] * 10])
     assert fast.violations == []
     _lock_one_node(engine, 0)
@@ -116,7 +133,11 @@ def test_node_tuples_are_prior_minus_gone_plus_fresh() -> None:
             after = registry.views()
             if after is not before:
                 assert after.prior is before
-                expected = Counter(map(id, before)) - Counter(map(id, after.gone)) + Counter(map(id, after.fresh))
+                expected = (
+                    Counter(map(id, before))
+                    - Counter(map(id, after.gone))
+                    + Counter(map(id, after.fresh))
+                )
                 assert expected == Counter(map(id, after))
             before = after
 
@@ -134,7 +155,9 @@ def test_node_sets_are_kept_by_set_memos() -> None:
             engine.step()
             env = make_env(engine.state_view(), None)
             for memo in memos:
-                assert memo.value(env) == set(eval(memo.full, env))  # the memo's own compiled comprehension
+                assert memo.value(env) == set(
+                    eval(memo.full, env)
+                )  # the memo's own compiled comprehension
     assert any(memo.value(env) for memo in memos)
 
 
@@ -142,7 +165,9 @@ def test_checkers_of_the_same_rules_share_code_not_memory() -> None:
     """A checker's fast paths are compiled once per rule objects and event, but each
     checker's memos start empty: what one checker saw never vouches for another's views."""
     first = Checker(CATALOG, Level.STRICT)
-    engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=512)), observers=[CheckerHook(first)])
+    engine = Engine(
+        EngineConfig(memory=MemoryConfig(max_total_tokens=512)), observers=[CheckerHook(first)]
+    )
     engine.generate([[5] * 40, [6] * 30])
     second = Checker(CATALOG, Level.STRICT)
     used, fresh = first._fast["step"], second._fast["step"]

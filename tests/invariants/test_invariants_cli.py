@@ -28,9 +28,11 @@ def test_lint_shipped_catalog_exits_zero() -> None:
 def test_lint_broken_file_exits_one_with_file_line(tmp_path: Path) -> None:
     """Linting a broken file exits 1 and prints `path:line: [id] reason`."""
     path = tmp_path / "broken.yaml"
-    path.write_text("version: 1\ninvariants:\n  - id: t.bad\n    title: x\n    when: [step]\n"
-                    "    expr: reqs.pop()\n    message: m\n    fixtures:\n"
-                    "      pass: {event: step, view: {}}\n      fail: {event: step, view: {}}\n")
+    path.write_text(
+        "version: 1\ninvariants:\n  - id: t.bad\n    title: x\n    when: [step]\n"
+        "    expr: reqs.pop()\n    message: m\n    fixtures:\n"
+        "      pass: {event: step, view: {}}\n      fail: {event: step, view: {}}\n"
+    )
     result = runner.invoke(app, ["invariants", "lint", str(path)])
     assert result.exit_code == 1
     assert f"{path}:6: [t.bad] expr: col 1: call to method '.pop' is not allowed" in result.output

@@ -27,9 +27,15 @@ def test_matrix_file_has_the_issue_axes_and_reasoned_constraints() -> None:
     """Axes: page_size × attention × speculative × retract × mixed_chunk × overlap × cache;
     every constraint has a reason; eagle_v2 requires overlap."""
     m = load_matrix()
-    assert m.axes == {"page_size": [1, 4, 16, 256], "attention": ["mha", "swa", "mla"],
-                      "speculative": ["none", "eagle", "eagle_v2"], "retract": [False, True],
-                      "mixed_chunk": [False, True], "overlap": [False, True], "cache": ["radix", "chunk"]}
+    assert m.axes == {
+        "page_size": [1, 4, 16, 256],
+        "attention": ["mha", "swa", "mla"],
+        "speculative": ["none", "eagle", "eagle_v2"],
+        "retract": [False, True],
+        "mixed_chunk": [False, True],
+        "overlap": [False, True],
+        "cache": ["radix", "chunk"],
+    }
     assert all(c.reason for c in m.constraints)
     assert violations({"speculative": "eagle_v2", "overlap": False})
     assert not violations({"speculative": "eagle_v2", "overlap": True})
@@ -38,8 +44,11 @@ def test_matrix_file_has_the_issue_axes_and_reasoned_constraints() -> None:
 def _full_rows(spec) -> list[dict]:
     axes = spec_axes(spec)
     base = axis_values(spec.engine.model_dump())
-    return [dict(zip(axes, row)) for row in itertools.product(*axes.values())
-            if not violations({**base, **dict(zip(axes, row))})]
+    return [
+        dict(zip(axes, row))
+        for row in itertools.product(*axes.values())
+        if not violations({**base, **dict(zip(axes, row))})
+    ]
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if len(s.matrix) > 1], ids=lambda s: s.name)
@@ -49,7 +58,12 @@ def test_pairwise_cells_cover_every_valid_pair(spec) -> None:
     full = _full_rows(spec)
     for a, b in itertools.combinations(spec_axes(spec), 2):
         wanted = {(r[a], r[b]) for r in full}
-        assert wanted <= {(r[a], r[b]) for r in rows}, (spec.name, a, b, wanted - {(r[a], r[b]) for r in rows})
+        assert wanted <= {(r[a], r[b]) for r in rows}, (
+            spec.name,
+            a,
+            b,
+            wanted - {(r[a], r[b]) for r in rows},
+        )
     assert len(rows) < len(full) or len(full) <= 4
 
 
@@ -62,7 +76,9 @@ def test_no_cell_breaks_a_constraint_and_exclusions_are_listed() -> None:
     assert len(full) + len(excluded) == len(list(itertools.product(*spec_axes(spec).values())))
     for cell in full:
         assert not violations(axis_values(cell.spec.engine.model_dump()))
-    assert excluded and all("requires" in str(e) and e.constraint.reason in str(e) for e in excluded)
+    assert excluded and all(
+        "requires" in str(e) and e.constraint.reason in str(e) for e in excluded
+    )
 
 
 def test_report_lists_every_excluded_cell_with_its_reason() -> None:
@@ -84,11 +100,18 @@ def test_report_lists_every_excluded_cell_with_its_reason() -> None:
     assert sum(x["count"] for x in document["excluded"]) == sum(len(x.cells) for x in listed) > 0
     assert base.to_dict() in document["excluded"]
     markdown = report_markdown(header, [], excluded=listed)
-    assert "## Excluded by constraints" in markdown and f"| {base.constraint} | {base.reason} |" in markdown
+    assert (
+        "## Excluded by constraints" in markdown
+        and f"| {base.constraint} | {base.reason} |" in markdown
+    )
     console = Console(record=True, width=400)
     console.print(exclusions_table(listed))
     printed = console.export_text()
-    assert "excluded by constraints" in printed and base.constraint in printed and base.reason in printed
+    assert (
+        "excluded by constraints" in printed
+        and base.constraint in printed
+        and base.reason in printed
+    )
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.matrix][:4], ids=lambda s: s.name)
@@ -115,9 +138,12 @@ def test_axis_values_round_trip_through_engine_fields() -> None:
 
 
 def test_set_accepts_axis_names_and_rejects_unknown_values(tmp_path) -> None:
-    """--set attention=mla / speculative=eagle_v2 work like engine fields; a bad value is an error."""
+    """--set attention=mla / speculative=eagle_v2 work like engine fields; a bad value is an
+    error."""
     path = next(p for p in default_spec_paths() if p.stem == "matrix-base")
-    spec = load_spec(path, parse_overrides(["attention=mla", "speculative=eagle_v2", "page_size=16"]))
+    spec = load_spec(
+        path, parse_overrides(["attention=mla", "speculative=eagle_v2", "page_size=16"])
+    )
     assert spec.engine.model == "tiny" and spec.engine.tiny["attention"] == "mla"
     assert spec.engine.speculative == {"version": 2} and spec.engine.page_size == 16
     with pytest.raises(SpecError, match="attention=gqa: not a value"):

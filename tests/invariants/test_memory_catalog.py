@@ -14,13 +14,28 @@ CATALOG = load_catalog()
 IDS = CATALOG.ids
 
 REQUIRED = {
-    "pool.busy_sum", "pool.idle_sum", "census.no_duplicates", "census.no_orphans",
-    "census.no_dangling", "census.free_list_unique", "req_pool.conservation",
-    "req_pool.free_rows_unique", "req_pool.no_row_free_and_used", "req_pool.row_zero_reserved",
-    "tree.page_aligned", "req.cache_protected_page_aligned", "req.committed_le_allocated",
-    "req.protected_le_committed", "tree.lock_ref_nonneg", "tree.protected_size_matches",
-    "tree.evictable_size_matches", "tree.locked_ancestors", "tree.swa_lock_le_full",
-    "tree.tombstone_unlocked", "tree.swa_sizes_match", "tree.idle_unlocked",
+    "pool.busy_sum",
+    "pool.idle_sum",
+    "census.no_duplicates",
+    "census.no_orphans",
+    "census.no_dangling",
+    "census.free_list_unique",
+    "req_pool.conservation",
+    "req_pool.free_rows_unique",
+    "req_pool.no_row_free_and_used",
+    "req_pool.row_zero_reserved",
+    "tree.page_aligned",
+    "req.cache_protected_page_aligned",
+    "req.committed_le_allocated",
+    "req.protected_le_committed",
+    "tree.lock_ref_nonneg",
+    "tree.protected_size_matches",
+    "tree.evictable_size_matches",
+    "tree.locked_ancestors",
+    "tree.swa_lock_le_full",
+    "tree.tombstone_unlocked",
+    "tree.swa_sizes_match",
+    "tree.idle_unlocked",
 }
 
 
@@ -68,8 +83,10 @@ def test_census_message_names_pages_and_owners() -> None:
 def test_busy_sum_message_shows_every_term() -> None:
     """The busy-sum message spells out the SGLang terms so a reader can see the drift."""
     (found,) = run_fixture(CATALOG, CATALOG.get("pool.busy_sum").fixtures["fail"])
-    assert found.message == ("full: free=24 + evictable=8 + protected=8 + session_held=8"
-                             " + request_owned=8 = 56 != capacity=64")
+    assert found.message == (
+        "full: free=24 + evictable=8 + protected=8 + session_held=8"
+        " + request_owned=8 = 56 != capacity=64"
+    )
 
 
 def test_swa_rules_ignore_plain_radix(busy_view: StateView) -> None:

@@ -32,30 +32,46 @@ from invariants.spec import EngineSpec
 from invariants.trace_run import run_trace
 
 CATALOG = load_catalog()
-ENGINE = EngineSpec(enable_streaming_session=True, max_total_tokens=2048, context_len=512, page_size=4)
+ENGINE = EngineSpec(
+    enable_streaming_session=True, max_total_tokens=2048, context_len=512, page_size=4
+)
 
 
 def session_trace() -> Trace:
     """Two streaming turns, an abort mid-decode, a rejected offset, a too-long prompt, a close."""
     s = SessionRef(id="s")
-    return Trace(name="ops", seed=3, engine=ENGINE, ops=[
-        OpenSession(sid="s", streaming=True, timeout=5.0),
-        Submit(rid="t1", input_ids=list(range(1, 30)), max_new_tokens=6, session=s),
-        WaitFor(rids=["t1"]),
-        Submit(rid="t2", input_ids=list(range(40, 60)), max_new_tokens=50, session=s),
-        Submit(rid="p1", input_ids=list(range(1, 40)), max_new_tokens=20),
-        Step(n=4),
-        Abort(rid="t2"),
-        Submit(rid="t3", input_ids=[5, 6, 7], max_new_tokens=4, session=SessionRef(id="s", offset=1)),
-        Submit(rid="long", input_ids=[9] * 600, max_new_tokens=4),
-        Idle(),
-        Submit(rid="t4", input_ids=[8, 9, 10], max_new_tokens=4, session=s),
-        WaitFor(rids=["t4"]),
-        Submit(rid="p2", input_ids=list(range(1, 30)), max_new_tokens=30),
-        Submit(rid="p3", input_ids=list(range(2, 30)), max_new_tokens=30),
-        Step(n=3), ForceRetract(), Abort(phase="running"), FlushCache(),
-        CloseSession(sid="s"), AdvanceClock(seconds=10.0),
-    ])
+    return Trace(
+        name="ops",
+        seed=3,
+        engine=ENGINE,
+        ops=[
+            OpenSession(sid="s", streaming=True, timeout=5.0),
+            Submit(rid="t1", input_ids=list(range(1, 30)), max_new_tokens=6, session=s),
+            WaitFor(rids=["t1"]),
+            Submit(rid="t2", input_ids=list(range(40, 60)), max_new_tokens=50, session=s),
+            Submit(rid="p1", input_ids=list(range(1, 40)), max_new_tokens=20),
+            Step(n=4),
+            Abort(rid="t2"),
+            Submit(
+                rid="t3",
+                input_ids=[5, 6, 7],
+                max_new_tokens=4,
+                session=SessionRef(id="s", offset=1),
+            ),
+            Submit(rid="long", input_ids=[9] * 600, max_new_tokens=4),
+            Idle(),
+            Submit(rid="t4", input_ids=[8, 9, 10], max_new_tokens=4, session=s),
+            WaitFor(rids=["t4"]),
+            Submit(rid="p2", input_ids=list(range(1, 30)), max_new_tokens=30),
+            Submit(rid="p3", input_ids=list(range(2, 30)), max_new_tokens=30),
+            Step(n=3),
+            ForceRetract(),
+            Abort(phase="running"),
+            FlushCache(),
+            CloseSession(sid="s"),
+            AdvanceClock(seconds=10.0),
+        ],
+    )
 
 
 def test_trace_round_trips_through_json(tmp_path: Path) -> None:
@@ -69,12 +85,18 @@ def test_trace_round_trips_through_json(tmp_path: Path) -> None:
 def test_bad_trace_file_names_file_and_field(tmp_path: Path) -> None:
     """A malformed op is reported with the file and the dotted field path."""
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"version": 1, "ops": [{"op": "submit", "rid": "a", "input_ids": [],
-                                                       "max_new_tokens": 1}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "ops": [{"op": "submit", "rid": "a", "input_ids": [], "max_new_tokens": 1}],
+            }
+        )
+    )
     with pytest.raises(TraceError, match=r"bad\.json: ops\.0\.submit\.input_ids"):
         Trace.load(path)
     path.write_text(json.dumps({"ops": [{"op": "teleport"}]}))
-    with pytest.raises(TraceError, match="bad.json: ops.0"):
+    with pytest.raises(TraceError, match=r"bad\.json: ops\.0"):
         Trace.load(path)
 
 
@@ -95,21 +117,43 @@ def test_ops_are_interpreted_against_the_current_state() -> None:
 
 def test_missing_targets_are_noops_and_reused_rids_skipped() -> None:
     """Ops whose target is gone do nothing and say so; a reused rid is skipped."""
-    trace = Trace(engine=ENGINE, ops=[
-        CloseSession(sid="nope"), Abort(rid="nope"), Abort(phase="chunked"),
-        Submit(rid="a", input_ids=[1, 2], max_new_tokens=2), Submit(rid="a", input_ids=[3], max_new_tokens=1),
-        WaitFor(rids=["a", "never"]), ForceRetract(),
-    ])
+    trace = Trace(
+        engine=ENGINE,
+        ops=[
+            CloseSession(sid="nope"),
+            Abort(rid="nope"),
+            Abort(phase="chunked"),
+            Submit(rid="a", input_ids=[1, 2], max_new_tokens=2),
+            Submit(rid="a", input_ids=[3], max_new_tokens=1),
+            WaitFor(rids=["a", "never"]),
+            ForceRetract(),
+        ],
+    )
     out = run_trace(trace, CATALOG)
-    assert [r.status for r in out.results] == ["noop", "noop", "noop", "ok", "skipped", "ok", "noop"]
+    assert [r.status for r in out.results] == [
+        "noop",
+        "noop",
+        "noop",
+        "ok",
+        "skipped",
+        "ok",
+        "noop",
+    ]
     assert out.ok and out.responses["a"].completion_tokens == 2
 
 
 def test_violation_is_tied_to_its_op(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row leak is reported at the op during which it happened; stop_at_first ends there."""
     monkeypatch.setattr(ReqToTokenPool, "free", lambda self, row: None)
-    trace = Trace(engine=ENGINE, ops=[Submit(rid="a", input_ids=[1, 2, 3], max_new_tokens=2), Step(n=1),
-                                      WaitFor(rids=["a"]), Step(n=3)])
+    trace = Trace(
+        engine=ENGINE,
+        ops=[
+            Submit(rid="a", input_ids=[1, 2, 3], max_new_tokens=2),
+            Step(n=1),
+            WaitFor(rids=["a"]),
+            Step(n=3),
+        ],
+    )
     out = run_trace(trace, CATALOG, stop_at_first=True)
     first = out.first_violation
     assert first is not None and first.op_index == 2 and out.stopped_at == 2
@@ -126,7 +170,9 @@ def test_engine_crash_is_the_outcome_error(monkeypatch: pytest.MonkeyPatch) -> N
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(Scheduler, "flush_cache", boom)
-    trace = Trace(engine=ENGINE, ops=[Submit(rid="a", input_ids=[1], max_new_tokens=1), Idle(), FlushCache()])
+    trace = Trace(
+        engine=ENGINE, ops=[Submit(rid="a", input_ids=[1], max_new_tokens=1), Idle(), FlushCache()]
+    )
     out = run_trace(trace, CATALOG)
     assert out.error is not None and "kaboom" in out.error and "op #2" in out.error
     assert out.stopped_at == 2 and out.error_traceback and not out.ok

@@ -14,12 +14,22 @@ from invariants.explore import replay, view_diff
 from invariants.ops import Idle, Step, Submit, Trace
 from invariants.spec import EngineSpec
 
-BEFORE = StateView(step=4, pools=(PoolView(name="full", capacity=64, free=40, request_owned=24),),
-                   reqs=(ReqView(rid="a", req_pool_idx=1, kv_committed_len=8, kv_allocated_len=8),
-                         ReqView(rid="b", req_pool_idx=2, kv_committed_len=16, kv_allocated_len=16)))
-AFTER = StateView(step=5, pools=(PoolView(name="full", capacity=64, free=48, request_owned=16),),
-                  reqs=(ReqView(rid="b", req_pool_idx=2, kv_committed_len=17, kv_allocated_len=17),
-                        ReqView(rid="c", req_pool_idx=1, kv_committed_len=3, kv_allocated_len=3)))
+BEFORE = StateView(
+    step=4,
+    pools=(PoolView(name="full", capacity=64, free=40, request_owned=24),),
+    reqs=(
+        ReqView(rid="a", req_pool_idx=1, kv_committed_len=8, kv_allocated_len=8),
+        ReqView(rid="b", req_pool_idx=2, kv_committed_len=16, kv_allocated_len=16),
+    ),
+)
+AFTER = StateView(
+    step=5,
+    pools=(PoolView(name="full", capacity=64, free=48, request_owned=16),),
+    reqs=(
+        ReqView(rid="b", req_pool_idx=2, kv_committed_len=17, kv_allocated_len=17),
+        ReqView(rid="c", req_pool_idx=1, kv_committed_len=3, kv_allocated_len=3),
+    ),
+)
 
 
 def test_diff_is_keyed_by_identity() -> None:
@@ -42,7 +52,9 @@ def test_diff_is_bounded() -> None:
 
 def trace_file(tmp_path: Path, ops: list) -> Path:
     path = tmp_path / "t.json"
-    Trace(name="r", seed=2, engine=EngineSpec(max_total_tokens=512, context_len=256), ops=ops).save(path)
+    Trace(name="r", seed=2, engine=EngineSpec(max_total_tokens=512, context_len=256), ops=ops).save(
+        path
+    )
     return path
 
 
@@ -55,7 +67,9 @@ def test_replay_of_a_clean_trace(tmp_path: Path) -> None:
 
 def test_replay_reports_a_liveness_failure(tmp_path: Path) -> None:
     """A drain op that runs out of steps is reproduced as a liveness failure (exit 1)."""
-    path = trace_file(tmp_path, [Submit(rid="a", input_ids=[1, 2, 3], max_new_tokens=40), Idle(max_steps=2)])
+    path = trace_file(
+        tmp_path, [Submit(rid="a", input_ids=[1, 2, 3], max_new_tokens=40), Idle(max_steps=2)]
+    )
     assert replay(Trace.load(path)).failure == "liveness"
     result = CliRunner().invoke(app, ["replay", str(path)])
     assert result.exit_code == 1 and "failure: liveness" in result.output

@@ -93,7 +93,9 @@ def test_report_passes_and_writes_four_agreeing_files(tmp_path: Path) -> None:
     assert "http" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")  # self-contained
 
 
-def test_row_leak_fails_every_file_with_the_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_row_leak_fails_every_file_with_the_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A mutant that never returns request rows: exit 1; the violation, its replay command and a
     red mark at the failing step appear in the console, junit.xml, report.md and report.html."""
     monkeypatch.setattr(ReqToTokenPool, "free", lambda self, row: None)
@@ -119,7 +121,9 @@ def test_failing_cells_come_first_in_markdown_and_html() -> None:
     from invariants.report_html import render_html
 
     ok = CellResult("a-ok", "spec", "kvspec run a", 3, 9, 0, (), (), None, 0.1)
-    bad = CellResult("b-bad", "spec", "kvspec run b", 3, 9, 0, (), ("finished_reqs >= 4 (got 3)",), None, 0.1)
+    bad = CellResult(
+        "b-bad", "spec", "kvspec run b", 3, 9, 0, (), ("finished_reqs >= 4 (got 3)",), None, 0.1
+    )
     header = ReportHeader.for_run(1, Level.RECORD, False, 1, None)
     markdown = report_markdown(header, [ok, bad])
     assert markdown.index("b-bad") < markdown.index("a-ok")
@@ -129,10 +133,14 @@ def test_failing_cells_come_first_in_markdown_and_html() -> None:
 
 def test_crash_is_a_junit_error_with_the_replay() -> None:
     """A cell whose engine raised is a JUnit <error> (not a <failure>), counted in errors=."""
-    crashed = CellResult("c", "spec", "kvspec run c.yaml", 5, 10, 0, (), (), "SchedulerStall: stuck", 0.1)
+    crashed = CellResult(
+        "c", "spec", "kvspec run c.yaml", 5, 10, 0, (), (), "SchedulerStall: stuck", 0.1
+    )
     from invariants.report_files import ReportHeader
 
-    root = ET.fromstring(junit_xml(ReportHeader.for_run(1, Level.RECORD, False, 1, None), [crashed]))
+    root = ET.fromstring(
+        junit_xml(ReportHeader.for_run(1, Level.RECORD, False, 1, None), [crashed])
+    )
     suite = root.find("testsuite")
     assert suite is not None and suite.get("errors") == "1" and suite.get("failures") == "0"
     error = suite.find("testcase/error")
@@ -173,12 +181,16 @@ def test_ray_backend_gives_the_in_process_results() -> None:
         remote = run_cells(cells, Level.RECORD, ray_address="local")
     finally:
         ray.shutdown()
-    assert [comparable(r) for r in remote] == [comparable(r) for r in run_cells(cells, Level.RECORD)]
+    assert [comparable(r) for r in remote] == [
+        comparable(r) for r in run_cells(cells, Level.RECORD)
+    ]
 
 
-
-def test_cli_without_ray_exits_2_naming_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """`kvspec report --ray-address` without Ray: exit 2 and the install line, before any cell runs."""
+def test_cli_without_ray_exits_2_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`kvspec report --ray-address` without Ray: exit 2 and the install line, before any
+    cell runs."""
     monkeypatch.setitem(sys.modules, "ray", None)
     result = CliRunner().invoke(app, ["report", "--out", str(tmp_path), "--ray-address", "local"])
     assert result.exit_code == 2 and "kvspec[ray]" in result.output

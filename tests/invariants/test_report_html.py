@@ -21,14 +21,34 @@ from invariants.report_run import ReportCell, memory_report_cells
 from invariants.report_svg import COLOURS, VIOLATION_COLOUR
 from invariants.spec import load_spec
 
-CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
-                             shutil.which("google-chrome")) if p), None)
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--window-size=1200,900")
+CHROMIUM = next(
+    (
+        p
+        for p in (
+            shutil.which("chromium"),
+            shutil.which("chromium-browser"),
+            shutil.which("google-chrome"),
+        )
+        if p
+    ),
+    None,
+)
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--window-size=1200,900",
+)
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None,
-                                reason="chromium not installed (apt-get install -y chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)"
+)
 
 
 def rgb(colour: str) -> tuple[int, int, int]:
@@ -41,21 +61,32 @@ def near(pixel: tuple[int, int, int], target: tuple[int, int, int], tolerance: i
 
 def screenshot(html: Path, tmp_path: Path) -> Path:
     shot = tmp_path / "report.png"
-    command = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-               html.resolve().as_uri()]
+    command = [
+        CHROMIUM,
+        *FLAGS,
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        html.resolve().as_uri(),
+    ]
     subprocess.run(command, check=True, capture_output=True, timeout=120)
     return shot
 
 
-def test_report_html_shows_pool_plots_and_violation_lines(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_html_shows_pool_plots_and_violation_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A report with a failing SWA spec (request rows leak) and a passing memory cell, opened in
     headless Chromium: the screenshot shows every stacked bucket colour in area and the red
     violation lines (far more red than the legend's one swatch)."""
     monkeypatch.setattr(ReqToTokenPool, "free", lambda self, row: None)
-    cells = [ReportCell("swa-hybrid", "kvspec run specs/swa-hybrid.yaml",
-                        spec=load_spec(ROOT / "specs" / "swa-hybrid.yaml")),
-             *memory_report_cells([MemoryCell(4, num_requests=24)])]
+    cells = [
+        ReportCell(
+            "swa-hybrid",
+            "kvspec run specs/swa-hybrid.yaml",
+            spec=load_spec(ROOT / "specs" / "swa-hybrid.yaml"),
+        ),
+        *memory_report_cells([MemoryCell(4, num_requests=24)]),
+    ]
     out = tmp_path / "report"
     assert run_report(console=Console(quiet=True), out=out, cells=cells) == 1
     shot = screenshot(out / "report.html", tmp_path)

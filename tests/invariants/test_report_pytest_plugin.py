@@ -39,7 +39,8 @@ def test_marked_spec_passes_then_fails_on_a_leak(pytester: pytest.Pytester) -> N
     the outcome; the test whose fixture breaks the engine fails with the invariant and replay."""
     pytester.makefile(".yaml", tiny=TINY_SPEC)
     pytester.makeconftest(LEAK)
-    pytester.makepyfile(test_kvspec_user_spec="""
+    pytester.makepyfile(
+        test_kvspec_user_spec="""
         import pytest
 
         @pytest.mark.kvspec_spec("tiny.yaml")
@@ -49,18 +50,21 @@ def test_marked_spec_passes_then_fails_on_a_leak(pytester: pytest.Pytester) -> N
         @pytest.mark.kvspec_spec("tiny.yaml", page_size=1)
         def test_leaky(leak):
             pass
-    """)
+    """
+    )
     result = pytester.runpytest(*PLUGIN, "--strict-markers")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*[[]req_pool.conservation[]]*",
-                                 "*replay: kvspec run *tiny.yaml --set page_size=1*"])
+    result.stdout.fnmatch_lines(
+        ["*[[]req_pool.conservation[]]*", "*replay: kvspec run *tiny.yaml --set page_size=1*"]
+    )
 
 
 def test_checked_engine_raises_at_the_first_violation(pytester: pytest.Pytester) -> None:
     """`checked_engine(**engine_fields)` is checked at level 2 (the first violation raises);
     at level 1 its checker records the violations instead."""
     pytester.makeconftest(LEAK)
-    pytester.makepyfile(test_kvspec_user_engine="""
+    pytester.makepyfile(
+        test_kvspec_user_engine="""
         import pytest
         from engine.engine import SchedulerStall
         from invariants.checker import InvariantViolation
@@ -82,14 +86,16 @@ def test_checked_engine_raises_at_the_first_violation(pytester: pytest.Pytester)
             with pytest.raises(SchedulerStall, match="scheduler stalled"):
                 engine.generate(PROMPTS)  # rows run out: the engine stops, after the checker saw it
             assert checked_engine.checker(engine).violations
-    """)
+    """
+    )
     pytester.runpytest(*PLUGIN).assert_outcomes(passed=3)
 
 
 def test_marker_misuse_is_a_clear_failure(pytester: pytest.Pytester) -> None:
     """A missing spec file and an unknown engine field fail the test with the reason."""
     pytester.makefile(".yaml", tiny=TINY_SPEC)
-    pytester.makepyfile(test_kvspec_user_bad="""
+    pytester.makepyfile(
+        test_kvspec_user_bad="""
         import pytest
 
         @pytest.mark.kvspec_spec("missing.yaml")
@@ -99,7 +105,8 @@ def test_marker_misuse_is_a_clear_failure(pytester: pytest.Pytester) -> None:
         @pytest.mark.kvspec_spec("tiny.yaml", page_sze=4)
         def test_typo():
             pass
-    """)
+    """
+    )
     result = pytester.runpytest(*PLUGIN)
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*spec missing.yaml not found*", "*page_sze*"])
@@ -107,14 +114,16 @@ def test_marker_misuse_is_a_clear_failure(pytester: pytest.Pytester) -> None:
 
 def _vocabulary(root: ET.Element) -> set[tuple[str, str]]:
     return {(element.tag, attribute) for element in root.iter() for attribute in element.attrib} | {
-        (element.tag, "") for element in root.iter()}
+        (element.tag, "") for element in root.iter()
+    }
 
 
 def test_junit_uses_the_dialect_pytest_writes(pytester: pytest.Pytester) -> None:
     """Every element and attribute of the report's junit.xml also occurs in pytest's own
     --junitxml output (passed, failed and erroring tests, suite properties), or is the JUnit
     schema's `type` of a failure, so consumers of pytest's JUnit files read ours."""
-    pytester.makepyfile(test_kvspec_user_ref="""
+    pytester.makepyfile(
+        test_kvspec_user_ref="""
         import pytest
 
         @pytest.fixture
@@ -129,15 +138,29 @@ def test_junit_uses_the_dialect_pytest_writes(pytester: pytest.Pytester) -> None
 
         def test_error(broken):
             pass
-    """)
+    """
+    )
     pytester.runpytest("--junitxml=ref.xml", "-o", "junit_family=xunit2")
     reference = _vocabulary(ET.parse(pytester.path / "ref.xml").getroot())
-    cells = [CellResult("ok", "spec", "kvspec run ok.yaml", 3, 9, 0, (), (), None, 0.1),
-             CellResult("bad", "spec", "kvspec run bad.yaml", 3, 9, 1,
-                        ({"invariant": "pool.x", "step": 2, "event": "step", "message": "m"},), (),
-                        None, 0.1),
-             CellResult("crash", "memory", "kvspec explore memory", 3, 9, 0, (), (), "Boom: x", 0.1)]
-    ours = _vocabulary(ET.fromstring(junit_xml(ReportHeader.for_run(1, Level.RECORD, False, 1, None), cells)))
+    cells = [
+        CellResult("ok", "spec", "kvspec run ok.yaml", 3, 9, 0, (), (), None, 0.1),
+        CellResult(
+            "bad",
+            "spec",
+            "kvspec run bad.yaml",
+            3,
+            9,
+            1,
+            ({"invariant": "pool.x", "step": 2, "event": "step", "message": "m"},),
+            (),
+            None,
+            0.1,
+        ),
+        CellResult("crash", "memory", "kvspec explore memory", 3, 9, 0, (), (), "Boom: x", 0.1),
+    ]
+    ours = _vocabulary(
+        ET.fromstring(junit_xml(ReportHeader.for_run(1, Level.RECORD, False, 1, None), cells))
+    )
     assert {tag for tag, _ in ours} >= {"testsuites", "testsuite", "testcase", "failure", "error"}
     # `type` on <failure>/<error> is in the JUnit schema (pytest writes it on <skipped> only)
     schema_extras = {("failure", "type"), ("error", "type")}

@@ -23,11 +23,18 @@ def _invoke(*args: str):
 
 def test_filter_runs_exactly_the_matching_cells() -> None:
     """--set page_size=16 runs every pairwise cell at page size 16 and no other."""
-    expected = [c.name for c in spec_cells(load_spec(SPEC))
-                if axis_values(c.spec.engine.model_dump())["page_size"] == 16]
+    expected = [
+        c.name
+        for c in spec_cells(load_spec(SPEC))
+        if axis_values(c.spec.engine.model_dump())["page_size"] == 16
+    ]
     result = _invoke("--set", "page_size=16")
     assert result.exit_code == 0, result.output
-    ran = [line.split(": ")[0].split(None, 1)[1] for line in result.output.splitlines() if line.startswith("ok ")]
+    ran = [
+        line.split(": ")[0].split(None, 1)[1]
+        for line in result.output.splitlines()
+        if line.startswith("ok ")
+    ]
     assert expected and ran == expected
     assert f"{len(expected)}/{len(expected)} cells passed" in result.output
 
@@ -37,11 +44,19 @@ def test_a_failing_cell_prints_its_replay_and_fails(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(ReqToTokenPool, "free", lambda self, row: None)
     result = _invoke("--set", "page_size=16", "--set", "speculative=none")
     assert result.exit_code == 1
-    assert "FAILED" in result.output and f"replay: kvspec run {SPEC} --set page_size=16" in result.output
+    assert (
+        "FAILED" in result.output
+        and f"replay: kvspec run {SPEC} --set page_size=16" in result.output
+    )
 
 
-@pytest.mark.parametrize(("sets", "message"), [(["pagesize=16"], "not an axis: pagesize"),
-                                               (["page_size=3"], "no matrix cell matches page_size=3")])
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["pagesize=16"], "not an axis: pagesize"),
+        (["page_size=3"], "no matrix cell matches page_size=3"),
+    ],
+)
 def test_bad_filters_are_usage_errors(sets: list[str], message: str) -> None:
     """A filter that is not an axis, or that no cell matches, exits 2 and says why."""
     result = _invoke(*[arg for s in sets for arg in ("--set", s)])

@@ -41,17 +41,27 @@ def test_plain_traffic_is_the_anchor_trace() -> None:
     spec = load_spec(SPECS / "radix-eviction.yaml")
     w = spec.workload
     assert w.suffix.uniform is not None and w.gen.uniform is not None
-    shape = TraceShape(256, w.system_prompts, w.system_prompt_len, *w.suffix.uniform, *w.gen.uniform)
+    shape = TraceShape(
+        256, w.system_prompts, w.system_prompt_len, *w.suffix.uniform, *w.gen.uniform
+    )
     submits = [op for op in build_trace(spec).ops if isinstance(op, Submit)]
     assert [(s.rid, tuple(s.input_ids), s.max_new_tokens) for s in submits] == [
-        (r.rid, r.input_ids, r.max_new_tokens) for r in make_trace(spec.seed, w.requests, shape)]
+        (r.rid, r.input_ids, r.max_new_tokens) for r in make_trace(spec.seed, w.requests, shape)
+    ]
 
 
 def test_workload_generates_every_fault_it_names() -> None:
     """Too-long and rejected-parameter turns are marked in their rid; aborts, closes in
     flight, storms, clock jumps and flushes appear as ops."""
     kinds = {op.op for t in TRACES.values() for op in t.ops}
-    assert {"abort", "close_session", "advance_clock", "flush_cache", "wait_for", "open_session"} <= kinds
+    assert {
+        "abort",
+        "close_session",
+        "advance_clock",
+        "flush_cache",
+        "wait_for",
+        "open_session",
+    } <= kinds
     rids = [op.rid for t in TRACES.values() for op in t.ops if isinstance(op, Submit)]
     assert any(TOO_LONG in r for r in rids) and any(BAD_PARAM in r for r in rids)
     storm = TRACES["abort-storm"].ops
@@ -77,15 +87,32 @@ def _spec_file(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("text", "pattern"), [
-    ("version: 1\nname: s\ninvariants:\n  - pool.*\n  - no.such.rule\n", r"s\.yaml:3: invariants\.1: 'no\.such\.rule'"),
-    ("version: 1\nname: s\nmatrix:\n  colour: [red]\n", r"s\.yaml:4: matrix\.colour: unknown axis"),
-    ("version: 1\nname: s\nmatrix: {page_size: [3]}\n", r"s\.yaml:3: matrix\.page_size: \[3\] not among"),
-    ("version: 1\nname: s\nworkload:\n  sessions:\n    streaming: 2\n",
-     r"s\.yaml:5: workload\.sessions\.streaming: needs engine\.enable_streaming_session"),
-    ("version: 1\nname: s\nworkload:\n  gen: [9, 2]\n", r"s\.yaml:4: workload\.gen"),
-    ("version: 1\nname: s\nworkload:\n  faults: {timeout: 0.5}\n", r"s\.yaml:4: workload\.faults\.timeout"),
-])
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        (
+            "version: 1\nname: s\ninvariants:\n  - pool.*\n  - no.such.rule\n",
+            r"s\.yaml:3: invariants\.1: 'no\.such\.rule'",
+        ),
+        (
+            "version: 1\nname: s\nmatrix:\n  colour: [red]\n",
+            r"s\.yaml:4: matrix\.colour: unknown axis",
+        ),
+        (
+            "version: 1\nname: s\nmatrix: {page_size: [3]}\n",
+            r"s\.yaml:3: matrix\.page_size: \[3\] not among",
+        ),
+        (
+            "version: 1\nname: s\nworkload:\n  sessions:\n    streaming: 2\n",
+            r"s\.yaml:5: workload\.sessions\.streaming: needs engine\.enable_streaming_session",
+        ),
+        ("version: 1\nname: s\nworkload:\n  gen: [9, 2]\n", r"s\.yaml:4: workload\.gen"),
+        (
+            "version: 1\nname: s\nworkload:\n  faults: {timeout: 0.5}\n",
+            r"s\.yaml:4: workload\.faults\.timeout",
+        ),
+    ],
+)
 def test_spec_problems_name_file_line_and_field(tmp_path: Path, text: str, pattern: str) -> None:
     """Unknown invariants, axes and values, sessions the engine cannot open, a bad range and
     a fault without what it needs are load errors with path:line: field."""
@@ -95,24 +122,42 @@ def test_spec_problems_name_file_line_and_field(tmp_path: Path, text: str, patte
 
 def test_invariant_globs_select_the_checked_rules() -> None:
     """`invariants:` ids or globs narrow the checker to the matching rules."""
-    spec = load_spec(SPECS / "session-control.yaml").model_copy(update={"invariants": ["response.*"]})
+    spec = load_spec(SPECS / "session-control.yaml").model_copy(
+        update={"invariants": ["response.*"]}
+    )
     out = run_spec(spec, CATALOG)
-    assert out.ok and 0 < out.checks < run_spec(load_spec(SPECS / "session-control.yaml"), CATALOG).checks
+    assert (
+        out.ok
+        and 0 < out.checks < run_spec(load_spec(SPECS / "session-control.yaml"), CATALOG).checks
+    )
 
 
 def test_session_prompt_oracle_fires_on_a_history_bug(monkeypatch: pytest.MonkeyPatch) -> None:
     """A session controller that drops the parent's last token breaks the prompt oracle."""
     real = session_module._prompt
-    monkeypatch.setattr(session_module, "_prompt", lambda parent, params, new: real(parent, params, new)[1:]
-                        if parent is not None else real(parent, params, new))
-    out = run_spec(load_spec(SPECS / "session-control.yaml").model_copy(update={"invariants": ["pool.*"]}), CATALOG)
+    monkeypatch.setattr(
+        session_module,
+        "_prompt",
+        lambda parent, params, new: (
+            real(parent, params, new)[1:] if parent is not None else real(parent, params, new)
+        ),
+    )
+    out = run_spec(
+        load_spec(SPECS / "session-control.yaml").model_copy(update={"invariants": ["pool.*"]}),
+        CATALOG,
+    )
     assert any(f.startswith("oracle session_prompts:") for f in out.oracle_failures), out.unmet
 
 
-def test_rejection_oracle_fires_when_a_bad_turn_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rejection_oracle_fires_when_a_bad_turn_is_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A streaming session that accepts an offset (SGLang rejects it: 400) breaks the oracle."""
-    monkeypatch.setattr(session_module.Session, "_streaming_parent",
-                        lambda self, params: (next(iter(self.req_nodes.values()), None), None))
+    monkeypatch.setattr(
+        session_module.Session,
+        "_streaming_parent",
+        lambda self, params: (next(iter(self.req_nodes.values()), None), None),
+    )
     spec = load_spec(SPECS / "streaming-aborts.yaml").model_copy(update={"invariants": ["pool.*"]})
     out = run_spec(spec, CATALOG)
     assert any(f.startswith("oracle rejections:") for f in out.oracle_failures), out.unmet

@@ -22,18 +22,37 @@ from invariants.loader import CATALOG_DIR, load_catalog
 CATALOG = load_catalog()
 SCHED = load_catalog([CATALOG_DIR / "sched.yaml"])
 REQUIRED = {
-    "sched.busy_set_covers_live", "req.committed_eq_allocated_at_release", "req.reuse_chunked_or_committed",
-    "sched.single_chunked", "kv.integrity", "req.release_insert_iff_finished",
-    "req.committed_at_release_matches_tokens", "sched.chunked_in_batch", "req.finished_released",
-    "req.retracted_released", "sched.batch_reqs_hold_rows", "sched.idle_nothing_live",
+    "sched.busy_set_covers_live",
+    "req.committed_eq_allocated_at_release",
+    "req.reuse_chunked_or_committed",
+    "sched.single_chunked",
+    "kv.integrity",
+    "req.release_insert_iff_finished",
+    "req.committed_at_release_matches_tokens",
+    "sched.chunked_in_batch",
+    "req.finished_released",
+    "req.retracted_released",
+    "sched.batch_reqs_hold_rows",
+    "sched.idle_nothing_live",
 }
 
 
-def _engine(*, overlap: bool = False, chunk: int | None = None, retract: bool = False,
-            observers: tuple[Any, ...] = (), runner: Any = None) -> Engine:
+def _engine(
+    *,
+    overlap: bool = False,
+    chunk: int | None = None,
+    retract: bool = False,
+    observers: tuple[Any, ...] = (),
+    runner: Any = None,
+) -> Engine:
     mem = MemoryConfig(page_size=4, max_total_tokens=2048, max_num_reqs=8, context_len=512)
-    config = EngineConfig(memory=mem, enable_overlap=overlap, chunked_prefill_size=chunk, test_retract=retract,
-                          test_retract_interval=2)
+    config = EngineConfig(
+        memory=mem,
+        enable_overlap=overlap,
+        chunked_prefill_size=chunk,
+        test_retract=retract,
+        test_retract_interval=2,
+    )
     return Engine(config, observers=observers, runner=runner)
 
 
@@ -56,7 +75,9 @@ class ViewLog:
 def test_catalog_has_the_scheduler_invariants() -> None:
     """Every scheduler invariant of the brief is in sched.yaml, with a title and an origin."""
     assert REQUIRED <= set(SCHED.ids) and set(SCHED.ids) <= set(CATALOG.ids)
-    assert all(rule.title and rule.origin and set(rule.fixtures) == {"pass", "fail"} for rule in SCHED)
+    assert all(
+        rule.title and rule.origin and set(rule.fixtures) == {"pass", "fail"} for rule in SCHED
+    )
 
 
 @pytest.mark.parametrize("rule_id", SCHED.ids)
@@ -71,8 +92,10 @@ def test_rule_holds_on_a_view_without_scheduler_fields(rule_id: str) -> None:
 def test_integrity_message_names_request_position_slot_and_pool() -> None:
     """A KV integrity violation says which request read which position from which slot."""
     (found,) = run_fixture(CATALOG, CATALOG.get("kv.integrity").fixtures["fail"])
-    assert found.message == ("req r1 read position 5 from full slot 37: expected fingerprint 11, found 0"
-                             " (never written or freed and reset)")
+    assert found.message == (
+        "req r1 read position 5 from full slot 37: expected fingerprint 11, found 0"
+        " (never written or freed and reset)"
+    )
 
 
 def test_placement_flags_and_token_counts() -> None:
@@ -112,7 +135,9 @@ def test_continuing_chunks_are_recorded_as_row_reuse() -> None:
     engine.run_until_idle()
     reuse: list[ReuseView] = [r for view in log.views for r in view.sched.reuse]
     assert [r.kv_committed_len for r in reuse] == [32, 64, 96, 128]
-    assert {r.rid for r in reuse} == {rid} and all(r.is_chunked > 0 or r.kv_committed_len > 0 for r in reuse)
+    assert {r.rid for r in reuse} == {rid} and all(
+        r.is_chunked > 0 or r.kv_committed_len > 0 for r in reuse
+    )
     chunked = [view.sched.batch_chunked_rids for view in log.views]
     assert chunked[:4] == [(rid,)] * 4 and chunked[4] == ()
 
@@ -165,7 +190,9 @@ def test_a_waiting_request_holding_a_row_breaks_the_busy_set() -> None:
     sched.waiting_queue.append(req)
     found = Checker(CATALOG).check("step", engine.state_view("step"))
     assert [v.invariant for v in found] == ["sched.busy_set_covers_live"]
-    assert found[0].message.startswith(f"req {req.rid} holds row {req.req_pool_idx} from the waiting queue")
+    assert found[0].message.startswith(
+        f"req {req.rid} holds row {req.req_pool_idx} from the waiting queue"
+    )
 
 
 def test_catalog_file_is_the_one_loaded() -> None:

@@ -15,17 +15,31 @@ from invariants.mutants import mutant
 CATALOG = load_catalog()
 
 
-def _first_violation(*, retract_every: int | None = None, strict_allocator: bool = True,
-                     abort_after: int | None = None) -> Violation | None:
+def _first_violation(
+    *,
+    retract_every: int | None = None,
+    strict_allocator: bool = True,
+    abort_after: int | None = None,
+) -> Violation | None:
     """Run eight requests (page size 4, radix, no overlap) under the strict checker, aborting
     four of them after ``abort_after`` steps; the violation that stopped the engine, if any."""
-    mem = MemoryConfig(page_size=4, max_total_tokens=1024, max_num_reqs=8, context_len=512,
-                       strict=strict_allocator)
-    config = EngineConfig(memory=mem, enable_overlap=False, chunked_prefill_size=64,
-                          test_retract=retract_every is not None, test_retract_interval=retract_every or 3)
+    mem = MemoryConfig(
+        page_size=4, max_total_tokens=1024, max_num_reqs=8, context_len=512, strict=strict_allocator
+    )
+    config = EngineConfig(
+        memory=mem,
+        enable_overlap=False,
+        chunked_prefill_size=64,
+        test_retract=retract_every is not None,
+        test_retract_interval=retract_every or 3,
+    )
     engine = Engine(config, observers=[CheckerHook(Checker(CATALOG, Level.STRICT))])
-    rids = [engine.submit([(7 * i + j) % 256 for j in range(30 + 9 * i)], SamplingParams(max_new_tokens=20))
-            for i in range(8)]
+    rids = [
+        engine.submit(
+            [(7 * i + j) % 256 for j in range(30 + 9 * i)], SamplingParams(max_new_tokens=20)
+        )
+        for i in range(8)
+    ]
     try:
         for _ in range(abort_after or 0):
             engine.step()
@@ -42,7 +56,10 @@ def test_retract_that_caches_its_kv_is_caught() -> None:
     grows) but breaks the release contract: req.release_insert_iff_finished."""
     with mutant("retract-inserts-kv").patch():
         found = _first_violation(retract_every=2)
-    assert found is not None and (found.invariant, found.event) == ("req.release_insert_iff_finished", "step")
+    assert found is not None and (found.invariant, found.event) == (
+        "req.release_insert_iff_finished",
+        "step",
+    )
     assert "finished=False" in found.message
 
 
@@ -52,7 +69,11 @@ def test_release_from_the_committed_page_start_is_caught() -> None:
     allocator's own double-free guard off, the counters and the census catch it at once."""
     with mutant("22862-tail-free-from-floor").patch():
         found = _first_violation(strict_allocator=False)
-    assert found is not None and found.invariant in {"pool.busy_sum", "census.free_list_unique"} and found.event == "step"
+    assert (
+        found is not None
+        and found.invariant in {"pool.busy_sum", "census.free_list_unique"}
+        and found.event == "step"
+    )
 
 
 def test_aborted_request_that_is_not_released_is_caught() -> None:

@@ -31,8 +31,18 @@ CATALOG = load_catalog()
 CONTEXT_LEN = 384  # inputs of >= 378 tokens are too long (pre-abort, status 400)
 MAX_SESSIONS = 4
 PHASES = ("waiting", "running", "chunked", "any")
-PARAMS = st.sampled_from([{}, {}, {}, {"offset": -1}, {"offset": 2}, {"replace": True},
-                          {"drop_previous_output": True}, {"offset": -1, "replace": True}])
+PARAMS = st.sampled_from(
+    [
+        {},
+        {},
+        {},
+        {"offset": -1},
+        {"offset": 2},
+        {"replace": True},
+        {"drop_previous_output": True},
+        {"offset": -1, "replace": True},
+    ]
+)
 
 
 def tokens(length: int, seed: int, bos: bool) -> list[int]:
@@ -43,17 +53,38 @@ def tokens(length: int, seed: int, bos: bool) -> list[int]:
 class SessionMachine(SteppingRules):
     """Sessions under random traffic; every event is checked by the strict catalog."""
 
-    @initialize(ps=st.sampled_from([1, 4, 16]), cache=st.sampled_from(["radix", "chunk", "swa"]),
-                overlap=st.booleans(), mixed=st.booleans(), retract=st.booleans(), seed=st.integers(0, 3),
-                chunk=st.sampled_from([32, 64]))
-    def setup(self, ps: int, cache: str, overlap: bool, mixed: bool, retract: bool, seed: int, chunk: int) -> None:
+    @initialize(
+        ps=st.sampled_from([1, 4, 16]),
+        cache=st.sampled_from(["radix", "chunk", "swa"]),
+        overlap=st.booleans(),
+        mixed=st.booleans(),
+        retract=st.booleans(),
+        seed=st.integers(0, 3),
+        chunk=st.sampled_from([32, 64]),
+    )
+    def setup(
+        self, ps: int, cache: str, overlap: bool, mixed: bool, retract: bool, seed: int, chunk: int
+    ) -> None:
         swa = cache == "swa"
-        mem = MemoryConfig(page_size=ps, max_total_tokens=4096, max_num_reqs=14, context_len=CONTEXT_LEN,
-                           cache="chunk" if cache == "chunk" else "radix", swa_tokens=2048 if swa else None,
-                           sliding_window=32 if swa else None)
-        config = EngineConfig(memory=mem, seed=seed, eos_prob=0.03, chunked_prefill_size=max(chunk, ps),
-                              enable_overlap=overlap, enable_mixed_chunk=mixed, test_retract=retract,
-                              enable_streaming_session=True)
+        mem = MemoryConfig(
+            page_size=ps,
+            max_total_tokens=4096,
+            max_num_reqs=14,
+            context_len=CONTEXT_LEN,
+            cache="chunk" if cache == "chunk" else "radix",
+            swa_tokens=2048 if swa else None,
+            sliding_window=32 if swa else None,
+        )
+        config = EngineConfig(
+            memory=mem,
+            seed=seed,
+            eos_prob=0.03,
+            chunked_prefill_size=max(chunk, ps),
+            enable_overlap=overlap,
+            enable_mixed_chunk=mixed,
+            test_retract=retract,
+            enable_streaming_session=True,
+        )
         self.checker = Checker(CATALOG, Level.STRICT)
         self.clock = SimClock(step_s=0.01)
         self.engine = Engine(config, clock=self.clock, observers=[CheckerHook(self.checker)])
@@ -65,31 +96,56 @@ class SessionMachine(SteppingRules):
         return sorted(self.engine.sessions.sessions)
 
     @precondition(lambda self: len(self._open()) < MAX_SESSIONS)
-    @rule(streaming=st.sampled_from([True, True, False]), timeout=st.sampled_from([None, None, 20.0]))
+    @rule(
+        streaming=st.sampled_from([True, True, False]), timeout=st.sampled_from([None, None, 20.0])
+    )
     @driving
     def open_session(self, streaming: bool, timeout: float | None) -> None:
         self.engine.open_session(1000, streaming=streaming, timeout=timeout)
 
     @precondition(lambda self: self._open())
-    @rule(pick=st.integers(0, 7), length=st.integers(1, 60), seed=st.integers(0, 2**16),
-          max_new=st.integers(1, 24), params=PARAMS, bos=st.booleans(), parent=st.booleans())
+    @rule(
+        pick=st.integers(0, 7),
+        length=st.integers(1, 60),
+        seed=st.integers(0, 2**16),
+        max_new=st.integers(1, 24),
+        params=PARAMS,
+        bos=st.booleans(),
+        parent=st.booleans(),
+    )
     @driving
-    def session_turn(self, pick: int, length: int, seed: int, max_new: int, params: dict[str, Any], bos: bool,
-                     parent: bool) -> None:
+    def session_turn(
+        self,
+        pick: int,
+        length: int,
+        seed: int,
+        max_new: int,
+        params: dict[str, Any],
+        bos: bool,
+        parent: bool,
+    ) -> None:
         """A turn; a rejection is an abort with status 400 at once."""
         sids = self._open()
         sid = sids[pick % len(sids)]
         prev = self.last_rid.get(sid) if parent else None
-        rid = self.engine.submit(tokens(length, seed, bos), SamplingParams(max_new_tokens=max_new),
-                                 session_params={"id": sid, "rid": prev, **params})
+        rid = self.engine.submit(
+            tokens(length, seed, bos),
+            SamplingParams(max_new_tokens=max_new),
+            session_params={"id": sid, "rid": prev, **params},
+        )
         self.rids.append(rid)
         self.last_rid[sid] = rid
         if rid in self.engine.results and self.engine.results[rid].finish_reason.kind == "abort":
             assert self.engine.results[rid].finish_reason.status_code == 400
 
     @precondition(lambda self: self._open())
-    @rule(pick=st.integers(0, 7), length=st.integers(1, 40), seed=st.integers(0, 2**16),
-          max_new=st.integers(1, 16), others=st.integers(0, 3))
+    @rule(
+        pick=st.integers(0, 7),
+        length=st.integers(1, 40),
+        seed=st.integers(0, 2**16),
+        max_new=st.integers(1, 16),
+        others=st.integers(0, 3),
+    )
     @driving
     def turns_to_idle(self, pick: int, length: int, seed: int, max_new: int, others: int) -> None:
         """A plain append to one session and to ``others`` more, run to idle: sessions grow
@@ -97,8 +153,11 @@ class SessionMachine(SteppingRules):
         sids = self._open()
         for k in range(1 + others):
             sid = sids[(pick + k) % len(sids)]
-            rid = self.engine.submit(tokens(length + k, seed + k, True), SamplingParams(max_new_tokens=max_new),
-                                     session_params={"id": sid, "rid": self.last_rid.get(sid)})
+            rid = self.engine.submit(
+                tokens(length + k, seed + k, True),
+                SamplingParams(max_new_tokens=max_new),
+                session_params={"id": sid, "rid": self.last_rid.get(sid)},
+            )
             self.rids.append(rid)
             self.last_rid[sid] = rid
         self.engine.run_until_idle()
@@ -109,23 +168,31 @@ class SessionMachine(SteppingRules):
     def too_long_turn(self, pick: int, seed: int) -> None:
         """An input over the context limit: aborted (400) before touching memory; the slot stays."""
         sids = self._open()
-        rid = self.engine.submit(tokens(CONTEXT_LEN, seed, True), SamplingParams(max_new_tokens=4),
-                                 session_params={"id": sids[pick % len(sids)]})
+        rid = self.engine.submit(
+            tokens(CONTEXT_LEN, seed, True),
+            SamplingParams(max_new_tokens=4),
+            session_params={"id": sids[pick % len(sids)]},
+        )
         self.rids.append(rid)
         assert self.engine.results[rid].finish_reason.status_code == 400
 
     @rule(length=st.integers(1, 120), seed=st.integers(0, 2**16), max_new=st.integers(1, 24))
     @driving
     def plain(self, length: int, seed: int, max_new: int) -> None:
-        self.rids.append(self.engine.submit(tokens(length, seed, True), SamplingParams(max_new_tokens=max_new)))
+        self.rids.append(
+            self.engine.submit(tokens(length, seed, True), SamplingParams(max_new_tokens=max_new))
+        )
 
     @precondition(lambda self: self.rids)
     @rule(phase=st.sampled_from(PHASES), pick=st.integers(0, 63))
     @driving
     def abort(self, phase: str, pick: int) -> None:
         sched = self.engine.scheduler
-        candidates = {"waiting": list(sched.waiting_queue), "running": list(sched.running_batch.reqs),
-                      "chunked": [] if sched.chunked_req is None else [sched.chunked_req]}.get(phase)
+        candidates = {
+            "waiting": list(sched.waiting_queue),
+            "running": list(sched.running_batch.reqs),
+            "chunked": [] if sched.chunked_req is None else [sched.chunked_req],
+        }.get(phase)
         if candidates is None:
             candidates = [self.engine.requests[r] for r in self.rids if r in self.engine.requests]
         if candidates:

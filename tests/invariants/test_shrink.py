@@ -16,8 +16,13 @@ def noise(n: int) -> list[Op]:
 
 def culprit_trace() -> Trace:
     """Two culprit ops (a long submit, then its abort) buried in 60 unrelated ops."""
-    ops = [*noise(25), Submit(rid="x", input_ids=list(range(40)), max_new_tokens=30), *noise(20),
-           Abort(rid="x"), *noise(15)]
+    ops = [
+        *noise(25),
+        Submit(rid="x", input_ids=list(range(40)), max_new_tokens=30),
+        *noise(20),
+        Abort(rid="x"),
+        *noise(15),
+    ]
     return Trace(name="t", ops=ops)
 
 
@@ -72,7 +77,9 @@ def test_ddmin_is_one_minimal() -> None:
     """Removing any single op of ddmin's result makes the predicate pass."""
     ops = culprit_trace().ops
     result = ddmin(list(ops), lambda o: submit_then_abort(Trace(ops=o)))
-    assert all(not submit_then_abort(Trace(ops=result[:i] + result[i + 1:])) for i in range(len(result)))
+    assert all(
+        not submit_then_abort(Trace(ops=result[:i] + result[i + 1 :])) for i in range(len(result))
+    )
 
 
 def test_simpler_candidates_are_smaller() -> None:
@@ -80,5 +87,7 @@ def test_simpler_candidates_are_smaller() -> None:
     ops without a size have none."""
     assert [op.n for op in simpler(Step(n=16))] == [1, 4, 8, 15]
     sub = Submit(rid="a", input_ids=[1] * 8, max_new_tokens=2, return_logprob=True)
-    assert all(len(c.input_ids) < 8 or c.max_new_tokens < 2 or not c.return_logprob for c in simpler(sub))
+    assert all(
+        len(c.input_ids) < 8 or c.max_new_tokens < 2 or not c.return_logprob for c in simpler(sub)
+    )
     assert simpler(FlushCache()) == [] and simpler(Step(n=1)) == []

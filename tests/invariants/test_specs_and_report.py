@@ -38,7 +38,10 @@ def test_config_the_engine_rejects_is_a_spec_error(tmp_path: Path) -> None:
 def test_overrides_parse_yaml_scalars() -> None:
     """--set values are YAML scalars; a pair without '=' is an error."""
     assert parse_overrides(["page_size=4", "enable_overlap=false", "cache=chunk"]) == {
-        "page_size": 4, "enable_overlap": False, "cache": "chunk"}
+        "page_size": 4,
+        "enable_overlap": False,
+        "cache": "chunk",
+    }
     with pytest.raises(SpecError):
         parse_overrides(["page_size"])
 

@@ -32,8 +32,14 @@ def _without(rule_id: str) -> Catalog:
     return Catalog(tuple(r for r in CATALOG if r.id != rule_id))
 
 
-def _first_violation(version: int, *, retract: bool = False, strict: bool = True, catalog: Any = CATALOG,
-                     max_new: int = 20) -> Violation | None:
+def _first_violation(
+    version: int,
+    *,
+    retract: bool = False,
+    strict: bool = True,
+    catalog: Any = CATALOG,
+    max_new: int = 20,
+) -> Violation | None:
     """Eight requests (page size 4, radix, chunked prefill, EAGLE 3 steps, acceptance 0.8)
     under a level-2 checker; the violation that stopped the engine, if any."""
     config = small_config(version, retract=retract, strict=strict)
@@ -47,9 +53,15 @@ def _first_violation(version: int, *, retract: bool = False, strict: bool = True
 
 def test_catalog_has_the_speculative_invariants() -> None:
     """speculative.yaml ships the EAGLE rules, each with a title, an origin and fixtures."""
-    assert {"spec.overalloc_bounded", "spec.verify_window_allocated", "spec.committed_tracks_device",
-            "req.finished_commits_only_returned_tokens"} <= set(SPEC.ids)
-    assert all(rule.title and rule.origin and set(rule.fixtures) == {"pass", "fail"} for rule in SPEC)
+    assert {
+        "spec.overalloc_bounded",
+        "spec.verify_window_allocated",
+        "spec.committed_tracks_device",
+        "req.finished_commits_only_returned_tokens",
+    } <= set(SPEC.ids)
+    assert all(
+        rule.title and rule.origin and set(rule.fixtures) == {"pass", "fail"} for rule in SPEC
+    )
 
 
 def test_v2_prepare_preclaims_the_bonus_slot() -> None:
@@ -61,7 +73,10 @@ def test_v2_prepare_preclaims_the_bonus_slot() -> None:
         found = _first_violation(2)
         lagging = _first_violation(2, catalog=_without("spec.overalloc_bounded"))
     assert found is not None and found.invariant == "spec.overalloc_bounded"
-    assert lagging is not None and (lagging.invariant, lagging.event) == ("spec.committed_tracks_device", "step")
+    assert lagging is not None and (lagging.invariant, lagging.event) == (
+        "spec.committed_tracks_device",
+        "step",
+    )
 
 
 def test_v2_finished_request_is_trimmed_to_its_returned_tokens() -> None:
@@ -73,11 +88,16 @@ def test_v2_finished_request_is_trimmed_to_its_returned_tokens() -> None:
         found = _first_violation(2)
         kept = _first_violation(2, catalog=_without("req.committed_eq_allocated_at_release"))
     assert found is not None and found.event == "step"
-    assert found.invariant in {"req.committed_eq_allocated_at_release", "req.finished_commits_only_returned_tokens"}
+    assert found.invariant in {
+        "req.committed_eq_allocated_at_release",
+        "req.finished_commits_only_returned_tokens",
+    }
     assert kept is not None and kept.invariant == "req.finished_commits_only_returned_tokens"
 
 
-@pytest.mark.parametrize("trim", [accounting.trim_overshoot, trim_leaving_swa_cursor], ids=["fixed", "pre_22900"])
+@pytest.mark.parametrize(
+    "trim", [accounting.trim_overshoot, trim_leaving_swa_cursor], ids=["fixed", "pre_22900"]
+)
 def test_v2_trim_caps_the_swa_cursor(trim: Callable[[KVMemory, Req], None]) -> None:
     """#22900: the trim left swa_evicted_seqlen (40) above the target (38): the SWA KV the
     cursor claims freed lies past the committed KV (req.swa_evicted_le_committed). The fix
@@ -86,10 +106,16 @@ def test_v2_trim_caps_the_swa_cursor(trim: Callable[[KVMemory, Req], None]) -> N
     req = overshoot_req(mem)  # the bug zoo's planted #22900 request (one definition)
     trim(mem, req)
     # checked between the trim and the release (so not req.finished_released's business)
-    found = Checker(_without("req.finished_released"), Level.RECORD).check("step", memory_view(mem, "step", 1, [req]))
+    found = Checker(_without("req.finished_released"), Level.RECORD).check(
+        "step", memory_view(mem, "step", 1, [req])
+    )
     ids = {v.invariant for v in found}
     if trim is accounting.trim_overshoot:
-        assert ids == set() and (req.kv_committed_len, req.swa_evicted_seqlen, req.output_ids) == (36, 36, [1, 2])
+        assert ids == set() and (req.kv_committed_len, req.swa_evicted_seqlen, req.output_ids) == (
+            36,
+            36,
+            [1, 2],
+        )
     else:
         assert "req.swa_evicted_le_committed" in ids
 
@@ -106,7 +132,11 @@ def test_eagle_release_frees_the_reservation_from_ceil_committed(version: int) -
     assert leak is not None and leak.invariant in {"pool.busy_sum", "census.no_orphans"}
     with mutant("22862-tail-free-from-floor").patch():
         double = _first_violation(version, retract=True, strict=False)
-    assert double is not None and double.invariant in {"pool.busy_sum", "census.free_list_unique", "kv.integrity"}
+    assert double is not None and double.invariant in {
+        "pool.busy_sum",
+        "census.free_list_unique",
+        "kv.integrity",
+    }
 
 
 def test_v2_reservation_covers_the_next_verify_window() -> None:
@@ -115,7 +145,10 @@ def test_v2_reservation_covers_the_next_verify_window() -> None:
     (spec.verify_window_allocated, at the schedule event, before any KV is written)."""
     with mutant("eagle-v2-one-window").patch():
         found = _first_violation(2)
-    assert found is not None and (found.invariant, found.event) == ("spec.verify_window_allocated", "schedule")
+    assert found is not None and (found.invariant, found.event) == (
+        "spec.verify_window_allocated",
+        "schedule",
+    )
 
 
 def test_v1_commit_frees_the_rejected_tail() -> None:
@@ -134,7 +167,10 @@ def test_v1_rejected_draft_kv_is_never_read_as_committed() -> None:
     with mutant("eagle-v1-commit-ahead").patch():
         found = _first_violation(1)
         read = _first_violation(1, catalog=NO_SPEC_RULES)
-    assert found is not None and (found.invariant, found.event) == ("spec.committed_tracks_device", "step")
+    assert found is not None and (found.invariant, found.event) == (
+        "spec.committed_tracks_device",
+        "step",
+    )
     assert read is not None and (read.invariant, read.event) == ("kv.integrity", "forward")
 
 

@@ -32,6 +32,8 @@ def test_view_without_parts_marks_them_untaken() -> None:
 def test_strict_run_with_lazy_parts_still_checks_the_census() -> None:
     """The hook passes the parts per event; a full run at level 2 stays clean."""
     checker = Checker(load_catalog(), Level.STRICT)
-    engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=512)), observers=[CheckerHook(checker)])
+    engine = Engine(
+        EngineConfig(memory=MemoryConfig(max_total_tokens=512)), observers=[CheckerHook(checker)]
+    )
     engine.generate([[5] * 40, [6] * 30])
     assert checker.stats()["census.no_duplicates"].evaluations > 0

@@ -75,8 +75,16 @@ def test_extend_rejects_a_short_qo_indptr(decode_args: dict[str, object], randn:
     new = (randn(4, 4, 16), randn(4, 2, 16), randn(4, 2, 16))
     lens = a["seq_lens"]
     with pytest.raises(ValueError, match=r"qo_indptr must have shape \(3,\)"):
-        extend_attention_fwd(*new, a["k_buffer"], a["v_buffer"], a["req_to_token"],
-                             a["req_pool_indices"], lens, lens, 0.25)  # fmt: skip
+        extend_attention_fwd(
+            *new,
+            a["k_buffer"],
+            a["v_buffer"],
+            a["req_to_token"],
+            a["req_pool_indices"],
+            lens,
+            lens,
+            0.25,
+        )
 
 
 def test_store_kv_rejects_a_dtype_mismatch(decode_args: dict[str, object], randn: Callable) -> None:

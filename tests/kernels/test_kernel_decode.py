@@ -26,9 +26,17 @@ DECODE_CASES = [
     ("page_size", "d", "dv", "group", "window", "splits", "tile_n"), DECODE_CASES
 )
 def test_decode_matches_twin(
-    paged: Callable, randn: Callable, tile: Callable,
-    page_size: int, d: int, dv: int, group: int, window: int | None, splits: int, tile_n: int,
-) -> None:  # fmt: skip
+    paged: Callable,
+    randn: Callable,
+    tile: Callable,
+    page_size: int,
+    d: int,
+    dv: int,
+    group: int,
+    window: int | None,
+    splits: int,
+    tile_n: int,
+) -> None:
     """Each request's output is attention of its last position over its windowed paged keys."""
     pool = paged(LENS, page_size)
     num_kv_heads = 2

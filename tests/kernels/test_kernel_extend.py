@@ -24,9 +24,17 @@ EXTEND_CASES = [
     ("page_size", "d", "group", "window", "tiles", "prefix", "ext"), EXTEND_CASES
 )
 def test_extend_matches_twin(
-    paged: Callable, randn: Callable, tile: Callable, page_size: int, d: int, group: int,
-    window: int | None, tiles: tuple[int, int], prefix: list[int], ext: list[int],
-) -> None:  # fmt: skip
+    paged: Callable,
+    randn: Callable,
+    tile: Callable,
+    page_size: int,
+    d: int,
+    group: int,
+    window: int | None,
+    tiles: tuple[int, int],
+    prefix: list[int],
+    ext: list[int],
+) -> None:
     """New token i of request b attends its windowed prefix from the pool and new tokens <= i."""
     pool = paged([p + e for p, e in zip(prefix, ext)], page_size)
     num_kv_heads, num_tokens = 2, sum(ext)

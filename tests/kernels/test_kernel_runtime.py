@@ -56,8 +56,17 @@ def test_bench_kernels_refuses_a_cpu_device() -> None:
 
 def test_bench_cases_compute_the_same_outputs(device: str) -> None:
     """Every runner of a benchmark case (Triton, twin, SDPA) returns the same output."""
-    shape = BenchShape(batch=2, prefix_len=5, extend_len=3, num_q_heads=4, num_kv_heads=2,
-                       head_dim=16, page_size=4, kv_lora_rank=16, rope_dim=16)  # fmt: skip
+    shape = BenchShape(
+        batch=2,
+        prefix_len=5,
+        extend_len=3,
+        num_q_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        page_size=4,
+        kv_lora_rank=16,
+        rope_dim=16,
+    )
     cases = bench_cases(shape, device, torch.float32)
     for name in ("decode", "mla_decode", "extend"):
         outs = [fn() for fn in cases[name].runners.values()]
@@ -80,6 +89,8 @@ def test_every_kernel_compiles_for_an_nvidia_target_without_a_gpu() -> None:
     """The compiled (non-interpreted) front end accepts every kernel at real shapes (sm90)."""
     pytest.importorskip("triton.backends.nvidia")
     script = Path(__file__).with_name("compile_check.py")
-    done = _run_cpu_python(f"import runpy, sys; sys.argv = ['x', {str(REPO)!r}, '90']; "
-                           f"runpy.run_path({str(script)!r}, run_name='__main__')")  # fmt: skip
+    done = _run_cpu_python(
+        f"import runpy, sys; sys.argv = ['x', {str(REPO)!r}, '90']; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

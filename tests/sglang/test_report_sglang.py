@@ -13,8 +13,10 @@ from invariants.matrix import ROOT
 from invariants.report import run_report
 
 pytestmark = pytest.mark.sglang
-SPECS = [("session-timeouts", ROOT / "specs" / "session-timeouts.yaml"),
-         ("swa-hybrid", ROOT / "specs" / "swa-hybrid.yaml")]
+SPECS = [
+    ("session-timeouts", ROOT / "specs" / "session-timeouts.yaml"),
+    ("swa-hybrid", ROOT / "specs" / "swa-hybrid.yaml"),
+]
 
 
 def test_report_shows_both_targets_side_by_side(tmp_path: Path, driver):
@@ -22,8 +24,9 @@ def test_report_shows_both_targets_side_by_side(tmp_path: Path, driver):
     session-timeouts (flush_cache) is shown unsupported with the reason, not failed; the
     printed output and report.json carry both targets' steps, violations and goals."""
     console = Console(record=True, width=250)
-    code = run_report(console=console, out=tmp_path, target="both", cells=[], specs=SPECS,
-                      sglang_driver=driver)
+    code = run_report(
+        console=console, out=tmp_path, target="both", cells=[], specs=SPECS, sglang_driver=driver
+    )
     printed = console.export_text()
     document = json.loads((tmp_path / "report.json").read_text())
     assert code == 0, printed

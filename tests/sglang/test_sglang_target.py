@@ -25,7 +25,13 @@ def test_prefix_reuse_counts_match_the_feasibility_study(catalog, driver):
     outcome = run_trace_on_sglang(prefix_scenario(), catalog, driver=driver, keep_views=True)
     assert outcome.ok, outcome.violations[:3] or outcome.error
     after_r1 = [buckets(v) for v in outcome.views if v.event == "step"][3]
-    assert after_r1 == {"free": 41, "evictable": 23, "protected": 0, "session_held": 0, "request_owned": 0}
+    assert after_r1 == {
+        "free": 41,
+        "evictable": 23,
+        "protected": 0,
+        "session_held": 0,
+        "request_owned": 0,
+    }
     assert outcome.stats.prefix_hit_tokens == 16 and outcome.sglang_version == "0.5.23"
 
 
@@ -34,19 +40,28 @@ def test_eviction_pressure_spec_holds_every_invariant(catalog, driver):
     finish, tokens are evicted and reused, and no invariant is violated at any step."""
     outcome = run_spec_on_sglang(load_spec("specs/radix-eviction.yaml"), catalog, driver=driver)
     assert outcome.ok, outcome.violations[:3] or outcome.error or outcome.unmet
-    assert outcome.stats.finished == 96 and outcome.stats.evicted_tokens > 0 and outcome.checks > 1000
+    assert (
+        outcome.stats.finished == 96 and outcome.stats.evicted_tokens > 0 and outcome.checks > 1000
+    )
 
 
 def test_swa_hybrid_spec_holds_every_invariant_on_both_pools(catalog, driver):
     """swa-hybrid.yaml on SGLang's SWATokenToKVPoolAllocator + UnifiedRadixCache(FULL, SWA):
     the real maybe_evict_swa slides windows (cursors advance, tree SWA values tombstone), and
     both pools' sums, censuses and the SWA tree rules hold at every step."""
-    outcome = run_spec_on_sglang(load_spec("specs/swa-hybrid.yaml"), catalog, driver=driver, keep_views=True)
-    assert not outcome.violations and outcome.error is None and not outcome.unmet, outcome.violations[:3]
+    outcome = run_spec_on_sglang(
+        load_spec("specs/swa-hybrid.yaml"), catalog, driver=driver, keep_views=True
+    )
+    assert not outcome.violations and outcome.error is None and not outcome.unmet, (
+        outcome.violations[:3]
+    )
     views = outcome.views
     assert all([p.name for p in v.pools] == ["full", "swa"] for v in views)
     assert max(r.swa_evicted_seqlen for v in views for r in v.reqs) > 0
-    assert any(n.swa_tombstone for v in views for n in v.tree.nodes) and views[-1].tree.kind == "swa_radix"
+    assert (
+        any(n.swa_tombstone for v in views for n in v.tree.nodes)
+        and views[-1].tree.kind == "swa_radix"
+    )
     assert outcome.notes and "chunked prefill" in outcome.notes[0]
 
 
@@ -60,12 +75,16 @@ def test_streaming_sessions_with_aborts_hold_every_invariant(catalog, driver):
     assert not outcome.views[-1].slots and outcome.views[-1].event == "idle"
 
 
-@pytest.mark.parametrize("kind, invariant", [("skip_free", "census.no_orphans"),
-                                             ("double_free", "census.free_list_unique")])
+@pytest.mark.parametrize(
+    "kind, invariant",
+    [("skip_free", "census.no_orphans"), ("double_free", "census.free_list_unique")],
+)
 def test_fault_on_the_real_allocator_is_named_by_slot_id(catalog, driver, kind, invariant):
     """A skipped free (leak) or a double free patched into SGLang's allocator breaks its sum
     and the census names the very slots the fault touched."""
-    outcome = run_trace_on_sglang(sessions_scenario(), catalog, driver=driver, fault={"kind": kind, "step": 1})
+    outcome = run_trace_on_sglang(
+        sessions_scenario(), catalog, driver=driver, fault={"kind": kind, "step": 1}
+    )
     found = [v for v in outcome.violations if v.invariant == invariant]
     assert found and any(v.invariant == "pool.busy_sum" for v in outcome.violations)
     named = [int(x) for x in found[0].message.split("[")[1].rstrip("]").split(",")]
@@ -86,7 +105,9 @@ def test_differential_over_sessions_and_aborts_has_only_declared_gaps(driver):
 def test_differential_reports_an_undeclared_difference_with_its_step_and_op(driver):
     """A leak patched into SGLang's allocator (one skipped free) moves its buckets off
     kvspec's by a sum no gap explains: reported as UNEXPECTED, with step and op."""
-    result = differential(load_spec(DIFF_SPEC), driver=driver, fault={"kind": "skip_free", "step": 5})
+    result = differential(
+        load_spec(DIFF_SPEC), driver=driver, fault={"kind": "skip_free", "step": 5}
+    )
     first = result.unexpected[0]
     assert not result.ok and first.step >= 5 and first.bucket in ("free", "evictable")
     assert first.op and "UNEXPECTED" in str(first)
@@ -101,18 +122,28 @@ def test_differential_of_swa_hybrid_has_only_declared_gaps(driver):
     assert result.ok, [str(d) for d in result.unexpected[:5]]
     gaps = {d.gap for d in result.differences}
     assert {"swa.window_only_at_checkpoint", "swa.branch_insert_stops_at_live_window"} <= gaps
-    assert result.kvspec[0]["swa.protected"] > result.sglang[0]["swa.protected"] == 96  # 3 requests x window
+    assert (
+        result.kvspec[0]["swa.protected"] > result.sglang[0]["swa.protected"] == 96
+    )  # 3 requests x window
 
 
 def test_a_turn_refused_after_the_session_accepted_it_is_its_live_request(catalog, driver):
     """streaming-aborts.yaml: a too-long turn passes Session.create_req (the session goes in
     flight), then the prompt-length check refuses it and it queues for a 1-token prefill; the
     view counts it as the session's live request meanwhile, so single-live-request holds."""
-    outcome = run_spec_on_sglang(load_spec("specs/streaming-aborts.yaml"), catalog, driver=driver, keep_views=True)
+    outcome = run_spec_on_sglang(
+        load_spec("specs/streaming-aborts.yaml"), catalog, driver=driver, keep_views=True
+    )
     assert not outcome.violations and outcome.error is None, outcome.violations[:3]
     assert outcome.stats.rejected > 0
-    refused = [(s.inflight, s.live_reqs) for v in outcome.views for r in v.reqs if r.rid.endswith("!long")
-               for s in v.sessions if r.rid.startswith(f"{s.session_id}t")]
+    refused = [
+        (s.inflight, s.live_reqs)
+        for v in outcome.views
+        for r in v.reqs
+        if r.rid.endswith("!long")
+        for s in v.sessions
+        if r.rid.startswith(f"{s.session_id}t")
+    ]
     assert refused and all(state == (True, 1) for state in refused)
 
 
@@ -129,7 +160,8 @@ def test_differential_retires_a_request_rejected_at_submission(driver, name, ste
 
 
 def test_differential_drain_gives_sglang_the_iteration_that_retires_a_last_rejected_request(
-        driver, monkeypatch):
+    driver, monkeypatch
+):
     """A too-long request submitted after everything is idle leaves kvspec idle at once; the
     drain steps once more, in which SGLang retires it, so both end idle, with no difference."""
     real_build = differential_module.build_trace
@@ -155,9 +187,15 @@ def test_differential_of_streaming_many_turns_has_only_declared_gaps(driver):
     assert result.steps == len(result.sglang) > 300
     assert result.ok, [str(d) for d in result.unexpected[:5]]
     gaps = {part for d in result.differences for part in d.gap.split("+")}
-    assert {"swa.eviction_cadence", "swa.window_only_at_checkpoint", "session.borrowed_row_is_request_owned"} <= gaps
-    assert any(theirs["swa.session_held"] > ours["swa.session_held"] + ours["swa.request_owned"]
-               for ours, theirs in zip(result.kvspec, result.sglang))
+    assert {
+        "swa.eviction_cadence",
+        "swa.window_only_at_checkpoint",
+        "session.borrowed_row_is_request_owned",
+    } <= gaps
+    assert any(
+        theirs["swa.session_held"] > ours["swa.session_held"] + ours["swa.request_owned"]
+        for ours, theirs in zip(result.kvspec, result.sglang)
+    )
 
 
 def test_streaming_many_turns_needs_no_cadence_gap_at_sglang_every_step_cadence(monkeypatch):

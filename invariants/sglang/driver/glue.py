@@ -48,8 +48,14 @@ class _GenerateInput(SimpleNamespace):
 class Glue:
     """The anchor step loop over real SGLang: admit → one extend → one decode round → release."""
 
-    def __init__(self, stack: Stack, batch: int, max_prefill_tokens: int, max_input_len: int,
-                 bos_id: int | None = None) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        batch: int,
+        max_prefill_tokens: int,
+        max_input_len: int,
+        bos_id: int | None = None,
+    ) -> None:
         self.stack, self.max_batch, self.max_prefill_tokens = stack, batch, max_prefill_tokens
         self.max_input_len = max_input_len
         self.tokenizer = SimpleNamespace(bos_token_id=bos_id)  # Session's BOS strip reads it
@@ -66,8 +72,16 @@ class Glue:
         self.plan: dict[str, tuple[int, list[int]]] = {}  # rid -> (max_new_tokens, outputs)
         self.reserve = 0  # decode tokens still owed to running requests
         self.released: list[dict] = []  # this step's releases (for the view)
-        self.counts = dict(steps=0, admitted=0, finished=0, aborted=0, prefix_hit_tokens=0,
-                           extend_tokens=0, decode_tokens=0, rejected=0)
+        self.counts = dict(
+            steps=0,
+            admitted=0,
+            finished=0,
+            aborted=0,
+            prefix_hit_tokens=0,
+            extend_tokens=0,
+            decode_tokens=0,
+            rejected=0,
+        )
 
     # ---- ops ----------------------------------------------------------------------------
     def submit(self, op: dict) -> None:
@@ -77,13 +91,21 @@ class Glue:
         ref, logprob = op.get("session"), bool(op.get("return_logprob"))
         session = self.stack.sessions.get(ref["id"]) if ref else None
         if session is not None and not session.close_on_finish:
-            req = session.create_req(_generate_input(rid, ids, params, ref, logprob), self.tokenizer,
-                                     vocab_size=1 << 20)
+            req = session.create_req(
+                _generate_input(rid, ids, params, ref, logprob), self.tokenizer, vocab_size=1 << 20
+            )
         else:
-            req = Req(rid=rid, origin_input_text="", origin_input_ids=ids, sampling_params=params,
-                      return_logprob=logprob)
+            req = Req(
+                rid=rid,
+                origin_input_text="",
+                origin_input_ids=ids,
+                sampling_params=params,
+                return_logprob=logprob,
+            )
             if ref:
-                req.set_finish_with_abort(f"Invalid request: session {ref['id']} is closed or unknown")
+                req.set_finish_with_abort(
+                    f"Invalid request: session {ref['id']} is closed or unknown"
+                )
         self.plan[rid] = (gen, list(op["output_ids"]))
         self.reqs[rid] = req
         if req.to_finish is None:
@@ -98,18 +120,32 @@ class Glue:
     def _validate(self, req: Req, logprob_start_len: int) -> None:
         """The prompt-length and logprob-start checks of ``handle_generate_request``."""
         if len(req.origin_input_ids) >= self.max_input_len:  # managers/utils.validate_input_length
-            req.set_finish_with_abort(f"Input length ({len(req.origin_input_ids)} tokens) exceeds the "
-                                      f"maximum allowed length ({self.max_input_len} tokens)")
+            req.set_finish_with_abort(
+                f"Input length ({len(req.origin_input_ids)} tokens) exceeds the "
+                f"maximum allowed length ({self.max_input_len} tokens)"
+            )
             return
         start = logprob_start_len if req.return_logprob else -1
-        req.logprob_start_len = len(req.origin_input_ids) if req.return_logprob and start == -1 else start
+        req.logprob_start_len = (
+            len(req.origin_input_ids) if req.return_logprob and start == -1 else start
+        )
         if req.logprob_start_len > len(req.origin_input_ids):
-            req.set_finish_with_abort(f"logprob_start_len={req.logprob_start_len} is higher than the "
-                                      f"number of input tokens {len(req.origin_input_ids)}")
+            req.set_finish_with_abort(
+                f"logprob_start_len={req.logprob_start_len} is higher than the "
+                f"number of input tokens {len(req.origin_input_ids)}"
+            )
 
-    def open_session(self, session_id: str, streaming: bool = True, timeout: float | None = None) -> bool:
-        answer = self.stack.sessions.open(OpenSessionReqInput(
-            capacity_of_str_len=1 << 16, session_id=session_id, streaming=streaming, timeout=timeout))
+    def open_session(
+        self, session_id: str, streaming: bool = True, timeout: float | None = None
+    ) -> bool:
+        answer = self.stack.sessions.open(
+            OpenSessionReqInput(
+                capacity_of_str_len=1 << 16,
+                session_id=session_id,
+                streaming=streaming,
+                timeout=timeout,
+            )
+        )
         return bool(answer.success)
 
     def close_session(self, session_id: str) -> bool:
@@ -135,9 +171,14 @@ class Glue:
         return False
 
     def unfinished(self, phase: str) -> list[str]:
-        """Unfinished rids in ``phase`` (waiting | running | chunked | any), as kvspec lists them."""
-        reqs = {"waiting": self.waiting, "running": self.running, "chunked": [],
-                "any": list(self.reqs.values())}[phase]
+        """Unfinished rids in ``phase`` (waiting | running | chunked | any), as kvspec lists
+        them."""
+        reqs = {
+            "waiting": self.waiting,
+            "running": self.running,
+            "chunked": [],
+            "any": list(self.reqs.values()),
+        }[phase]
         return [r.rid for r in reqs if not r.finished()]
 
     def finished(self, rid: str) -> bool:
@@ -168,8 +209,10 @@ class Glue:
             self._prefill(self._take(plan["rids"]))
         elif mode == "decode":
             if sorted(plan["rids"]) != sorted(r.rid for r in self.running):
-                raise ValueError(f"lockstep decode of {sorted(plan['rids'])}, but sglang runs "
-                                 f"{sorted(r.rid for r in self.running)}")
+                raise ValueError(
+                    f"lockstep decode of {sorted(plan['rids'])}, but sglang runs "
+                    f"{sorted(r.rid for r in self.running)}"
+                )
             self._decode()
         elif mode != "idle":
             raise ValueError(f"lockstep batch mode {mode!r}: the glue runs extend, decode or idle")
@@ -231,16 +274,28 @@ class Glue:
             req.extend_end = len(req.full_untruncated_fill_ids)
             req.lock = cache.lock(req.last_node)  # what PrefillAdder does
             new.append(req)
-            budget, room, self.reserve = budget - extend, room - need, self.reserve + self._owed(req)
+            budget, room, self.reserve = (
+                budget - extend,
+                room - need,
+                self.reserve + self._owed(req),
+            )
         return new
 
     def _prefill(self, new: list[Req]) -> None:
         prefix_lens = [r.prefix_len for r in new]
         extend_lens = [r.extend_len for r in new]
         seq = torch.tensor([r.extend_end for r in new], dtype=torch.int64)
-        alloc_for_extend(self.stack.batch(new, ForwardMode.EXTEND, prefix_lens=prefix_lens,
-                                          extend_lens=extend_lens, seq_lens=seq, seq_lens_cpu=seq.clone(),
-                                          extend_num_tokens=sum(extend_lens)))
+        alloc_for_extend(
+            self.stack.batch(
+                new,
+                ForwardMode.EXTEND,
+                prefix_lens=prefix_lens,
+                extend_lens=extend_lens,
+                seq_lens=seq,
+                seq_lens_cpu=seq.clone(),
+                extend_num_tokens=sum(extend_lens),
+            )
+        )
         for req, hit, extend in zip(new, prefix_lens, extend_lens):
             req.extend_batch_idx += 1
             self.counts["prefix_hit_tokens"] += hit
@@ -255,9 +310,17 @@ class Glue:
     def _decode(self) -> None:
         seq = torch.tensor([r.kv.kv_committed_len for r in self.running], dtype=torch.int64)
         rows = torch.tensor([r.kv.req_pool_idx for r in self.running], dtype=torch.int64)
-        alloc_for_decode(self.stack.batch(self.running, ForwardMode.DECODE, seq_lens=seq,
-                                          seq_lens_cpu=seq.clone(), req_pool_indices=rows,
-                                          req_pool_indices_cpu=rows.clone()), token_per_req=1)
+        alloc_for_decode(
+            self.stack.batch(
+                self.running,
+                ForwardMode.DECODE,
+                seq_lens=seq,
+                seq_lens_cpu=seq.clone(),
+                req_pool_indices=rows,
+                req_pool_indices_cpu=rows.clone(),
+            ),
+            token_per_req=1,
+        )
         self.counts["decode_tokens"] += len(self.running)
         still = []
         for req in self.running:
@@ -282,25 +345,47 @@ class Glue:
         else:
             req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
             self.counts["finished"] += 1
-        self.released.append(dict(rid=req.rid, req_pool_idx=_row(req), is_insert=True, finished=True,
-                                  kv_committed_len=req.kv.kv_committed_len,
-                                  kv_allocated_len=req.kv.kv_allocated_len,
-                                  cache_protected_len=req.kv.cache_protected_len,
-                                  origin_len=len(req.origin_input_ids),
-                                  num_output=len(req.output_ids)))
+        self.released.append(
+            dict(
+                rid=req.rid,
+                req_pool_idx=_row(req),
+                is_insert=True,
+                finished=True,
+                kv_committed_len=req.kv.kv_committed_len,
+                kv_allocated_len=req.kv.kv_allocated_len,
+                cache_protected_len=req.kv.cache_protected_len,
+                origin_len=len(req.origin_input_ids),
+                num_output=len(req.output_ids),
+            )
+        )
         release_kv_cache(req, self.stack.cache, checkpoint=True)
         self.reserve -= self._owed(req)
 
 
-def _generate_input(rid: str, ids: array, params: SamplingParams, ref: dict, logprob: bool) -> _GenerateInput:
+def _generate_input(
+    rid: str, ids: array, params: SamplingParams, ref: dict, logprob: bool
+) -> _GenerateInput:
     """The TokenizedGenerateReqInput fields ``Session.create_req`` reads."""
-    session_params = SimpleNamespace(id=ref["id"], rid=ref.get("rid"), offset=ref.get("offset"),
-                                     replace=ref.get("replace"),
-                                     drop_previous_output=ref.get("drop_previous_output"))
-    return _GenerateInput(rid=rid, input_ids=ids, sampling_params=params, stream=False,
-                          return_logprob=logprob, top_logprobs_num=0, return_hidden_states=False,
-                          return_routed_experts=False, return_sampling_mask=False,
-                          require_reasoning=False, session_params=session_params)
+    session_params = SimpleNamespace(
+        id=ref["id"],
+        rid=ref.get("rid"),
+        offset=ref.get("offset"),
+        replace=ref.get("replace"),
+        drop_previous_output=ref.get("drop_previous_output"),
+    )
+    return _GenerateInput(
+        rid=rid,
+        input_ids=ids,
+        sampling_params=params,
+        stream=False,
+        return_logprob=logprob,
+        top_logprobs_num=0,
+        return_hidden_states=False,
+        return_routed_experts=False,
+        return_sampling_mask=False,
+        require_reasoning=False,
+        session_params=session_params,
+    )
 
 
 def _row(req: Req) -> int:

@@ -8,8 +8,10 @@ one line each way per op:
         "fault": null | {"kind": "skip_free" | "double_free", "step": N}}
        {"op": "submit", "rid", "input_ids", "max_new_tokens", "output_ids", "session"?: {"id",
         "rid", "offset", "replace", "drop_previous_output"}, "return_logprob", "logprob_start_len"}
-       {"op": "open_session", "session_id", "streaming", "timeout"}  {"op": "close_session", "session_id"}
-       {"op": "abort", "rid"} | {"op": "abort", "phase", "pick"}   {"op": "advance_clock", "seconds"}
+       {"op": "open_session", "session_id", "streaming", "timeout"}
+       {"op": "close_session", "session_id"}
+       {"op": "abort", "rid"} | {"op": "abort", "phase", "pick"}
+       {"op": "advance_clock", "seconds"}
        {"op": "step"}   {"op": "idle"}   {"op": "unfinished", "rids"}   {"op": "stats"}
   out: {"views": [...], "result": ..., "faults": [...]} or {"error": "..."}; the first line is
        a banner {"ready": true, "sglang": VERSION, "stubs": [...]}.
@@ -24,18 +26,17 @@ import sys
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import stubs  # noqa: E402  (before any sglang.srt import)
+import stubs
 
 INSTALLED = stubs.install()
 logging.disable(logging.WARNING)
 
-import sglang  # noqa: E402
-from sglang.srt.runtime_context import get_parallel, publish, reset_context  # noqa: E402
-from sglang.srt.server_args import ServerArgs  # noqa: E402
-
 import glue as glue_mod  # noqa: E402
+import sglang  # noqa: E402
 import stack as stack_mod  # noqa: E402
 import state  # noqa: E402
+from sglang.srt.runtime_context import get_parallel, publish, reset_context  # noqa: E402
+from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 
 class Driver:
@@ -47,13 +48,26 @@ class Driver:
 
     def config(self, op: dict) -> list[dict]:
         reset_context()
-        publish(ServerArgs(model_path="dummy", device="cpu", attention_backend="torch_native"),
-                role="scheduler")
+        publish(
+            ServerArgs(model_path="dummy", device="cpu", attention_backend="torch_native"),
+            role="scheduler",
+        )
         get_parallel().override_permanently(tp_rank=0)  # one rank (set_finish_with_abort reads it)
-        stack = stack_mod.Stack(op["page_size"], op["pool_tokens"], op["max_reqs"], op["max_context"],
-                                op.get("swa_tokens"), op.get("sliding_window"))
-        self.glue = glue_mod.Glue(stack, op["batch"], op.get("max_prefill_tokens", 16384),
-                                  op.get("max_input_len", op["max_context"]), op.get("bos_id"))
+        stack = stack_mod.Stack(
+            op["page_size"],
+            op["pool_tokens"],
+            op["max_reqs"],
+            op["max_context"],
+            op.get("swa_tokens"),
+            op.get("sliding_window"),
+        )
+        self.glue = glue_mod.Glue(
+            stack,
+            op["batch"],
+            op.get("max_prefill_tokens", 16384),
+            op.get("max_input_len", op["max_context"]),
+            op.get("bos_id"),
+        )
         self.faults = []
         if op.get("fault"):
             self._inject(stack, op["fault"]["kind"], op["fault"]["step"])
@@ -69,8 +83,13 @@ class Driver:
         def faulty_free(free_index):
             if self.faults or glue.counts["steps"] + 1 < at_step or not len(free_index):
                 return real_free(free_index)
-            self.faults.append(dict(kind=kind, step=glue.counts["steps"] + 1,
-                                    slots=sorted(int(x) for x in free_index.tolist())))
+            self.faults.append(
+                dict(
+                    kind=kind,
+                    step=glue.counts["steps"] + 1,
+                    slots=sorted(int(x) for x in free_index.tolist()),
+                )
+            )
             if kind == "double_free":
                 real_free(free_index)
                 real_free(free_index.clone())

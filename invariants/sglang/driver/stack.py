@@ -32,39 +32,77 @@ KV = dict(dtype=torch.float16, head_num=1, head_dim=4, device="cpu")
 
 
 def _plain_allocator(page_size: int, tokens: int):
-    kv = MHATokenToKVPool(size=tokens, page_size=page_size, layer_num=1, enable_memory_saver=False, **KV)
+    kv = MHATokenToKVPool(
+        size=tokens, page_size=page_size, layer_num=1, enable_memory_saver=False, **KV
+    )
     if page_size == 1:
-        return TokenToKVPoolAllocator(size=tokens, dtype=KV["dtype"], device="cpu", kvcache=kv,
-                                      need_sort=False)
-    return PagedTokenToKVPoolAllocator(size=tokens, page_size=page_size, dtype=KV["dtype"], device="cpu",
-                                       kvcache=kv, need_sort=False)
+        return TokenToKVPoolAllocator(
+            size=tokens, dtype=KV["dtype"], device="cpu", kvcache=kv, need_sort=False
+        )
+    return PagedTokenToKVPoolAllocator(
+        size=tokens,
+        page_size=page_size,
+        dtype=KV["dtype"],
+        device="cpu",
+        kvcache=kv,
+        need_sort=False,
+    )
 
 
 def _swa_allocator(page_size: int, tokens: int, swa_tokens: int) -> SWATokenToKVPoolAllocator:
-    kv = SWAKVPool(size=tokens, size_swa=swa_tokens, page_size=page_size, swa_attention_layer_ids=[0],
-                   full_attention_layer_ids=[1], **KV)
-    return SWATokenToKVPoolAllocator(size=tokens, size_swa=swa_tokens, page_size=page_size,
-                                     dtype=KV["dtype"], device="cpu", kvcache=kv, need_sort=False)
+    kv = SWAKVPool(
+        size=tokens,
+        size_swa=swa_tokens,
+        page_size=page_size,
+        swa_attention_layer_ids=[0],
+        full_attention_layer_ids=[1],
+        **KV,
+    )
+    return SWATokenToKVPoolAllocator(
+        size=tokens,
+        size_swa=swa_tokens,
+        page_size=page_size,
+        dtype=KV["dtype"],
+        device="cpu",
+        kvcache=kv,
+        need_sort=False,
+    )
 
 
 class Stack:
     """The real pool, allocator, request-row pool and tree cache for one configuration."""
 
-    def __init__(self, page_size: int, pool_tokens: int, max_reqs: int, max_context: int,
-                 swa_tokens: int | None = None, sliding_window: int | None = None) -> None:
+    def __init__(
+        self,
+        page_size: int,
+        pool_tokens: int,
+        max_reqs: int,
+        max_context: int,
+        swa_tokens: int | None = None,
+        sliding_window: int | None = None,
+    ) -> None:
         self.page_size, self.pool_tokens = page_size, pool_tokens
         self.hybrid = swa_tokens is not None
         if self.hybrid and not sliding_window:
             raise ValueError("swa_tokens needs a positive sliding_window")
-        self.alloc = (_swa_allocator(page_size, pool_tokens, swa_tokens) if self.hybrid
-                      else _plain_allocator(page_size, pool_tokens))
-        self.rpool = ReqToTokenPool(size=max_reqs, max_context_len=max_context, device="cpu",
-                                    enable_memory_saver=False)
-        params = CacheInitParams(disable=False, req_to_token_pool=self.rpool,
-                                 token_to_kv_pool_allocator=self.alloc, page_size=page_size,
-                                 sliding_window_size=sliding_window if self.hybrid else None)
-        params.tree_components = ((ComponentType.FULL, ComponentType.SWA) if self.hybrid
-                                  else (ComponentType.FULL,))
+        self.alloc = (
+            _swa_allocator(page_size, pool_tokens, swa_tokens)
+            if self.hybrid
+            else _plain_allocator(page_size, pool_tokens)
+        )
+        self.rpool = ReqToTokenPool(
+            size=max_reqs, max_context_len=max_context, device="cpu", enable_memory_saver=False
+        )
+        params = CacheInitParams(
+            disable=False,
+            req_to_token_pool=self.rpool,
+            token_to_kv_pool_allocator=self.alloc,
+            page_size=page_size,
+            sliding_window_size=sliding_window if self.hybrid else None,
+        )
+        params.tree_components = (
+            (ComponentType.FULL, ComponentType.SWA) if self.hybrid else (ComponentType.FULL,)
+        )
         params.tree_core_backend = "python"
         self.cache = UnifiedRadixCache(params)
         self.sessions = SessionController(self.cache)
@@ -99,11 +137,20 @@ class Stack:
     def batch(self, reqs: list, mode: ForwardMode, **fields) -> SimpleNamespace:
         """The ScheduleBatch fields ``alloc_for_extend`` / ``alloc_for_decode`` and the real
         ``ScheduleBatch.maybe_evict_swa`` read (overlap off: the scheduler this glue follows)."""
-        batch = SimpleNamespace(reqs=reqs, tree_cache=self.cache, req_to_token_pool=self.rpool,
-                                token_to_kv_pool_allocator=self.alloc, device="cpu",
-                                hisparse_coordinator=None, is_dllm=lambda: False, forward_mode=mode,
-                                enable_overlap=False, forward_iter=0,
-                                model_config=SimpleNamespace(is_encoder_decoder=False), **fields)
+        batch = SimpleNamespace(
+            reqs=reqs,
+            tree_cache=self.cache,
+            req_to_token_pool=self.rpool,
+            token_to_kv_pool_allocator=self.alloc,
+            device="cpu",
+            hisparse_coordinator=None,
+            is_dllm=lambda: False,
+            forward_mode=mode,
+            enable_overlap=False,
+            forward_iter=0,
+            model_config=SimpleNamespace(is_encoder_decoder=False),
+            **fields,
+        )
         for name in ("maybe_evict_swa", "_swa_eviction_trigger", "_evict_swa"):
             setattr(batch, name, MethodType(getattr(ScheduleBatch, name), batch))
         return batch

@@ -29,20 +29,38 @@ def view(glue, event: str) -> dict:
     holding = {sid: s for sid, s in slots.items() if s.kv.holds_kv}
     rows = sorted({int(s.kv.req_pool_idx) for s in holding.values()} | {_row(r) for r in owners})
     return dict(
-        event=event, step=glue.counts["steps"], page_size=page,
-        pools=[_full_pool(stack, owners, holding),
-               *([_swa_pool(stack, owners, holding)] if stack.hybrid else [])],
+        event=event,
+        step=glue.counts["steps"],
+        page_size=page,
+        pools=[
+            _full_pool(stack, owners, holding),
+            *([_swa_pool(stack, owners, holding)] if stack.hybrid else []),
+        ],
         tree=_tree(stack, slots),
-        req_pool=dict(size=stack.rpool.size, free_rows=[int(x) for x in stack.rpool.free_slots],
-                      rows_in_use=rows),
+        req_pool=dict(
+            size=stack.rpool.size,
+            free_rows=[int(x) for x in stack.rpool.free_slots],
+            rows_in_use=rows,
+        ),
         reqs=[_req(r, r in glue.running, id(r.kv) in slot_kvs) for r in live],
-        slots=[_slot(sid, s, any(r.kv is s.kv for r in glue.running)) for sid, s in holding.items()],
-        sessions=[_session(s, [r for r in live if r.rid not in glue.rejected or r.rid in glue.turn_rejected],
-                           s.session_id in slots)
-                  for s in stack.sessions.sessions.values()],
-        sched=dict(num_waiting=len(glue.waiting), num_running=len(glue.running),
-                   batch_mode="decode" if glue.running else "idle", batch_size=len(glue.running),
-                   released=glue.released),
+        slots=[
+            _slot(sid, s, any(r.kv is s.kv for r in glue.running)) for sid, s in holding.items()
+        ],
+        sessions=[
+            _session(
+                s,
+                [r for r in live if r.rid not in glue.rejected or r.rid in glue.turn_rejected],
+                s.session_id in slots,
+            )
+            for s in stack.sessions.sessions.values()
+        ],
+        sched=dict(
+            num_waiting=len(glue.waiting),
+            num_running=len(glue.running),
+            batch_mode="decode" if glue.running else "idle",
+            batch_size=len(glue.running),
+            released=glue.released,
+        ),
     )
 
 
@@ -54,23 +72,32 @@ def _full_pool(stack, owners: list, holding: dict) -> dict:
     """SGLang's counters plus the raw census input (page ids per owner)."""
     page, table = stack.page_size, stack.rpool.req_to_token
     owned, referenced = [], []
-    for label, kv in [*((f"session:{sid}@row{s.kv.req_pool_idx}", s.kv) for sid, s in holding.items()),
-                      *((f"req:{r.rid}@row{r.kv.req_pool_idx}", r.kv) for r in owners)]:
+    for label, kv in [
+        *((f"session:{sid}@row{s.kv.req_pool_idx}", s.kv) for sid, s in holding.items()),
+        *((f"req:{r.rid}@row{r.kv.req_pool_idx}", r.kv) for r in owners),
+    ]:
         row = table[int(kv.req_pool_idx), : kv.kv_allocated_len].to("cpu").long()
-        owned.append([label, (row[kv.cache_protected_len:] // page).tolist()])
+        owned.append([label, (row[kv.cache_protected_len :] // page).tolist()])
         referenced.append([label, (row // page).tolist()])
     for node in _nodes(stack.cache):
         value = node.component_data[FULL].value
         if node.parent is not None and value is not None and len(value):
             owned.append([f"tree:n{node.id}", (value.long() // page).tolist()])
     return dict(
-        name="full", page_size=page, capacity=stack.pool_tokens,
-        free=stack.full_free(), evictable=stack.full_evictable(), protected=stack.full_protected(),
+        name="full",
+        page_size=page,
+        capacity=stack.pool_tokens,
+        free=stack.full_free(),
+        evictable=stack.full_evictable(),
+        protected=stack.full_protected(),
         session_held=sum(kv_private_tokens(s.kv, page) for s in holding.values()),
         request_owned=sum(kv_private_tokens(r.kv, page) for r in owners),
-        census_input=dict(num_pages=stack.pool_tokens // page,
-                          free_pages=_full_allocator(stack).get_all_free_pages().long().tolist(),
-                          owned=owned, referenced=referenced),
+        census_input=dict(
+            num_pages=stack.pool_tokens // page,
+            free_pages=_full_allocator(stack).get_all_free_pages().long().tolist(),
+            owned=owned,
+            referenced=referenced,
+        ),
     )
 
 
@@ -85,13 +112,18 @@ def _swa_pool(stack, owners: list, holding: dict) -> dict:
     page, table, cache = stack.page_size, stack.rpool.req_to_token, stack.cache
     mapping, swa_alloc = stack.alloc.full_to_swa_index_mapping, stack.alloc.swa_attn_allocator
     owned, referenced = [], []
-    rows = [*((f"session:{sid}@row{s.kv.req_pool_idx}", s.kv) for sid, s in holding.items()),
-            *((f"req:{r.rid}@row{r.kv.req_pool_idx}", r.kv) for r in owners)]
+    rows = [
+        *((f"session:{sid}@row{s.kv.req_pool_idx}", s.kv) for sid, s in holding.items()),
+        *((f"req:{r.rid}@row{r.kv.req_pool_idx}", r.kv) for r in owners),
+    ]
     for label, kv in rows:
         row = table[int(kv.req_pool_idx), : kv.kv_allocated_len].to("cpu").long()
         evicted, dead_lo = kv.get_evicted_seqlen(SWA), kv.swa_dead_lo(page)
-        keep = [(kv.cache_protected_len, dead_lo), (max(evicted, dead_lo), len(row))] if evicted > dead_lo \
+        keep = (
+            [(kv.cache_protected_len, dead_lo), (max(evicted, dead_lo), len(row))]
+            if evicted > dead_lo
             else [(kv.cache_protected_len, len(row))]
+        )
         owned.append([label, _swa_pages(mapping, row, keep, page)])
         referenced.append([label, _swa_pages(mapping, row, [(evicted, len(row))], page)])
     for node in _nodes(cache):
@@ -99,13 +131,21 @@ def _swa_pool(stack, owners: list, holding: dict) -> dict:
         if node.parent is not None and value is not None and len(value):
             owned.append([f"tree:n{node.id}", (value.long() // page).tolist()])
     return dict(
-        name="swa", page_size=page, capacity=stack.alloc.size_swa, free=stack.alloc.swa_available_size(),
-        evictable=cache.swa_evictable_size(), protected=cache.swa_protected_size(),
+        name="swa",
+        page_size=page,
+        capacity=stack.alloc.size_swa,
+        free=stack.alloc.swa_available_size(),
+        evictable=cache.swa_evictable_size(),
+        protected=cache.swa_protected_size(),
         session_held=sum(kv_private_swa_tokens(s.kv, page) for s in holding.values()),
-        request_owned=cache.swa_transient_size() + sum(kv_private_swa_tokens(r.kv, page) for r in owners),
-        census_input=dict(num_pages=stack.alloc.size_swa // page,
-                          free_pages=swa_alloc.get_all_free_pages().long().tolist(),
-                          owned=owned, referenced=referenced),
+        request_owned=cache.swa_transient_size()
+        + sum(kv_private_swa_tokens(r.kv, page) for r in owners),
+        census_input=dict(
+            num_pages=stack.alloc.size_swa // page,
+            free_pages=swa_alloc.get_all_free_pages().long().tolist(),
+            owned=owned,
+            referenced=referenced,
+        ),
     )
 
 
@@ -157,44 +197,77 @@ def _tree(stack, slots: dict) -> dict:
     for node in _nodes(cache):
         data, parent = node.component_data[FULL], node.parent
         fields = dict(
-            id=node.id, parent=-1 if parent is None else parent.id, is_root=parent is None,
-            is_leaf=not node.children, key_len=0 if node.key is None else len(node.key),
-            value_len=0 if data.value is None else len(data.value), lock_ref=data.lock_ref,
+            id=node.id,
+            parent=-1 if parent is None else parent.id,
+            is_root=parent is None,
+            is_leaf=not node.children,
+            key_len=0 if node.key is None else len(node.key),
+            value_len=0 if data.value is None else len(data.value),
+            lock_ref=data.lock_ref,
             parent_lock_ref=0 if parent is None else parent.component_data[FULL].lock_ref,
-            session_lock_ref=session_full.get(node.id, 0))
+            session_lock_ref=session_full.get(node.id, 0),
+        )
         if hybrid:
             swa = node.component_data[SWA]
-            fields.update(swa_lock_ref=swa.lock_ref, swa_tombstone=parent is not None and swa.value is None,
-                          parent_swa_lock_ref=0 if parent is None else parent.component_data[SWA].lock_ref,
-                          session_swa_lock_ref=session_swa.get(node.id, 0))
+            fields.update(
+                swa_lock_ref=swa.lock_ref,
+                swa_tombstone=parent is not None and swa.value is None,
+                parent_swa_lock_ref=0 if parent is None else parent.component_data[SWA].lock_ref,
+                session_swa_lock_ref=session_swa.get(node.id, 0),
+            )
         nodes.append(fields)
-    sizes = dict(swa_evictable_size=cache.swa_evictable_size(),
-                 swa_protected_size=cache.swa_protected_size()) if hybrid else {}
-    return dict(kind="swa_radix" if hybrid else "radix", page_size=stack.page_size,
-                evictable_size=stack.full_evictable(), protected_size=stack.full_protected(),
-                nodes=nodes, **sizes)
+    sizes = (
+        dict(
+            swa_evictable_size=cache.swa_evictable_size(),
+            swa_protected_size=cache.swa_protected_size(),
+        )
+        if hybrid
+        else {}
+    )
+    return dict(
+        kind="swa_radix" if hybrid else "radix",
+        page_size=stack.page_size,
+        evictable_size=stack.full_evictable(),
+        protected_size=stack.full_protected(),
+        nodes=nodes,
+        **sizes,
+    )
 
 
 def _req(req, running: bool, borrows: bool) -> dict:
     """A live request. A waiting one whose match already borrowed its session's record
     (SGLang's FCFS matches the head before the memory gate) owns no row: the slot does."""
     kv = req.kv
-    return dict(rid=req.rid, req_pool_idx=-1 if borrows and not running else _row(req),
-                seq_len=len(req.full_untruncated_fill_ids or ()),
-                kv_committed_len=kv.kv_committed_len, kv_allocated_len=kv.kv_allocated_len,
-                cache_protected_len=kv.cache_protected_len, swa_evicted_seqlen=kv.get_evicted_seqlen(SWA),
-                origin_len=len(req.origin_input_ids), num_output=len(req.output_ids), finished=req.finished(),
-                to_finish=req.to_finish is not None, in_waiting=not running, in_running=running,
-                in_batch=running)
+    return dict(
+        rid=req.rid,
+        req_pool_idx=-1 if borrows and not running else _row(req),
+        seq_len=len(req.full_untruncated_fill_ids or ()),
+        kv_committed_len=kv.kv_committed_len,
+        kv_allocated_len=kv.kv_allocated_len,
+        cache_protected_len=kv.cache_protected_len,
+        swa_evicted_seqlen=kv.get_evicted_seqlen(SWA),
+        origin_len=len(req.origin_input_ids),
+        num_output=len(req.output_ids),
+        finished=req.finished(),
+        to_finish=req.to_finish is not None,
+        in_waiting=not running,
+        in_running=running,
+        in_batch=running,
+    )
 
 
 def _slot(session_id: str, slot, borrowed: bool) -> dict:
     kv = slot.kv
-    return dict(session_id=session_id, req_pool_idx=int(kv.req_pool_idx),
-                kv_committed_len=kv.kv_committed_len, kv_allocated_len=kv.kv_allocated_len,
-                cache_protected_len=kv.cache_protected_len, swa_evicted_seqlen=kv.get_evicted_seqlen(SWA),
-                borrowed=borrowed,
-                holds_lock=slot.lock is not None)
+    return dict(
+        session_id=session_id,
+        req_pool_idx=int(kv.req_pool_idx),
+        kv_committed_len=kv.kv_committed_len,
+        kv_allocated_len=kv.kv_allocated_len,
+        cache_protected_len=kv.cache_protected_len,
+        swa_evicted_seqlen=kv.get_evicted_seqlen(SWA),
+        borrowed=borrowed,
+        holds_lock=slot.lock is not None,
+    )
 
 
 def _session(session, live: list, has_slot: bool) -> dict:
@@ -202,7 +275,12 @@ def _session(session, live: list, has_slot: bool) -> dict:
     queues for a 1-token prefill (their 400 is already decided; kvspec answers at once) —
     except a turn refused after the session accepted it, which holds the session in flight."""
     mine = [r for r in live if r.session is session and not r.finished()]
-    return dict(session_id=session.session_id, streaming=session.streaming,
-                inflight=session._inflight, live_reqs=len(mine),
-                close_on_finish=session.close_on_finish, has_slot=has_slot,
-                num_req_nodes=len(session.req_nodes))
+    return dict(
+        session_id=session.session_id,
+        streaming=session.streaming,
+        inflight=session._inflight,
+        live_reqs=len(mine),
+        close_on_finish=session.close_on_finish,
+        has_slot=has_slot,
+        num_req_nodes=len(session.req_nodes),
+    )

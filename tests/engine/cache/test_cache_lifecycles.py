@@ -23,7 +23,10 @@ def _room(st: Stack, num_tokens: int) -> bool:
     """Evict just enough for ``num_tokens`` in every pool (the scheduler's evict-before-alloc)."""
     alloc = st.allocator
     if isinstance(alloc, SWAAllocator):
-        full, part = num_tokens - alloc.full_available_size(), num_tokens - alloc.swa_available_size()
+        full, part = (
+            num_tokens - alloc.full_available_size(),
+            num_tokens - alloc.swa_available_size(),
+        )
         if full > 0 or part > 0:
             st.cache.evict(max(full, 0), max(part, 0))
     elif alloc.available_size() < num_tokens:
@@ -62,10 +65,14 @@ def _step(st: Stack, rng: random.Random, prompts: list[list[int]], step: int) ->
         st.cache.evict(rng.randrange(1, 4 * ps))
 
 
-def lifecycle(cache: str, ps: int, window_pages: int, seed: int, steps: int = 200) -> tuple[Stack, list[TreeView]]:
+def lifecycle(
+    cache: str, ps: int, window_pages: int, seed: int, steps: int = 200
+) -> tuple[Stack, list[TreeView]]:
     rng = random.Random(seed)
     st = make_stack(ps, 40 * ps, cache, swa_size=30 * ps, window=window_pages * ps or None, rows=6)
-    prompts = [[1] * 2 * ps + [rng.randrange(4) for _ in range(rng.randrange(1, 3 * ps))] for _ in range(5)]
+    prompts = [
+        [1] * 2 * ps + [rng.randrange(4) for _ in range(rng.randrange(1, 3 * ps))] for _ in range(5)
+    ]
     views = []
     for step in range(steps):
         _step(st, rng, prompts, step)
@@ -77,7 +84,9 @@ def lifecycle(cache: str, ps: int, window_pages: int, seed: int, steps: int = 20
 
 @pytest.mark.parametrize("cache,ps,window_pages", CASES)
 @pytest.mark.parametrize("seed", range(5))
-def test_random_lifecycles_keep_the_exact_ownership_partition(cache: str, ps: int, window_pages: int, seed: int) -> None:
+def test_random_lifecycles_keep_the_exact_ownership_partition(
+    cache: str, ps: int, window_pages: int, seed: int
+) -> None:
     """Every page of every pool is free, in exactly one tree node, or held by exactly one live
     request, and the counters equal the node sums, after every step; once all requests are
     released no lock is left and free + evictable is the whole pool."""
@@ -97,4 +106,6 @@ def test_random_lifecycles_keep_the_exact_ownership_partition(cache: str, ps: in
 def test_same_seed_replays_the_same_trees(cache: str, ps: int, window_pages: int) -> None:
     """Determinism: the same workload twice yields identical tree views at every step
     (logical clocks, id-ordered views; nothing depends on time or hashing)."""
-    assert lifecycle(cache, ps, window_pages, 7, 80)[1] == lifecycle(cache, ps, window_pages, 7, 80)[1]
+    assert (
+        lifecycle(cache, ps, window_pages, 7, 80)[1] == lifecycle(cache, ps, window_pages, 7, 80)[1]
+    )

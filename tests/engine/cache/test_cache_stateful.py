@@ -29,9 +29,17 @@ class CacheMachine(RuleBasedStateMachine):
     @initialize(ps=st.sampled_from([1, 2, 4, 16]), pages=st.integers(8, 24))
     def setup(self, ps: int, pages: int) -> None:
         tokens = ps * pages
-        self.mem = KVMemory.from_config(MemoryConfig(
-            page_size=ps, max_total_tokens=tokens, max_num_reqs=6, context_len=96, cache=self.cache,
-            swa_tokens=tokens if self.swa else None, sliding_window=4 if self.swa else None))
+        self.mem = KVMemory.from_config(
+            MemoryConfig(
+                page_size=ps,
+                max_total_tokens=tokens,
+                max_num_reqs=6,
+                context_len=96,
+                cache=self.cache,
+                swa_tokens=tokens if self.swa else None,
+                sliding_window=4 if self.swa else None,
+            )
+        )
         self.running: list[Req] = []
         self.count = 0
         self.checker = Checker(CATALOG, level=Level.STRICT)

@@ -38,7 +38,11 @@ def test_finished_request_frees_exactly_its_committed_kv(ps: int) -> None:
     st.finish(a)
     assert st.full_available() == 8 * ps
     assert a.kv_committed_freed and a.req_pool_idx is None
-    assert (st.cache.evictable_size(), st.cache.protected_size(), st.cache.total_size()) == (0, 0, 0)
+    assert (st.cache.evictable_size(), st.cache.protected_size(), st.cache.total_size()) == (
+        0,
+        0,
+        0,
+    )
 
 
 def test_finished_request_cannot_release_twice() -> None:

@@ -273,7 +273,9 @@ def test_unfinished_duplicate_is_freed_and_its_row_rewritten_to_the_tree_copy(ps
     st.checkpoint(b)
     key_len = 3 if ps == 1 else 2 * ps
     assert st.row(b) == a_row[:key_len] + b_row[key_len:]
-    assert sorted(p for g in freed_pages(st) for p in g) == sorted({s // ps for s in b_row[:key_len]})
+    assert sorted(p for g in freed_pages(st) for p in g) == sorted(
+        {s // ps for s in b_row[:key_len]}
+    )
     assert b.last_node is a.last_node and nodes(tree(st))[a.last_node.id].lock_ref == 2
     assert_ownership(st) and assert_counters(tree(st))
     st.finish(b)
@@ -293,11 +295,15 @@ def test_views_list_every_node_with_stable_ids_and_tree_owners() -> None:
     assert (view.kind, view.page_size, view.num_evictable_leaves) == ("radix", 4, 2)
     assert view.nodes[0] == NodeView(id=0, parent=-1, is_root=True, is_leaf=False, lock_ref=1)
     assert [(n.id, n.parent, n.key_len, n.is_leaf) for n in view.nodes[1:]] == [
-        (1, 2, 4, True), (2, 0, 4, False), (3, 2, 4, True),
-    ]  # fmt: skip
+        (1, 2, 4, True),
+        (2, 0, 4, False),
+        (3, 2, 4, True),
+    ]
     assert [(o.label, o.slots.tolist(), o.holds_swa) for o in cache.slot_owners()] == [
-        ("tree:n1", slots(2, ps=4), True), ("tree:n2", slots(1, ps=4), True), ("tree:n3", slots(3, ps=4), True),
-    ]  # fmt: skip
+        ("tree:n1", slots(2, ps=4), True),
+        ("tree:n2", slots(1, ps=4), True),
+        ("tree:n3", slots(3, ps=4), True),
+    ]
 
 
 def test_reset_drops_every_node_and_restarts_ids() -> None:

@@ -40,8 +40,12 @@ def nodes(cache: SWARadixCache) -> dict[int, NodeView]:
 
 def counters(cache: SWARadixCache) -> tuple[int, int, int, int]:
     """(full evictable, full protected, SWA evictable, SWA protected)."""
-    return (cache.full_evictable_size(), cache.full_protected_size(),
-            cache.swa_evictable_size(), cache.swa_protected_size())  # fmt: skip
+    return (
+        cache.full_evictable_size(),
+        cache.full_protected_size(),
+        cache.swa_evictable_size(),
+        cache.swa_protected_size(),
+    )
 
 
 def three_nodes(st: Stack) -> tuple[SWATreeNode, SWATreeNode, SWATreeNode]:
@@ -97,7 +101,13 @@ def test_splitting_the_uuid_node_moves_the_uuid_to_the_upper_part(ps: int) -> No
     n1, n2, n3 = three_nodes(st)
     uuid = cache.inc_lock_ref(n1)
     n4 = cache.match_prefix(list(range(2 * ps)) + [-1] * ps).last_node  # splits n2
-    assert (n4.id, n4.swa_uuid, n2.swa_uuid, n4.swa_lock_ref, n2.swa_lock_ref) == (4, uuid, None, 1, 1)
+    assert (n4.id, n4.swa_uuid, n2.swa_uuid, n4.swa_lock_ref, n2.swa_lock_ref) == (
+        4,
+        uuid,
+        None,
+        1,
+        1,
+    )
     cache.dec_lock_ref(n1, uuid)
     assert all(n.swa_lock_ref == 0 and n.full_lock_ref == 0 for n in (n1, n2, n3, n4))
     assert_counters(cache)
@@ -181,8 +191,9 @@ def test_insert_stores_the_swa_evicted_head_as_a_tombstone(ps: int) -> None:
     assert cache.insert(list(range(4 * ps)), vals, 0, 2 * ps) == 0
     view = nodes(cache)
     assert [(view[i].parent, view[i].key_len, view[i].swa_tombstone) for i in (1, 2)] == [
-        (0, 2 * ps, True), (1, 2 * ps, False),
-    ]  # fmt: skip
+        (0, 2 * ps, True),
+        (1, 2 * ps, False),
+    ]
     assert counters(cache) == (4 * ps, 0, 2 * ps, 0)
     assert len(cache.match_prefix(list(range(4 * ps))).prefix_indices) == 4 * ps
     gone = alloc(st).alloc(ps)
@@ -229,8 +240,10 @@ def test_insert_with_a_partly_evicted_window_revives_the_tombstone_tail(ps: int)
     cache.insert(list(range(3 * ps)), mine, 0, ps)
     view = nodes(cache)
     assert [(i, view[i].parent, view[i].key_len, view[i].swa_tombstone) for i in (3, 1, 2)] == [
-        (3, 0, ps, True), (1, 3, ps, False), (2, 1, ps, False),
-    ]  # fmt: skip
+        (3, 0, ps, True),
+        (1, 3, ps, False),
+        (2, 1, ps, False),
+    ]
     n1 = cache.match_prefix(list(range(2 * ps))).last_node
     assert n1.value.tolist() == slots(5, ps=ps)
     assert_counters(cache)
@@ -286,7 +299,10 @@ def test_finished_request_with_swa_eviction_leaves_a_tombstone_head(ps: int) -> 
     tokens = a.all_ids()
     st.finish(a)
     view = nodes(swa(st))
-    assert [(view[i].key_len, view[i].swa_tombstone) for i in (1, 2)] == [(4 * ps, True), (2 * ps, False)]
+    assert [(view[i].key_len, view[i].swa_tombstone) for i in (1, 2)] == [
+        (4 * ps, True),
+        (2 * ps, False),
+    ]
     assert counters(swa(st)) == (6 * ps, 0, 2 * ps, 0)
     b = make_req("b", tokens + [1])
     st.prefill(b)
@@ -337,7 +353,10 @@ def test_checkpointing_a_decoding_request_stores_its_swa_evicted_head_as_tombsto
     a.fill_ids = a.all_ids()[: a.kv_committed_len]
     st.checkpoint(a, chunked=False)
     view = nodes(swa(st))
-    assert [(view[i].key_len, view[i].swa_tombstone) for i in (1, 2)] == [(4 * ps, True), (2 * ps, False)]
+    assert [(view[i].key_len, view[i].swa_tombstone) for i in (1, 2)] == [
+        (4 * ps, True),
+        (2 * ps, False),
+    ]
     assert a.cache_protected_len == 6 * ps and a.last_node.id == 2
     assert counters(swa(st)) == (0, 6 * ps, 0, 2 * ps)
     assert_ownership(st)
@@ -372,16 +391,37 @@ def test_views_show_swa_fields_and_tombstoned_owners() -> None:
     cache.inc_lock_ref(node)
     view = cache.tree_view()
     assert (view.kind, view.evictable_size, view.protected_size) == ("swa_radix", 0, 12)
-    assert (view.swa_evictable_size, view.swa_protected_size, view.num_evictable_leaves) == (0, 4, 0)
+    assert (view.swa_evictable_size, view.swa_protected_size, view.num_evictable_leaves) == (
+        0,
+        4,
+        0,
+    )
     assert view.nodes[1:] == (
-        NodeView(id=1, parent=0, is_leaf=False, key_len=8, value_len=8, lock_ref=1,
-                 swa_lock_ref=0, swa_tombstone=True),
-        NodeView(id=2, parent=1, is_leaf=True, key_len=4, value_len=4, lock_ref=1,
-                 swa_lock_ref=1, swa_tombstone=False),
-    )  # fmt: skip
+        NodeView(
+            id=1,
+            parent=0,
+            is_leaf=False,
+            key_len=8,
+            value_len=8,
+            lock_ref=1,
+            swa_lock_ref=0,
+            swa_tombstone=True,
+        ),
+        NodeView(
+            id=2,
+            parent=1,
+            is_leaf=True,
+            key_len=4,
+            value_len=4,
+            lock_ref=1,
+            swa_lock_ref=1,
+            swa_tombstone=False,
+        ),
+    )
     assert [(o.label, o.slots.tolist(), o.holds_swa) for o in cache.slot_owners()] == [
-        ("tree:n1", slots(1, 2, ps=4), False), ("tree:n2", slots(3, ps=4), True),
-    ]  # fmt: skip
+        ("tree:n1", slots(1, 2, ps=4), False),
+        ("tree:n2", slots(3, ps=4), True),
+    ]
 
 
 def test_construction_needs_an_swa_allocator_and_a_window() -> None:

@@ -18,7 +18,9 @@ from tests.engine.conftest import Stack, make_stack
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["insert", "insert", "match_lock", "unlock", "evict", "evict_swa", "evict_swa"]),
+        st.sampled_from(
+            ["insert", "insert", "match_lock", "unlock", "evict", "evict_swa", "evict_swa"]
+        ),
         st.lists(st.integers(0, 1), min_size=1, max_size=10),  # key, in pages
         st.integers(0, 8),  # a size or an index
         st.booleans(),  # read the views after this op (else changes pile up unread)
@@ -32,7 +34,9 @@ def _reference(cache: RadixCache | SWARadixCache) -> tuple[tuple, list]:
     root, attr = cache.root_node, "full_lock_ref" if swa else "lock_ref"
     nodes = all_nodes(root)
     views = tuple(node_view(n, n is root, attr) for n in nodes)
-    owners = [(f"tree:n{n.id}", n.value.tolist(), not n.swa_tombstone if swa else True) for n in nodes[1:]]
+    owners = [
+        (f"tree:n{n.id}", n.value.tolist(), not n.swa_tombstone if swa else True) for n in nodes[1:]
+    ]
     return views, owners
 
 

@@ -27,8 +27,14 @@ OPS = st.one_of(
 
 
 def census_engine(page_size: int, cache: str) -> Engine:
-    memory = MemoryConfig(page_size=page_size, max_total_tokens=256, max_num_reqs=8, context_len=128,
-                          cache=cache, strict=False)  # type: ignore[arg-type]
+    memory = MemoryConfig(
+        page_size=page_size,
+        max_total_tokens=256,
+        max_num_reqs=8,
+        context_len=128,
+        cache=cache,
+        strict=False,
+    )  # type: ignore[arg-type]
     return Engine(EngineConfig(memory=memory, enable_overlap=False))
 
 
@@ -60,7 +66,11 @@ def apply_op(engine: Engine, op: tuple, rids: list[str]) -> None:
     elif kind == "flush":
         engine.flush_cache()
     elif kind == "double_free":  # a live row's slot goes back to the free list (maybe twice)
-        rows = [r for r in engine.scheduler.live_reqs() if r.req_pool_idx is not None and r.kv_allocated_len]
+        rows = [
+            r
+            for r in engine.scheduler.live_reqs()
+            if r.req_pool_idx is not None and r.kv_allocated_len
+        ]
         if rows:
             r = rows[args[0] % len(rows)]
             mem.allocator.free(mem.req_to_token_pool.read(r.req_pool_idx, 0, 1))
@@ -88,7 +98,9 @@ def _plant_repeat(engine: Engine, kind: str, pick: int, gap: int) -> None:
         rows = [r for r in engine.scheduler.live_reqs() if r.req_pool_idx is not None]
         if rows:
             r = rows[pick % len(rows)]
-            owned = mem.req_to_token_pool.read(r.req_pool_idx, r.cache_protected_len, r.kv_allocated_len)
+            owned = mem.req_to_token_pool.read(
+                r.req_pool_idx, r.cache_protected_len, r.kv_allocated_len
+            )
             planted = _repeated(owned, ps, gap)
             if planted is not None:
                 mem.req_to_token_pool.write(r.req_pool_idx, r.cache_protected_len, planted[0])

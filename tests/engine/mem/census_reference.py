@@ -1,7 +1,6 @@
 """Reference census (the first, per-owner implementation): the oracle the vectorised
 engine/mem/census.py is tested against. Simple on purpose; slow on big pools."""
 
-
 from __future__ import annotations
 
 from collections import Counter
@@ -79,7 +78,9 @@ def _count(refs: Sequence[PageRefs], size: int) -> np.ndarray:
     return np.bincount(np.concatenate([pages for _, pages in refs]), minlength=size)
 
 
-def _witnesses(pages: np.ndarray, refs: Sequence[PageRefs], extra: str | None = None) -> tuple[PageOwners, ...]:
+def _witnesses(
+    pages: np.ndarray, refs: Sequence[PageRefs], extra: str | None = None
+) -> tuple[PageOwners, ...]:
     """Name the owners of the first few offending pages (only computed when there are any)."""
     found = []
     for page in pages[:MAX_WITNESSES].tolist():

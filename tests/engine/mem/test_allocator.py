@@ -16,7 +16,11 @@ def slots(*pages: int, ps: int) -> list[int]:
 
 
 def make(ps: int, num_pages: int, strict: bool = True) -> PagedAllocator:
-    return TokenAllocator(num_pages, strict=strict) if ps == 1 else PagedAllocator(num_pages * ps, ps, strict=strict)
+    return (
+        TokenAllocator(num_pages, strict=strict)
+        if ps == 1
+        else PagedAllocator(num_pages * ps, ps, strict=strict)
+    )
 
 
 def test_token_allocator_hands_out_slots_from_one_never_zero() -> None:
@@ -183,7 +187,9 @@ def test_swa_alloc_sets_the_full_to_swa_mapping(ps: int) -> None:
     out = alloc.alloc(ps)
     assert out.tolist() == slots(1, ps=ps)
     assert alloc.translate_to_swa(out).tolist() == slots(2, ps=ps)
-    assert alloc.available_size() == 0 == min(alloc.full_available_size(), alloc.swa_available_size())
+    assert (
+        alloc.available_size() == 0 == min(alloc.full_available_size(), alloc.swa_available_size())
+    )
     assert alloc.full_available_size() == 3 * ps
 
 

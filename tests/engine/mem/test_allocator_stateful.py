@@ -82,22 +82,32 @@ class AllocatorMachine(RuleBasedStateMachine):
     @invariant()
     def yaml_checker_holds(self) -> None:
         self.step += 1
-        self.checker.check("step", StateView(step=self.step, page_size=self.ps, pools=self.pool_views()))
+        self.checker.check(
+            "step", StateView(step=self.step, page_size=self.ps, pools=self.pool_views())
+        )
 
     def pool_views(self) -> tuple[PoolView, ...]:
         if isinstance(self.alloc, SWAAllocator):
             mapping = self.alloc.full_to_swa
-            return (self._view("full", self.alloc.full, lambda s: s),
-                    self._view("swa", self.alloc.swa, lambda s: mapping[s]))
+            return (
+                self._view("full", self.alloc.full, lambda s: s),
+                self._view("swa", self.alloc.swa, lambda s: mapping[s]),
+            )
         return (self._view("full", self.alloc, lambda s: s),)
 
     def _view(self, name: str, alloc: PagedAllocator, translate) -> PoolView:
         owned = [(f"row{rid}", translate(row) // self.ps) for rid, row in self.rows.items()]
         held = sum(paging.ceil_align(len(row), self.ps) for row in self.rows.values())
-        return PoolView(name=name, page_size=self.ps, capacity=alloc.size, free=alloc.available_size(),
-                        request_owned=held,
-                        census=take_census(alloc.num_pages, alloc.all_free_pages(), owned, owned,
-                                          slots_per_page=self.ps))
+        return PoolView(
+            name=name,
+            page_size=self.ps,
+            capacity=alloc.size,
+            free=alloc.available_size(),
+            request_owned=held,
+            census=take_census(
+                alloc.num_pages, alloc.all_free_pages(), owned, owned, slots_per_page=self.ps
+            ),
+        )
 
 
 TestAllocatorMachine = AllocatorMachine.TestCase

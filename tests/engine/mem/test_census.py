@@ -24,18 +24,32 @@ def pool_states(draw: st.DrawFn) -> tuple:
     free, rest = perm[:cut], perm[cut:]
     owned = []
     for i, chunk in enumerate(np.array_split(rest, int(rng.integers(1, 5)))):
-        pages = np.repeat(np.sort(chunk) if rng.random() < 0.5 else chunk, int(rng.integers(1, ps + 1)))
+        pages = np.repeat(
+            np.sort(chunk) if rng.random() < 0.5 else chunk, int(rng.integers(1, ps + 1))
+        )
         owned.append((f"o{i}", pages.astype(np.int64)))
-    referenced = [(f"r{i}", rng.integers(0, num_pages + 2, int(rng.integers(0, 4))).astype(np.int64))
-                  for i in range(int(rng.integers(0, 3)))]
+    referenced = [
+        (f"r{i}", rng.integers(0, num_pages + 2, int(rng.integers(0, 4))).astype(np.int64))
+        for i in range(int(rng.integers(0, 3)))
+    ]
     if draw(st.booleans()) and owned[0][1].size:
         owned.append(("twice", owned[0][1][:2]))  # the same page owned twice
     if draw(st.booleans()):
-        free = np.concatenate([free, rng.integers(1, num_pages + 3, 2)])  # double free / out of range
+        free = np.concatenate(
+            [free, rng.integers(1, num_pages + 3, 2)]
+        )  # double free / out of range
     if draw(st.booleans()) and owned[0][1].size:
-        owned[0] = ("o0", np.concatenate([owned[0][1], owned[0][1][:1]]))  # one owner, non-adjacent repeat
-    if draw(st.booleans()) and owned[-1][1].size:  # one owner, its last page's run grows (past a page?)
-        owned[-1] = (owned[-1][0], np.concatenate([owned[-1][1], owned[-1][1][-1:].repeat(draw(st.integers(1, 5)))]))
+        owned[0] = (
+            "o0",
+            np.concatenate([owned[0][1], owned[0][1][:1]]),
+        )  # one owner, non-adjacent repeat
+    if (
+        draw(st.booleans()) and owned[-1][1].size
+    ):  # one owner, its last page's run grows (past a page?)
+        owned[-1] = (
+            owned[-1][0],
+            np.concatenate([owned[-1][1], owned[-1][1][-1:].repeat(draw(st.integers(1, 5)))]),
+        )
     if draw(st.booleans()) and len(rest):
         owned = owned[1:]  # a leak: the first owner's pages belong to nobody
     return num_pages, free.astype(np.int64), owned, referenced, ps
@@ -52,7 +66,12 @@ def test_clean_pool_has_empty_census() -> None:
     """Every page either free or owned once: nothing to report."""
     owned = [("a", np.array([1, 1, 2])), ("b", np.array([3]))]
     census = take_census(4, np.array([4]), owned, owned, slots_per_page=2)
-    assert (census.duplicates, census.dangling, census.orphans, census.free_repeats) == ((), (), (), ())
+    assert (census.duplicates, census.dangling, census.orphans, census.free_repeats) == (
+        (),
+        (),
+        (),
+        (),
+    )
 
 
 def test_a_slot_listed_twice_by_one_row_is_a_duplicate() -> None:

@@ -18,8 +18,14 @@ CATALOG = load_catalog()
 
 
 def _engine(page_size: int) -> Engine:
-    memory = MemoryConfig(page_size=page_size, max_total_tokens=256, max_num_reqs=8, context_len=128,
-                          cache="radix", strict=False)  # type: ignore[arg-type]
+    memory = MemoryConfig(
+        page_size=page_size,
+        max_total_tokens=256,
+        max_num_reqs=8,
+        context_len=128,
+        cache="radix",
+        strict=False,
+    )  # type: ignore[arg-type]
     return Engine(EngineConfig(memory=memory, enable_overlap=False))
 
 

@@ -28,10 +28,14 @@ ROW = st.tuples(st.lists(PAGE, max_size=WIDTH), st.integers(0, WIDTH))  # conten
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.lists(PAGE, min_size=1, max_size=3), max_size=4), st.lists(PAGE, max_size=PAGES),
-       st.lists(ROW, max_size=ROWS))
-def test_blocked_pages_are_those_a_census_names(nodes: list[list[int]], free: list[int],
-                                                rows: list[tuple[list[int], int]]) -> None:
+@given(
+    st.lists(st.lists(PAGE, min_size=1, max_size=3), max_size=4),
+    st.lists(PAGE, max_size=PAGES),
+    st.lists(ROW, max_size=ROWS),
+)
+def test_blocked_pages_are_those_a_census_names(
+    nodes: list[list[int]], free: list[int], rows: list[tuple[list[int], int]]
+) -> None:
     """Tree nodes, a free list and request rows (page size 1), moved into a ledger by the
     kernels: the blocked pages are the census's duplicates, dangling pages and free repeats,
     and the ledger is clean exactly when the census is."""

@@ -17,8 +17,13 @@ from engine.mem.req_to_token import ReqToTokenPool
 ROWS, WIDTH, PAGES = 6, 12, 40
 
 
-def _expected(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    own, read = np.zeros(PAGES + 2, np.int64), np.zeros(PAGES + 2, np.int64)  # 0 and PAGES+1: out of range
+def _expected(
+    pool: ReqToTokenPool, spans: dict[int, tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    own, read = (
+        np.zeros(PAGES + 2, np.int64),
+        np.zeros(PAGES + 2, np.int64),
+    )  # 0 and PAGES+1: out of range
     for row, (start, end) in spans.items():
         np.add.at(own, pool.req_to_token[row, start:end].astype(np.int64), 1)
         np.add.at(read, pool.req_to_token[row, :end].astype(np.int64), 1)
@@ -29,18 +34,36 @@ def _spans_array(spans: dict[int, tuple[int, int]]) -> np.ndarray:
     return np.array([(row, s, e) for row, (s, e) in spans.items()], dtype=np.int64).reshape(-1, 3)
 
 
-WRITE = st.tuples(st.just("write"), st.integers(1, ROWS), st.integers(0, WIDTH - 1),
-                  st.lists(st.integers(1, PAGES), min_size=1, max_size=4))
-POINTS = st.tuples(st.just("points"), st.lists(st.integers(1, ROWS), min_size=1, max_size=3, unique=True),
-                   st.integers(0, WIDTH - 1), st.integers(1, PAGES))
-SPAN = st.tuples(st.just("span"), st.integers(1, ROWS), st.integers(0, WIDTH), st.integers(0, WIDTH))
-BAD = st.tuples(st.just("write"), st.integers(1, ROWS), st.integers(0, WIDTH - 1),
-                st.lists(st.sampled_from([0, PAGES + 1]), min_size=1, max_size=1))
+WRITE = st.tuples(
+    st.just("write"),
+    st.integers(1, ROWS),
+    st.integers(0, WIDTH - 1),
+    st.lists(st.integers(1, PAGES), min_size=1, max_size=4),
+)
+POINTS = st.tuples(
+    st.just("points"),
+    st.lists(st.integers(1, ROWS), min_size=1, max_size=3, unique=True),
+    st.integers(0, WIDTH - 1),
+    st.integers(1, PAGES),
+)
+SPAN = st.tuples(
+    st.just("span"), st.integers(1, ROWS), st.integers(0, WIDTH), st.integers(0, WIDTH)
+)
+BAD = st.tuples(
+    st.just("write"),
+    st.integers(1, ROWS),
+    st.integers(0, WIDTH - 1),
+    st.lists(st.sampled_from([0, PAGES + 1]), min_size=1, max_size=1),
+)
 DROP = st.tuples(st.just("drop"), st.integers(1, ROWS))
 DECODE = st.tuples(st.just("decode"), st.integers(1, PAGES))  # every live row grows by one
 PUBLISH = st.tuples(st.just("publish"), st.integers(1, ROWS))  # a row's KV all goes to the tree
 LOOK = st.tuples(st.just("look"))
-OPS = st.lists(st.one_of(WRITE, POINTS, SPAN, SPAN, DROP, LOOK, LOOK, BAD, DECODE, DECODE, PUBLISH), min_size=1, max_size=40)
+OPS = st.lists(
+    st.one_of(WRITE, POINTS, SPAN, SPAN, DROP, LOOK, LOOK, BAD, DECODE, DECODE, PUBLISH),
+    min_size=1,
+    max_size=40,
+)
 
 
 def _apply(pool: ReqToTokenPool, spans: dict[int, tuple[int, int]], op: tuple) -> None:
@@ -91,7 +114,9 @@ def test_counts_equal_a_recount(ops: list[tuple]) -> None:
         assert np.array_equal(counts.own_count, own) and np.array_equal(counts.read_count, read)
         assert counts.own_entries == int(own.sum())
         ledger, blocked, totals = counts.ledger
-        assert not ledger[OCCUPANCY].any() and not ledger[FREE].any()  # a ledger of its own: rows only
+        assert (
+            not ledger[OCCUPANCY].any() and not ledger[FREE].any()
+        )  # a ledger of its own: rows only
         assert np.array_equal(blocked, own >= 2) and totals[BLOCKED] == int((own >= 2).sum())
 
 

@@ -2,7 +2,8 @@
 after every operation of random engine runs — clean runs, and runs broken on purpose by a
 double free, a leaked page, a freed tree node, an eviction that leaks, a reset, or one
 owner (a row or a tree node) holding a page twice, in two runs or in one run longer than a
-page — on radix and chunk caches, page sizes 1 and 4, whether the census is taken after every operation or only now and then."""
+page — on radix and chunk caches, page sizes 1 and 4, whether the census is taken after
+every operation or only now and then."""
 
 from __future__ import annotations
 
@@ -25,9 +26,14 @@ def _scratch_census(engine: Engine) -> Census:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([1, 4]), st.sampled_from(["radix", "chunk"]),
-       st.lists(st.tuples(OPS, st.booleans()), min_size=1, max_size=25))
-def test_incremental_census_equals_from_scratch(page_size: int, cache: str, ops: list[tuple]) -> None:
+@given(
+    st.sampled_from([1, 4]),
+    st.sampled_from(["radix", "chunk"]),
+    st.lists(st.tuples(OPS, st.booleans()), min_size=1, max_size=25),
+)
+def test_incremental_census_equals_from_scratch(
+    page_size: int, cache: str, ops: list[tuple]
+) -> None:
     """After any sequence of operations, the census the engine's views carry (incremental)
     is the from-scratch census of the same state, witnesses included."""
     engine = census_engine(page_size, cache)
@@ -47,15 +53,25 @@ def _assert_counts_kept(engine: Engine) -> None:
     assert kept is not None  # a non-SWA engine's views keep their census
     if kept._stale:
         return  # every census goes from scratch until a recount finds the state in range
-    anew = IncrementalCensus(engine.mem.allocator, engine.mem.tree_cache,
-                             engine.mem.req_to_token_pool if kept.rows is not None else None)
+    anew = IncrementalCensus(
+        engine.mem.allocator,
+        engine.mem.tree_cache,
+        engine.mem.req_to_token_pool if kept.rows is not None else None,
+    )
     anew._recount()
     assert not anew._stale
     if kept.rows is not None:
         if kept.rows._table is None:  # the rows were not countable: recounted at the next census
-            assert np.array_equal(kept.counts[:2], anew.counts[:2]) and (kept.totals[:2] == anew.totals[:2]).all()
+            assert (
+                np.array_equal(kept.counts[:2], anew.counts[:2])
+                and (kept.totals[:2] == anew.totals[:2]).all()
+            )
             return
-        live = [r for r in engine.scheduler.live_reqs() if r.req_pool_idx is not None and not r.kv_committed_freed]
+        live = [
+            r
+            for r in engine.scheduler.live_reqs()
+            if r.req_pool_idx is not None and not r.kv_committed_freed
+        ]
         spans = [(r.req_pool_idx, r.cache_protected_len, r.kv_allocated_len) for r in live]
         assert anew.rows.update(spans)
     for kept_part, anew_part in zip(kept.ledger, anew.ledger):
@@ -124,11 +140,16 @@ def test_a_clean_run_never_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     answered by the counts, never by the from-scratch fallback."""
     fallbacks: list[int] = []
     scratch = IncrementalCensus._from_scratch
-    monkeypatch.setattr(IncrementalCensus, "_from_scratch",
-                        lambda self, *args: fallbacks.append(1) or scratch(self, *args))
+    monkeypatch.setattr(
+        IncrementalCensus,
+        "_from_scratch",
+        lambda self, *args: fallbacks.append(1) or scratch(self, *args),
+    )
     engine = census_engine(1, "radix")
     for i in range(12):
-        engine.submit(PREFIXES[i % 3] + [20 + i] * 30, SamplingParams(max_new_tokens=8, ignore_eos=True))
+        engine.submit(
+            PREFIXES[i % 3] + [20 + i] * 30, SamplingParams(max_new_tokens=8, ignore_eos=True)
+        )
     while not engine.is_idle():
         engine.step()
         assert engine.state_view("step").pools[0].census == Census(num_pages=256)

@@ -25,9 +25,18 @@ class SimDriver:
     KV a request holds. Sampled tokens are appended to ``output_ids`` (only by the last
     chunk of an extend)."""
 
-    def __init__(self, *, page_size: int = 1, size: int = 512, swa_size: int | None = None,
-                 window: int | None = None, seed: int = 0, eos_prob: float = 0.0,
-                 rows: int = 16, width: int = 1100) -> None:
+    def __init__(
+        self,
+        *,
+        page_size: int = 1,
+        size: int = 512,
+        swa_size: int | None = None,
+        window: int | None = None,
+        seed: int = 0,
+        eos_prob: float = 0.0,
+        rows: int = 16,
+        width: int = 1100,
+    ) -> None:
         self.page_size = page_size
         if swa_size is not None:
             self.alloc: PagedAllocator | SWAAllocator = SWAAllocator(size, swa_size, page_size)
@@ -105,8 +114,9 @@ class SimDriver:
     def readmit(self, req: Req) -> None:
         req.req_pool_idx = self.pool.alloc()
 
-    def generate(self, rid: str, prompt: Sequence[int], num_tokens: int,
-                 chunk: int | None = None) -> Req:
+    def generate(
+        self, rid: str, prompt: Sequence[int], num_tokens: int, chunk: int | None = None
+    ) -> Req:
         """Prefill in chunks of ``chunk`` tokens, then decode to ``num_tokens`` outputs."""
         req = self.add(rid, prompt)
         while not req.output_ids:
@@ -115,18 +125,32 @@ class SimDriver:
             self.decode([req])
         return req
 
-    def _run(self, mode: ForwardMode, reqs: list[Req], prefix: list[int], seq: list[int],
-             ids: list[int], out: np.ndarray, sample: list[bool]) -> ForwardOutput:
+    def _run(
+        self,
+        mode: ForwardMode,
+        reqs: list[Req],
+        prefix: list[int],
+        seq: list[int],
+        ids: list[int],
+        out: np.ndarray,
+        sample: list[bool],
+    ) -> ForwardOutput:
         positions = np.concatenate([np.arange(p, s) for p, s in zip(prefix, seq)])
         batch = ForwardBatch(
-            mode=mode, reqs=reqs, input_ids=np.asarray(ids, dtype=np.int64), positions=positions,
+            mode=mode,
+            reqs=reqs,
+            input_ids=np.asarray(ids, dtype=np.int64),
+            positions=positions,
             out_cache_loc=np.asarray(out, dtype=np.int64),
             req_pool_indices=np.array([r.req_pool_idx for r in reqs], dtype=np.int64),
             prefix_lens=np.array(prefix, dtype=np.int64),
             extend_lens=np.array(seq, dtype=np.int64) - np.array(prefix, dtype=np.int64),
-            seq_lens=np.array(seq, dtype=np.int64), req_to_token=self.pool.req_to_token,
+            seq_lens=np.array(seq, dtype=np.int64),
+            req_to_token=self.pool.req_to_token,
             return_logprob=[r.rid in self.logprob_start for r in reqs],
-            logprob_start_lens=[self.logprob_start.get(r.rid, 0) for r in reqs], sample=sample)
+            logprob_start_lens=[self.logprob_start.get(r.rid, 0) for r in reqs],
+            sample=sample,
+        )
         result = self.sim.forward(batch)
         for r, s, tok, smp in zip(reqs, seq, result.next_token_ids.tolist(), sample):
             r.kv_committed_len = r.kv_allocated_len = s

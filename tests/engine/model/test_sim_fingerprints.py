@@ -37,10 +37,15 @@ def test_arrays_match_the_allocator_slot_space() -> None:
     assert len(KVFingerprints.for_allocator(TokenAllocator(10)).full) == 11
 
 
-@given(st.sampled_from([1, 2, 4]), st.lists(st.integers(1, 30), min_size=1, max_size=4),
-       st.integers(1, 7), st.booleans())
-def test_correct_schedules_report_nothing(driver: MakeDriver, ps: int, lens: list[int], chunk: int,
-                                          hybrid: bool) -> None:
+@given(
+    st.sampled_from([1, 2, 4]),
+    st.lists(st.integers(1, 30), min_size=1, max_size=4),
+    st.integers(1, 7),
+    st.booleans(),
+)
+def test_correct_schedules_report_nothing(
+    driver: MakeDriver, ps: int, lens: list[int], chunk: int, hybrid: bool
+) -> None:
     """Chunked prefills, batched decodes, a shared page-aligned prefix and slots freed by
     one request and reused by the next never trip the check."""
     swa = dict(swa_size=256, window=5) if hybrid else {}
@@ -108,12 +113,22 @@ def test_row_that_misses_the_written_slot_is_reported_at_once(driver: MakeDriver
     a = d.generate("a", [1, 2, 3], 1)
     pos, tok, row = a.kv_committed_len, a.output_ids[-1], a.req_pool_idx
     d.pool.write(row, pos, np.array([101]))  # the row names 101, the forward writes 100
-    batch = ForwardBatch(ForwardMode.DECODE, [a], np.array([tok]), np.array([pos]), np.array([100]),
-                         np.array([row]), np.array([pos]), np.array([1]), np.array([pos + 1]),
-                         d.pool.req_to_token)
+    batch = ForwardBatch(
+        ForwardMode.DECODE,
+        [a],
+        np.array([tok]),
+        np.array([pos]),
+        np.array([100]),
+        np.array([row]),
+        np.array([pos]),
+        np.array([1]),
+        np.array([pos + 1]),
+        d.pool.req_to_token,
+    )
     d.sim.forward(batch)
     assert d.sim.take_integrity_failures() == [
-        IntegrityFailure("a", pos, 101, "full", _fp(tok, pos), 0)]
+        IntegrityFailure("a", pos, 101, "full", _fp(tok, pos), 0)
+    ]
 
 
 def test_failures_are_capped_per_forward_and_counted(driver: MakeDriver) -> None:

@@ -26,8 +26,9 @@ def _continuation(driver: MakeDriver, prompt: list[int], num: int, **kw: Any) ->
 
 
 @given(prompts, st.integers(1, 9), st.sampled_from([1, 2, 4]))
-def test_tokens_do_not_depend_on_chunking_or_paging(driver: MakeDriver, prompt: list[int],
-                                                    chunk: int, ps: int) -> None:
+def test_tokens_do_not_depend_on_chunking_or_paging(
+    driver: MakeDriver, prompt: list[int], chunk: int, ps: int
+) -> None:
     """One extend, chunked extends, and any page size give the same continuation."""
     whole = _continuation(driver, prompt, 6)
     chunked = driver(page_size=ps).generate("r", prompt, 6, chunk=chunk).output_ids
@@ -35,8 +36,9 @@ def test_tokens_do_not_depend_on_chunking_or_paging(driver: MakeDriver, prompt: 
 
 
 @given(prompts, st.integers(1, 7))
-def test_decode_equals_prefill_of_the_same_context(driver: MakeDriver, prompt: list[int],
-                                                   k: int) -> None:
+def test_decode_equals_prefill_of_the_same_context(
+    driver: MakeDriver, prompt: list[int], k: int
+) -> None:
     """Token k of a decode run is the token a fresh prefill of prompt + outputs[:k] samples."""
     out = _continuation(driver, prompt, 8)
     again = driver().generate("other-rid", prompt + out[:k], 1).output_ids
@@ -171,14 +173,22 @@ def test_requests_without_logprobs_get_none(driver: MakeDriver) -> None:
     assert out.input_token_logprobs == [None, None]
 
 
-def _batch(reqs: list[Req], positions: list[int],
-           mode: ForwardMode = ForwardMode.EXTEND) -> ForwardBatch:
+def _batch(
+    reqs: list[Req], positions: list[int], mode: ForwardMode = ForwardMode.EXTEND
+) -> ForwardBatch:
     n = len(positions)
-    return ForwardBatch(mode=mode, reqs=reqs, input_ids=np.ones(n, np.int64),
-                        positions=np.array(positions),
-                        out_cache_loc=np.arange(1, n + 1), req_pool_indices=np.ones(1, np.int64),
-                        prefix_lens=np.zeros(1, np.int64), extend_lens=np.array([n]),
-                        seq_lens=np.array([n]), req_to_token=np.zeros((2, 16), np.int32))
+    return ForwardBatch(
+        mode=mode,
+        reqs=reqs,
+        input_ids=np.ones(n, np.int64),
+        positions=np.array(positions),
+        out_cache_loc=np.arange(1, n + 1),
+        req_pool_indices=np.ones(1, np.int64),
+        prefix_lens=np.zeros(1, np.int64),
+        extend_lens=np.array([n]),
+        seq_lens=np.array([n]),
+        req_to_token=np.zeros((2, 16), np.int32),
+    )
 
 
 def test_batch_contract_breaches_raise() -> None:

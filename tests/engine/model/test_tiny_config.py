@@ -19,27 +19,33 @@ HYBRID = MemoryConfig(page_size=4, max_total_tokens=256, swa_tokens=128, sliding
 PLAIN = MemoryConfig(page_size=4, max_total_tokens=256)
 
 
-@pytest.mark.parametrize("kw,field", [
-    ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads"),
-    ({"head_dim": 7}, "head_dim"),
-    ({"attention_pattern": "FX"}, "attention_pattern"),
-    ({"attention_pattern": ""}, "attention_pattern"),
-    ({"backend": "triton"}, "dtype"),  # float64 is the default dtype
-    ({"attention": "mla", "attention_pattern": "S"}, "attention_pattern"),
-    ({"dtype": "int8"}, "dtype"),
-    ({"num_layers": 0}, "num_layers"),
-])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads"),
+        ({"head_dim": 7}, "head_dim"),
+        ({"attention_pattern": "FX"}, "attention_pattern"),
+        ({"attention_pattern": ""}, "attention_pattern"),
+        ({"backend": "triton"}, "dtype"),  # float64 is the default dtype
+        ({"attention": "mla", "attention_pattern": "S"}, "attention_pattern"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"num_layers": 0}, "num_layers"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_field(kw: dict[str, Any], field: str) -> None:
     """Each invalid TinyConfig raises ConfigError naming ``tiny.<field>``."""
     with pytest.raises(ConfigError, match=f"tiny.{field}"):
         TinyConfig(**kw)
 
 
-@pytest.mark.parametrize("memory,tiny,why", [
-    (HYBRID, TinyConfig(), "needs at least one sliding-window layer"),
-    (PLAIN, TinyConfig(attention_pattern="FS"), "need memory.sliding_window"),
-    (HYBRID, TinyConfig(attention="mla"), "MLA has no hybrid"),
-])
+@pytest.mark.parametrize(
+    "memory,tiny,why",
+    [
+        (HYBRID, TinyConfig(), "needs at least one sliding-window layer"),
+        (PLAIN, TinyConfig(attention_pattern="FS"), "need memory.sliding_window"),
+        (HYBRID, TinyConfig(attention="mla"), "MLA has no hybrid"),
+    ],
+)
 def test_model_must_fit_the_pools(memory: MemoryConfig, tiny: TinyConfig, why: str) -> None:
     """EngineConfig(model="tiny") refuses a model whose layers do not match the pools."""
     with pytest.raises(ConfigError, match=why):
@@ -47,13 +53,17 @@ def test_model_must_fit_the_pools(memory: MemoryConfig, tiny: TinyConfig, why: s
     EngineConfig(memory=memory, tiny=tiny)  # the sim model ignores the tiny config
 
 
-@pytest.mark.parametrize("memory,tiny,pool", [
-    (PLAIN, TinyConfig(), MHAKVPool),
-    (HYBRID, TinyConfig(num_layers=4, attention_pattern="FS"), SWAKVPool),
-    (PLAIN, TinyConfig(attention="mla"), MLAKVPool),
-])
-def test_engine_builds_the_tiny_runner_and_its_pool(memory: MemoryConfig, tiny: TinyConfig,
-                                                    pool: type) -> None:
+@pytest.mark.parametrize(
+    "memory,tiny,pool",
+    [
+        (PLAIN, TinyConfig(), MHAKVPool),
+        (HYBRID, TinyConfig(num_layers=4, attention_pattern="FS"), SWAKVPool),
+        (PLAIN, TinyConfig(attention="mla"), MLAKVPool),
+    ],
+)
+def test_engine_builds_the_tiny_runner_and_its_pool(
+    memory: MemoryConfig, tiny: TinyConfig, pool: type
+) -> None:
     """``model="tiny"`` makes the engine's default runner the tiny model over buffers as
     large as the allocator's pools (plus the padding page); window layers go to the SWA pool."""
     engine = Engine(EngineConfig(memory=memory, model="tiny", tiny=tiny))

@@ -5,6 +5,7 @@ MLA stores one latent per token; logprobs follow the sim model's semantics."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,10 @@ MakeDriver = Callable[..., Any]  # the SimDriver class from conftest.py
 WINDOW = 5
 CONFIGS: dict[str, tuple[TinyConfig, int | None]] = {
     "gqa": (TinyConfig(num_layers=2, num_heads=4, num_kv_heads=2), None),
-    "mha": (TinyConfig(num_layers=2, num_heads=2, num_kv_heads=2, hidden_size=48, head_dim=12),
-            None),
+    "mha": (
+        TinyConfig(num_layers=2, num_heads=2, num_kv_heads=2, hidden_size=48, head_dim=12),
+        None,
+    ),
     "swa": (TinyConfig(num_layers=3, attention_pattern="SF"), WINDOW),
     "mla": (TinyConfig(num_layers=2, attention="mla"), None),
 }
@@ -34,8 +37,14 @@ def tiny_driver(driver: MakeDriver, name: str, page_size: int = 1, seed: int = 0
     cfg, window = CONFIGS[name]
     d = driver(page_size=page_size, size=512, swa_size=256 if window else None, window=window)
     full_to_swa = d.alloc.full_to_swa if isinstance(d.alloc, SWAAllocator) else None
-    d.sim = TinyModel(cfg, seed, make_kv_pool(cfg, d.alloc), page_size=page_size,
-                      sliding_window=window, full_to_swa=full_to_swa)
+    d.sim = TinyModel(
+        cfg,
+        seed,
+        make_kv_pool(cfg, d.alloc),
+        page_size=page_size,
+        sliding_window=window,
+        full_to_swa=full_to_swa,
+    )
     return d
 
 
@@ -47,13 +56,14 @@ def dense_continuation(driver: MakeDriver, name: str, prompt: list[int], num: in
         req = d.add("dense", context)
         d.extend([(req, len(context))])
         context.append(req.output_ids[-1])
-    return context[len(prompt):]
+    return context[len(prompt) :]
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("page_size,chunk", [(1, 5), (4, 3), (4, 8)])
-def test_paged_chunked_decode_equals_dense_recompute(driver: MakeDriver, name: str,
-                                                     page_size: int, chunk: int) -> None:
+def test_paged_chunked_decode_equals_dense_recompute(
+    driver: MakeDriver, name: str, page_size: int, chunk: int
+) -> None:
     """Chunked prefill + decode over paged KV gives the tokens of recomputing the whole
     context at every step (no cache at all)."""
     d = tiny_driver(driver, name, page_size)
@@ -130,8 +140,9 @@ def test_window_layers_give_the_same_tokens_from_a_plain_pool(driver: MakeDriver
     tokens they sample over a hybrid pool (window KV in the SWA pool, read via full_to_swa)."""
     cfg = CONFIGS["swa"][0]
     plain = driver(page_size=4, size=512)
-    plain.sim = TinyModel(cfg, 0, make_kv_pool(cfg, plain.alloc), page_size=4,
-                          sliding_window=WINDOW)
+    plain.sim = TinyModel(
+        cfg, 0, make_kv_pool(cfg, plain.alloc), page_size=4, sliding_window=WINDOW
+    )
     hybrid = tiny_driver(driver, "swa", page_size=4)
     outs = [d.generate("r", PROMPT, 8, chunk=6).output_ids for d in (plain, hybrid)]
     assert outs[0] == outs[1]
@@ -149,8 +160,9 @@ def test_mla_stores_one_latent_whose_head_is_the_value(driver: MakeDriver) -> No
     assert bool((pool.kv_buffer[1][slots].abs().sum(-1) > 0).all())
 
 
-def _logprob_run(driver: MakeDriver, chunk: int, start: int = 0,
-                 decodes: int = 2) -> tuple[Any, list[Any]]:
+def _logprob_run(
+    driver: MakeDriver, chunk: int, start: int = 0, decodes: int = 2
+) -> tuple[Any, list[Any]]:
     d = tiny_driver(driver, "gqa")
     d.logprob_start["r"] = start
     req = d.add("r", PROMPT)
@@ -172,13 +184,15 @@ def test_input_logprobs_concatenate_over_chunks(driver: MakeDriver) -> None:
     assert len(ref) == len(PROMPT) and np.isnan(ref[0]) and np.isnan(cat[0])
     np.testing.assert_allclose(cat[1:], ref[1:], rtol=0, atol=1e-12)
     assert bool((ref[1:] < 0).all())
-    for prev, dec in zip(whole[:-1], whole[1:]):
-        np.testing.assert_allclose(dec.input_token_logprobs[0], prev.next_token_logprobs,
-                                   atol=1e-12)
+    for prev, dec in pairwise(whole):
+        np.testing.assert_allclose(
+            dec.input_token_logprobs[0], prev.next_token_logprobs, atol=1e-12
+        )
     _, late = _logprob_run(driver, 4, start=6)
     assert [len(o.input_token_logprobs[0]) for o in late] == [0, 2, 4, 4, 1, 1, 1]
-    np.testing.assert_allclose(np.concatenate([o.input_token_logprobs[0] for o in late[:5]]),
-                               ref[6:], atol=1e-12)
+    np.testing.assert_allclose(
+        np.concatenate([o.input_token_logprobs[0] for o in late[:5]]), ref[6:], atol=1e-12
+    )
 
 
 def test_lookback_token_survives_lagging_results(driver: MakeDriver) -> None:

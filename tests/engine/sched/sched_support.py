@@ -46,20 +46,30 @@ def check_accounting(view: StateView) -> None:
         c = p.census
         if total != p.capacity or c.duplicates or c.dangling or c.orphans or c.free_repeats:
             raise AccountingError(
-                f"{view.event} @ step {view.step}, pool {p.name}: free={p.free} evictable={p.evictable} "
-                f"protected={p.protected} request_owned={p.request_owned} sum={total} capacity={p.capacity}; "
-                f"census dup={c.duplicates} dangling={c.dangling} orphans={c.orphans} free_repeats={c.free_repeats}")
+                f"{view.event} @ step {view.step}, pool {p.name}: free={p.free} "
+                f"evictable={p.evictable} protected={p.protected} "
+                f"request_owned={p.request_owned} sum={total} capacity={p.capacity}; "
+                f"census dup={c.duplicates} dangling={c.dangling} orphans={c.orphans} "
+                f"free_repeats={c.free_repeats}"
+            )
     if len(view.sched.chunked_rids) > 1:
-        raise AccountingError(f"step {view.step}: several chunked requests in flight {view.sched.chunked_rids}")
+        raise AccountingError(
+            f"step {view.step}: several chunked requests in flight {view.sched.chunked_rids}"
+        )
 
 
-def prompts(seed: int, n: int, shared: int, low: int, high: int, vocab: int = 256) -> list[list[int]]:
+def prompts(
+    seed: int, n: int, shared: int, low: int, high: int, vocab: int = 256
+) -> list[list[int]]:
     """``n`` prompts: a random-length head of one shared prefix (so the radix cache hits),
     then a random suffix of ``low..high`` tokens."""
     rng = np.random.default_rng(seed)
     head = rng.integers(0, vocab, shared).tolist()
-    return [head[: int(rng.integers(0, shared + 1))] + rng.integers(0, vocab, int(rng.integers(low, high + 1))).tolist()
-            for _ in range(n)]
+    return [
+        head[: int(rng.integers(0, shared + 1))]
+        + rng.integers(0, vocab, int(rng.integers(low, high + 1))).tolist()
+        for _ in range(n)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +92,38 @@ def workload(page_size: int, seed: int = 0) -> Workload:
     return Workload(page_size, 1024, 64, 64, tuple(map(tuple, ps)))
 
 
-def grid_config(w: Workload, *, radix: bool, overlap: bool, mixed: bool, retract: bool, swa: bool = False,
-                seed: int = 0, eos_prob: float = 0.0) -> EngineConfig:
+def grid_config(
+    w: Workload,
+    *,
+    radix: bool,
+    overlap: bool,
+    mixed: bool,
+    retract: bool,
+    swa: bool = False,
+    seed: int = 0,
+    eos_prob: float = 0.0,
+) -> EngineConfig:
     """The workload's engine; ``swa`` adds a sliding-window pool half the size of the full
     pool, with a window of two pages (at least 32 tokens)."""
     window = max(32, 2 * w.page_size)
-    mem = MemoryConfig(page_size=w.page_size, max_total_tokens=w.max_total_tokens, max_num_reqs=16,
-                       context_len=1024, cache="radix" if radix else "chunk",
-                       swa_tokens=w.max_total_tokens // 2 if swa else None, sliding_window=window if swa else None)
-    return EngineConfig(memory=mem, seed=seed, chunked_prefill_size=w.chunked_prefill_size,
-                        enable_overlap=overlap, enable_mixed_chunk=mixed, test_retract=retract, eos_prob=eos_prob)
+    mem = MemoryConfig(
+        page_size=w.page_size,
+        max_total_tokens=w.max_total_tokens,
+        max_num_reqs=16,
+        context_len=1024,
+        cache="radix" if radix else "chunk",
+        swa_tokens=w.max_total_tokens // 2 if swa else None,
+        sliding_window=window if swa else None,
+    )
+    return EngineConfig(
+        memory=mem,
+        seed=seed,
+        chunked_prefill_size=w.chunked_prefill_size,
+        enable_overlap=overlap,
+        enable_mixed_chunk=mixed,
+        test_retract=retract,
+        eos_prob=eos_prob,
+    )
 
 
 def all_pairs(factors: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -148,7 +180,9 @@ def step_with_forced_retract(engine: Engine) -> None:
         sched.config = normal
 
 
-def run_checked(config: EngineConfig, w: Workload, observers: Sequence[Any] = ()) -> tuple[Engine, Checker]:
+def run_checked(
+    config: EngineConfig, w: Workload, observers: Sequence[Any] = ()
+) -> tuple[Engine, Checker]:
     """Run the workload with the whole catalog checked at level 2 at every event (and any
     further ``observers``); returns the engine and its checker."""
     from engine.request import SamplingParams

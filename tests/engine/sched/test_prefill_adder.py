@@ -11,12 +11,21 @@ from engine.sched.prefill_adder import AddReqResult, PrefillAdder
 
 
 def _mem(page_size: int = 1, total: int = 1024, cache: str = "radix") -> KVMemory:
-    return KVMemory.from_config(MemoryConfig(page_size=page_size, max_total_tokens=total, max_num_reqs=8,
-                                             context_len=1024, cache=cache))  # type: ignore[arg-type]
+    return KVMemory.from_config(
+        MemoryConfig(
+            page_size=page_size,
+            max_total_tokens=total,
+            max_num_reqs=8,
+            context_len=1024,
+            cache=cache,
+        )
+    )  # type: ignore[arg-type]
 
 
 def _req(rid: str, n: int, max_new: int = 16, start: int = 0) -> Req:
-    return Req(rid, list(range(start, start + n)), sampling_params=SamplingParams(max_new_tokens=max_new))
+    return Req(
+        rid, list(range(start, start + n)), sampling_params=SamplingParams(max_new_tokens=max_new)
+    )
 
 
 def _offer(adder: PrefillAdder, mem: KVMemory, req: Req, has_chunked: bool = False) -> AddReqResult:
@@ -30,7 +39,9 @@ def test_budget_is_free_plus_evictable_minus_running_headroom() -> None:
     mem = _mem()
     running = _req("run", 8, max_new=100)
     running.output_ids = [1] * 20
-    adder = PrefillAdder(mem, [running], new_token_ratio=0.5, rem_input_tokens=4096, rem_chunk_tokens=None)
+    adder = PrefillAdder(
+        mem, [running], new_token_ratio=0.5, rem_input_tokens=4096, rem_chunk_tokens=None
+    )
     assert adder.rem_total_tokens == 1024 - 80 * 0.5
     assert _offer(adder, mem, _req("a", 10, max_new=16)) is AddReqResult.CONTINUE
     assert adder.rem_total_tokens == 1024 - 40 - (10 + 16 + 1)
@@ -66,7 +77,11 @@ def test_truncated_chunk_is_page_aligned(page_size: int) -> None:
     req = _req("long", 300)
     assert _offer(adder, mem, req) in (AddReqResult.CONTINUE, AddReqResult.OTHER)
     trunc = 100 // page_size * page_size
-    assert adder.new_chunked_req is req and req.extend_input_len == trunc and len(req.fill_ids) == trunc
+    assert (
+        adder.new_chunked_req is req
+        and req.extend_input_len == trunc
+        and len(req.fill_ids) == trunc
+    )
 
 
 def test_second_chunked_request_is_refused_while_one_is_in_flight() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sched_support import check_accounting, prompts
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
@@ -11,7 +12,6 @@ from engine.mem import paging
 from engine.request import Req, SamplingParams
 from engine.sched.batch import ScheduleBatch
 from engine.sched.retract import retract_decode, retract_order
-from sched_support import check_accounting, prompts
 
 
 def _req(rid: str, n_in: int, n_out: int, max_new: int = 100) -> Req:
@@ -28,8 +28,9 @@ def test_victims_are_fewest_outputs_then_longest_prompt() -> None:
 
 def _decoding_engine(page_size: int, cache: str) -> Engine:
     """An engine (no overlap) stopped while four requests decode and nothing is chunked."""
-    mem = MemoryConfig(page_size=page_size, max_total_tokens=8192, max_num_reqs=8, context_len=1024,
-                       cache=cache)  # type: ignore[arg-type]
+    mem = MemoryConfig(
+        page_size=page_size, max_total_tokens=8192, max_num_reqs=8, context_len=1024, cache=cache
+    )  # type: ignore[arg-type]
     engine = Engine(EngineConfig(memory=mem, enable_overlap=False, chunked_prefill_size=None))
     for i, p in enumerate(prompts(7, 4, 48, 20, 60)):
         engine.submit(p, SamplingParams(max_new_tokens=50 + i))
@@ -57,7 +58,11 @@ def test_retract_frees_exactly_what_it_held(page_size: int, cache: str) -> None:
     unlocked = tree[1] - mem.tree_cache.protected_size()  # its prefix lock dropped ...
     assert mem.tree_cache.evictable_size() - tree[0] == unlocked  # ... nothing inserted or evicted
     assert row in mem.req_to_token_pool.free_rows and victim.req_pool_idx is None
-    assert (victim.kv_committed_len, victim.kv_allocated_len, victim.cache_protected_len) == (0, 0, 0)
+    assert (victim.kv_committed_len, victim.kv_allocated_len, victim.cache_protected_len) == (
+        0,
+        0,
+        0,
+    )
     assert victim.is_retracted and victim.retraction_count == 1 and len(victim.prefix_indices) == 0
     check_accounting(engine.state_view("step"))
 
@@ -120,7 +125,11 @@ def test_retracted_request_resumes_and_finishes_without_leak() -> None:
     view = engine.state_view("idle")
     check_accounting(view)
     full = view.pools[0]
-    assert full.free + full.evictable == full.capacity and full.protected == 0 and full.request_owned == 0
+    assert (
+        full.free + full.evictable == full.capacity
+        and full.protected == 0
+        and full.request_owned == 0
+    )
 
 
 def test_double_release_is_an_error() -> None:

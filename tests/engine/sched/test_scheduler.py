@@ -9,26 +9,47 @@ from functools import cache
 from typing import Any
 
 import pytest
+from sched_support import (
+    CATALOG,
+    Workload,
+    all_pairs,
+    grid_config,
+    prompts,
+    run_checked,
+    strict_hook,
+    workload,
+)
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.model.runner import ForwardMode
 from engine.request import SamplingParams
 from engine.view import view_to_dict
-from sched_support import CATALOG, Workload, all_pairs, grid_config, prompts, run_checked, strict_hook, workload
 
 # all-pairs (allpairspy is not in the venv: sched_support.all_pairs, greedy) — 8 rows
-GRID = all_pairs({"page_size": [1, 4, 16, 256], "radix": [True, False], "overlap": [False, True],
-                  "mixed": [False, True], "retract": [False, True], "swa": [False, True]})
+GRID = all_pairs(
+    {
+        "page_size": [1, 4, 16, 256],
+        "radix": [True, False],
+        "overlap": [False, True],
+        "mixed": [False, True],
+        "retract": [False, True],
+        "swa": [False, True],
+    }
+)
 
 
 @cache
 def reference_outputs(page_size: int) -> tuple[tuple[int, ...], ...]:
     """The workload's outputs with every scheduling feature off and a pool that never fills."""
     w = workload(page_size)
-    mem = MemoryConfig(page_size=1, max_total_tokens=32768, max_num_reqs=16, context_len=1024, cache="chunk")
+    mem = MemoryConfig(
+        page_size=1, max_total_tokens=32768, max_num_reqs=16, context_len=1024, cache="chunk"
+    )
     engine = Engine(EngineConfig(memory=mem, chunked_prefill_size=None, enable_overlap=False))
-    results = engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=w.max_new_tokens))
+    results = engine.generate(
+        [list(p) for p in w.prompts], SamplingParams(max_new_tokens=w.max_new_tokens)
+    )
     return tuple(r.output_ids for r in results)
 
 
@@ -45,8 +66,17 @@ def test_feature_grid_keeps_accounting_and_fires_every_feature(row: dict[str, An
     with every feature off (the sim model's token is a function of the context only, so
     scheduling must not change it)."""
     w = workload(row["page_size"])
-    engine, checker = run_checked(grid_config(w, radix=row["radix"], overlap=row["overlap"], mixed=row["mixed"],
-                                              retract=row["retract"], swa=row["swa"]), w)
+    engine, checker = run_checked(
+        grid_config(
+            w,
+            radix=row["radix"],
+            overlap=row["overlap"],
+            mixed=row["mixed"],
+            retract=row["retract"],
+            swa=row["swa"],
+        ),
+        w,
+    )
     assert checker.violations == []
     assert {rid for rid, st in checker.stats().items() if st.evaluations} == set(CATALOG.ids)
     s = engine.stats
@@ -63,7 +93,9 @@ def test_memory_pressure_retracts_without_test_mode() -> None:
     (no forced retract), and the retracted requests still produce the reference outputs."""
     w = workload(4)
     tight = Workload(4, 640, w.chunked_prefill_size, 96, w.prompts)
-    mem = MemoryConfig(page_size=4, max_total_tokens=tight.max_total_tokens, max_num_reqs=16, context_len=1024)
+    mem = MemoryConfig(
+        page_size=4, max_total_tokens=tight.max_total_tokens, max_num_reqs=16, context_len=1024
+    )
     engine = Engine(EngineConfig(memory=mem, chunked_prefill_size=64), observers=[strict_hook()])
     results = engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=96))
     assert engine.stats.retracted_reqs > 0 and engine.stats.retract_rounds > 0
@@ -82,8 +114,12 @@ def _digests(seed: int) -> list[str]:
 
     w = workload(4, seed=seed)
     recorder = Recorder()
-    engine = Engine(grid_config(w, radix=True, overlap=True, mixed=True, retract=True, seed=seed, eos_prob=0.05),
-                    observers=[recorder])
+    engine = Engine(
+        grid_config(
+            w, radix=True, overlap=True, mixed=True, retract=True, seed=seed, eos_prob=0.05
+        ),
+        observers=[recorder],
+    )
     engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=w.max_new_tokens))
     return recorder.digests
 
@@ -97,13 +133,17 @@ def test_same_seed_gives_identical_step_digests() -> None:
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_committed_at_release_is_prompt_plus_completion_minus_one_without_overlap(overlap: bool) -> None:
+def test_committed_at_release_is_prompt_plus_completion_minus_one_without_overlap(
+    overlap: bool,
+) -> None:
     """At release, ``kv_committed_len == prompt + completion`` with overlap (the next decode
     step claimed the last token's KV before the finish was seen) and one less without."""
     mem = MemoryConfig(page_size=4, max_total_tokens=4096, max_num_reqs=8, context_len=1024)
     engine = Engine(EngineConfig(memory=mem, enable_overlap=overlap, eos_prob=0.1))
-    rids = [engine.submit(p, SamplingParams(max_new_tokens=n))
-            for p, n in zip(prompts(0, 4, 32, 8, 40), (1, 2, 7, 30))]
+    rids = [
+        engine.submit(p, SamplingParams(max_new_tokens=n))
+        for p, n in zip(prompts(0, 4, 32, 8, 40), (1, 2, 7, 30))
+    ]
     engine.run_until_idle()
     offset = 0 if overlap else 1
     for rid in rids:
@@ -130,17 +170,25 @@ def test_at_most_one_chunked_request_in_flight_and_it_keeps_its_row() -> None:
             if len(truncated) > 1:
                 violations.append(f"several truncated chunks {truncated}")
             n_ext = len(fb.reqs) - len(batch.decoding_reqs or ())
-            for req, row, pre, seq in zip(fb.reqs[:n_ext], fb.req_pool_indices.tolist(),
-                                          fb.prefix_lens.tolist(), fb.seq_lens.tolist()):
+            for req, row, pre, seq in zip(
+                fb.reqs[:n_ext],
+                fb.req_pool_indices.tolist(),
+                fb.prefix_lens.tolist(),
+                fb.seq_lens.tolist(),
+            ):
                 prev = last.get(req.rid)
                 if prev is not None and prev[0] == req.retraction_count and prev[1:] != (row, pre):
-                    violations.append(f"{req.rid}: extend at row {row} from {pre}, previous chunk {prev[1:]}")
+                    violations.append(
+                        f"{req.rid}: extend at row {row} from {pre}, previous chunk {prev[1:]}"
+                    )
                 last[req.rid] = (req.retraction_count, row, seq)
 
     w = workload(16)
     for overlap in (False, True):
-        engine = Engine(grid_config(w, radix=True, overlap=overlap, mixed=True, retract=True),
-                        observers=[ChunkWatch(), strict_hook()])
+        engine = Engine(
+            grid_config(w, radix=True, overlap=overlap, mixed=True, retract=True),
+            observers=[ChunkWatch(), strict_hook()],
+        )
         engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=8))
         assert engine.stats.chunked_prefills > 0 and not violations
         last.clear()
@@ -158,12 +206,16 @@ def test_mixed_batch_puts_the_decodes_after_the_chunk() -> None:
                 fb, n_dec = batch.forward, len(batch.decoding_reqs)
                 assert fb.reqs[-n_dec:] == batch.decoding_reqs
                 assert fb.extend_lens[-n_dec:].tolist() == [1] * n_dec
-                assert fb.positions[-n_dec:].tolist() == [r.kv_committed_len - 1 for r in batch.decoding_reqs]
+                assert fb.positions[-n_dec:].tolist() == [
+                    r.kv_committed_len - 1 for r in batch.decoding_reqs
+                ]
                 checked.append(n_dec)
 
     w = workload(4)
-    engine = Engine(grid_config(w, radix=True, overlap=False, mixed=True, retract=False),
-                    observers=[MixedWatch(), strict_hook()])
+    engine = Engine(
+        grid_config(w, radix=True, overlap=False, mixed=True, retract=False),
+        observers=[MixedWatch(), strict_hook()],
+    )
     engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=16))
     assert checked and engine.stats.mixed_batches == len(checked)
 
@@ -183,7 +235,10 @@ def test_forced_retract_fires_on_the_test_interval() -> None:
 
     w = workload(1)
     mem = MemoryConfig(page_size=1, max_total_tokens=8192, max_num_reqs=16, context_len=1024)
-    engine = Engine(EngineConfig(memory=mem, test_retract=True, test_retract_interval=4), observers=[RetractWatch()])
+    engine = Engine(
+        EngineConfig(memory=mem, test_retract=True, test_retract_interval=4),
+        observers=[RetractWatch()],
+    )
     engine.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=24))
     assert rounds and all(ct % 4 == 0 for ct in rounds)
 
@@ -198,9 +253,17 @@ def test_swa_decode_evicts_kv_outside_the_window() -> None:
             if event == "process":
                 cursors.extend(r.swa_evicted_seqlen for r in engine.scheduler.running_batch.reqs)
 
-    mem = MemoryConfig(page_size=4, max_total_tokens=2048, max_num_reqs=8, context_len=1024,
-                       swa_tokens=1024, sliding_window=16)
-    engine = Engine(EngineConfig(memory=mem, chunked_prefill_size=64), observers=[SwaWatch(), strict_hook()])
+    mem = MemoryConfig(
+        page_size=4,
+        max_total_tokens=2048,
+        max_num_reqs=8,
+        context_len=1024,
+        swa_tokens=1024,
+        sliding_window=16,
+    )
+    engine = Engine(
+        EngineConfig(memory=mem, chunked_prefill_size=64), observers=[SwaWatch(), strict_hook()]
+    )
     results = engine.generate(prompts(1, 6, 32, 40, 120), SamplingParams(max_new_tokens=80))
     assert max(cursors) > 0 and all(r.completion_tokens == 80 for r in results)
     assert engine.runner.num_integrity_failures == 0  # type: ignore[attr-defined]

@@ -11,13 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from session_support import CATALOG, encode, session_config, sp, turn
+
 from engine.engine import Engine
 from invariants.checker import Checker, CheckerHook, Level, Violation
-from session_support import CATALOG, encode, session_config, sp, turn
 
 Scenario = Callable[[Engine], None]
 TEXTS = ("Let me tell you something about France.", "The capital of France is", "The population is")
-RETRY = {"page_size": 4, "overlap": False, "max_prefill_tokens": 64}  # one round's prefill budget: one prompt
+RETRY = {
+    "page_size": 4,
+    "overlap": False,
+    "max_prefill_tokens": 64,
+}  # one round's prefill budget: one prompt
 
 
 class Stop(Exception):
@@ -41,7 +46,9 @@ class StopAtFirst:
             raise Stop(tuple(self.hook.checker.violations))
 
 
-def first_violations(scenario: Scenario, rules: Any = CATALOG, **config: Any) -> dict[str, Violation]:
+def first_violations(
+    scenario: Scenario, rules: Any = CATALOG, **config: Any
+) -> dict[str, Violation]:
     """Run ``scenario`` on a checked streaming engine, then to idle; the violations of the
     first event that had any, by invariant id (empty: the run was clean)."""
     engine = Engine(session_config(**config), observers=[StopAtFirst(rules)])

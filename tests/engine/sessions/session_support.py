@@ -21,19 +21,26 @@ from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sched"))
-from sched_support import all_pairs  # noqa: E402
+from sched_support import all_pairs
 
 CATALOG = load_catalog()
 TOKENIZER = ByteTokenizer()
 BOS = TOKENIZER.bos_token_id
 PANGRAM = "The quick brown fox jumps over the lazy dog."
-FILLER = " ".join(f"{PANGRAM} Sentence {i} of a long shared document about foxes and dogs." for i in range(200))
+FILLER = " ".join(
+    f"{PANGRAM} Sentence {i} of a long shared document about foxes and dogs." for i in range(200)
+)
 
 # all pairs of: page size {1, 4, 256} × overlap × retract × mixed chunk × cache kind
-MATRIX: list[dict[str, Any]] = all_pairs({
-    "page_size": [1, 4, 256], "overlap": [True, False], "retract": [False, True], "mixed": [False, True],
-    "cache": ["radix", "chunk", "swa"],
-})
+MATRIX: list[dict[str, Any]] = all_pairs(
+    {
+        "page_size": [1, 4, 256],
+        "overlap": [True, False],
+        "retract": [False, True],
+        "mixed": [False, True],
+        "cache": ["radix", "chunk", "swa"],
+    }
+)
 
 
 def row_id(row: dict[str, Any]) -> str:
@@ -43,10 +50,21 @@ def row_id(row: dict[str, Any]) -> str:
     return "-".join(flags)
 
 
-def session_config(page_size: int = 1, overlap: bool = True, retract: bool = False, mixed: bool = False,
-                   cache: str = "radix", *, context_len: int | None = None, total: int | None = None,
-                   chunk: int | None = None, rows: int = 48, seed: int = 0, streaming: bool = True,
-                   **extra: Any) -> EngineConfig:
+def session_config(
+    page_size: int = 1,
+    overlap: bool = True,
+    retract: bool = False,
+    mixed: bool = False,
+    cache: str = "radix",
+    *,
+    context_len: int | None = None,
+    total: int | None = None,
+    chunk: int | None = None,
+    rows: int = 48,
+    seed: int = 0,
+    streaming: bool = True,
+    **extra: Any,
+) -> EngineConfig:
     """A streaming-session engine config. Small pages: 16K tokens, chunks of 64; page 256:
     160 pages, chunks of two pages. ``cache="swa"`` adds a SWA pool half the full one."""
     big = page_size >= 256
@@ -54,11 +72,25 @@ def session_config(page_size: int = 1, overlap: bool = True, retract: bool = Fal
     chunk = chunk or (2 * page_size if big else 64)
     swa = cache == "swa"
     window = max(32, 2 * page_size)
-    mem = MemoryConfig(page_size=page_size, max_total_tokens=total, max_num_reqs=rows,
-                       context_len=context_len or (4096 if big else 2048), cache="chunk" if cache == "chunk" else "radix",
-                       swa_tokens=total // 2 if swa else None, sliding_window=window if swa else None)
-    return EngineConfig(memory=mem, seed=seed, chunked_prefill_size=chunk, enable_overlap=overlap,
-                        enable_mixed_chunk=mixed, test_retract=retract, enable_streaming_session=streaming, **extra)
+    mem = MemoryConfig(
+        page_size=page_size,
+        max_total_tokens=total,
+        max_num_reqs=rows,
+        context_len=context_len or (4096 if big else 2048),
+        cache="chunk" if cache == "chunk" else "radix",
+        swa_tokens=total // 2 if swa else None,
+        sliding_window=window if swa else None,
+    )
+    return EngineConfig(
+        memory=mem,
+        seed=seed,
+        chunked_prefill_size=chunk,
+        enable_overlap=overlap,
+        enable_mixed_chunk=mixed,
+        test_retract=retract,
+        enable_streaming_session=streaming,
+        **extra,
+    )
 
 
 def checked_engine(config: EngineConfig) -> tuple[Engine, Checker]:
@@ -79,8 +111,14 @@ def sp(max_new_tokens: int, **kw: Any) -> SamplingParams:
     return SamplingParams(max_new_tokens=max_new_tokens, **kw)
 
 
-def turn(engine: Engine, sid: str, ids: list[int], max_new_tokens: int = 8, prev: str | None = None,
-         **params: Any) -> GenerateResult:
+def turn(
+    engine: Engine,
+    sid: str,
+    ids: list[int],
+    max_new_tokens: int = 8,
+    prev: str | None = None,
+    **params: Any,
+) -> GenerateResult:
     """One session turn run to idle (SGLang's client: ``{"id": sid, "rid": prev}``)."""
     rid = engine.submit(ids, sp(max_new_tokens), session_params={"id": sid, "rid": prev, **params})
     engine.run_until_idle()

@@ -9,18 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from session_mutants import RETRY, TEXTS, abort_second_turn, first_violations, three_turns
+from session_support import CATALOG, encode, sp, turn
 
 from engine.cache.streaming_session import SessionSlot, StreamingSession
 from engine.engine import Engine
 from engine.request import Req
 from invariants.mutants import mutant
-from session_mutants import RETRY, TEXTS, abort_second_turn, first_violations, three_turns
-from session_support import CATALOG, encode, sp, turn
-
 
 # ---- #22897 / #22900: overshoot trim ----
 
-def test_finish_trims_an_overshooting_turn_to_its_finished_length(monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_finish_trims_an_overshooting_turn_to_its_finished_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """#22897: a finishing round that commits past ``finished_len`` (planted: the length
     limit is noticed one token late, as when EAGLE v2 resolves a whole accepted run first) is
     trimmed to ``origin + finished_len`` before the slot keeps it. Mutant (the pre-fix save:
@@ -36,7 +38,9 @@ def test_finish_trims_an_overshooting_turn_to_its_finished_length(monkeypatch: p
         if self.finished_reason is not None and self.finished_reason.kind == "length":
             self.finished_len = limit
 
-    def untrimmed_save(self: StreamingSession, session: Any, slot: SessionSlot | None, req: Req) -> None:
+    def untrimmed_save(
+        self: StreamingSession, session: Any, slot: SessionSlot | None, req: Req
+    ) -> None:
         is_first = slot is None
         slot = self.slots[session.session_id] = SessionSlot() if is_first else slot
         slot.save_from_req(req, is_first)
@@ -55,6 +59,7 @@ def test_finish_trims_an_overshooting_turn_to_its_finished_length(monkeypatch: p
 
 
 # ---- #22790: abort = wipe KV, keep tokens ----
+
 
 def test_aborted_turn_never_becomes_history() -> None:
     """#22790: only finish_req moves a streaming session's history. Mutant (the pre-fix
@@ -83,7 +88,10 @@ def close_under_a_running_turn(engine: Engine) -> None:
         engine.step()
     engine.close_session(sid)
     engine.run_until_idle()
-    assert engine.pop_result(rid).finish_reason.kind == "length" and sid not in engine.sessions.sessions
+    assert (
+        engine.pop_result(rid).finish_reason.kind == "length"
+        and sid not in engine.sessions.sessions
+    )
 
 
 def test_close_is_deferred_while_a_turn_runs() -> None:
@@ -98,6 +106,7 @@ def test_close_is_deferred_while_a_turn_runs() -> None:
 
 
 # ---- the two gaps of 0.5.11 (U6) ----
+
 
 def abort_while_waiting(engine: Engine) -> None:
     """Turn 2 is aborted while it waits (restored, turned away by the adder); turn 3 must be
@@ -127,8 +136,10 @@ def test_abort_in_the_waiting_queue_ends_the_inflight_turn() -> None:
 def concurrent_turns(engine: Engine) -> None:
     sids = [engine.open_session(1000, streaming=True) for _ in range(4)]
     for t in range(3):
-        rids = [engine.submit(encode(f"S{s} T{t} {TEXTS[t]}"), sp(12), session_params={"id": sid})
-                for s, sid in enumerate(sids)]
+        rids = [
+            engine.submit(encode(f"S{s} T{t} {TEXTS[t]}"), sp(12), session_params={"id": sid})
+            for s, sid in enumerate(sids)
+        ]
         engine.run_until_idle()
         assert all(engine.pop_result(rid).finish_reason.kind == "length" for rid in rids)
     assert engine.stats.retracted_reqs > 0

@@ -7,15 +7,19 @@ abort with status 400 and SGLang's message; open/close semantics, deferred close
 from __future__ import annotations
 
 import pytest
+from session_support import BOS, CATALOG, checked_engine, encode, finish, session_config, sp, turn
 
 from engine.engine import Engine
 from engine.hooks import SimClock
 from engine.sched.sessions import SessionError
 from invariants.checker import Checker, CheckerHook, Level
-from session_support import BOS, CATALOG, checked_engine, encode, finish, session_config, sp, turn
 
-CHUNKS = ["Let me tell you something about France.", "The capital of France is",
-          "The population of the city is", "A brief history of the city:"]
+CHUNKS = [
+    "Let me tell you something about France.",
+    "The capital of France is",
+    "The population of the city is",
+    "A brief history of the city:",
+]
 
 
 @pytest.fixture(params=[True, False], ids=["streaming-enabled", "streaming-disabled"])
@@ -42,20 +46,30 @@ def test_session_control_offset_replace_backtrack(engine: Engine) -> None:
         ids, max_new = encode(text), 1 if i == 0 else 12
         res = turn(engine, sid, ids, max_new, prev, offset=-1, replace=True)
         context = (context[:-1] if context else []) + (ids[1:] if context else ids)
-        assert res.prompt_tokens == len(context) and res.output_ids == _plain(engine, context, max_new)
+        assert res.prompt_tokens == len(context) and res.output_ids == _plain(
+            engine, context, max_new
+        )
         context += list(res.output_ids)
         rids.append(res.rid)
         prev = res.rid
     first = rids[0]
     back = turn(engine, sid, encode(CHUNKS[-1]), 12, first, offset=-1, replace=True)
-    head = encode(CHUNKS[0])  # the first request: its prompt and its one output token, minus that token
+    head = encode(
+        CHUNKS[0]
+    )  # the first request: its prompt and its one output token, minus that token
     assert back.output_ids == _plain(engine, head + encode(CHUNKS[-1], bos=False), 12)
     gone = turn(engine, sid, encode("x"), 4, rids[1])
-    assert gone.finish_reason.kind == "abort" and gone.finish_reason.message == "Invalid request session id"
+    assert (
+        gone.finish_reason.kind == "abort"
+        and gone.finish_reason.message == "Invalid request session id"
+    )
     assert engine.close_session(sid)
     closed = turn(engine, sid, encode("x"), 4)
-    assert closed.finish_reason.to_json() == {"type": "abort", "status_code": 400,
-                                              "message": f"Invalid request: session id {sid} does not exist"}
+    assert closed.finish_reason.to_json() == {
+        "type": "abort",
+        "status_code": 400,
+        "message": f"Invalid request: session id {sid} does not exist",
+    }
 
 
 def test_session_control_with_branching(engine: Engine) -> None:
@@ -70,7 +84,9 @@ def test_session_control_with_branching(engine: Engine) -> None:
             ids = encode(f" Branch {b} step {step}.")
             res = turn(engine, sid, ids, 8, prev, offset=0, replace=False)
             context += ids[1:]
-            assert res.output_ids == _plain(engine, context, 8) and res.prompt_tokens == len(context)
+            assert res.output_ids == _plain(engine, context, 8) and res.prompt_tokens == len(
+                context
+            )
             context += list(res.output_ids)
             prev = res.rid
     assert engine.close_session(sid)
@@ -84,12 +100,18 @@ def test_drop_previous_output_and_unfinished_parent(engine: Engine) -> None:
     first = turn(engine, sid, encode(CHUNKS[0]), 6)
     res = turn(engine, sid, encode(CHUNKS[1]), 6, first.rid, drop_previous_output=True)
     assert res.output_ids == _plain(engine, encode(CHUNKS[0]) + encode(CHUNKS[1], bos=False), 6)
-    running = engine.submit(encode(CHUNKS[2]), sp(500), session_params={"id": sid, "rid": first.rid})
+    running = engine.submit(
+        encode(CHUNKS[2]), sp(500), session_params={"id": sid, "rid": first.rid}
+    )
     engine.step()
     early = engine.submit(encode("y"), sp(4), session_params={"id": sid, "rid": running})
-    assert engine.pop_result(early).finish_reason.message == \
-        "Session request is appending to a request that hasn't finished."
-    replacing = engine.submit(encode("z"), sp(4), session_params={"id": sid, "rid": running, "replace": True})
+    assert (
+        engine.pop_result(early).finish_reason.message
+        == "Session request is appending to a request that hasn't finished."
+    )
+    replacing = engine.submit(
+        encode("z"), sp(4), session_params={"id": sid, "rid": running, "replace": True}
+    )
     engine.run_until_idle()
     assert engine.pop_result(running).finish_reason.kind == "abort"
     assert engine.pop_result(replacing).finish_reason.kind == "length"
@@ -103,21 +125,32 @@ def test_streaming_rejections_have_sglang_messages() -> None:
     streaming needs the flag; unknown session_params keys are an error."""
     engine, checker = checked_engine(session_config(4))
     sid = engine.open_session(1000, streaming=True)
-    cases = {"Streaming sessions do not support replace.": {"replace": True},
-             "Streaming sessions do not support drop_previous_output.": {"drop_previous_output": True},
-             "Streaming sessions do not support offset.": {"offset": 3}}
+    cases = {
+        "Streaming sessions do not support replace.": {"replace": True},
+        "Streaming sessions do not support drop_previous_output.": {"drop_previous_output": True},
+        "Streaming sessions do not support offset.": {"offset": 3},
+    }
     for message, extra in cases.items():  # checked in SGLang's order: in flight first
         rid = engine.submit(encode("x"), sp(4), session_params={"id": sid, **extra})
         reason = engine.pop_result(rid).finish_reason
         assert (reason.kind, reason.message, reason.status_code) == ("abort", message, 400)
     first = engine.submit(encode(CHUNKS[0]), sp(50), session_params={"id": sid})
     busy = engine.submit(encode("x"), sp(4), session_params={"id": sid, "replace": True})
-    assert engine.pop_result(busy).finish_reason.message == "Streaming session already has an active request."
+    assert (
+        engine.pop_result(busy).finish_reason.message
+        == "Streaming session already has an active request."
+    )
     engine.close_session(sid)  # deferred: the turn is in flight
     rid = engine.submit(encode("x"), sp(4), session_params={"id": sid})
-    assert engine.pop_result(rid).finish_reason.message == f"Invalid request: close was requested for session {sid}"
+    assert (
+        engine.pop_result(rid).finish_reason.message
+        == f"Invalid request: close was requested for session {sid}"
+    )
     engine.run_until_idle()
-    assert engine.pop_result(first).finish_reason.kind == "length" and sid not in engine.sessions.sessions
+    assert (
+        engine.pop_result(first).finish_reason.kind == "length"
+        and sid not in engine.sessions.sessions
+    )
     with pytest.raises(SessionError, match="unknown session_params keys"):
         engine.submit(encode("x"), sp(4), session_params={"id": sid, "streaming": True})
     plain, _ = checked_engine(session_config(4, streaming=False))
@@ -152,7 +185,10 @@ def test_timeout_closes_idle_sessions_and_defers_busy_ones() -> None:
     rid = engine.submit(encode("a long one"), sp(40), session_params={"id": busy_sid})
     for _ in range(12):
         engine.step()
-    assert idle_sid not in engine.sessions.sessions and engine.sessions.sessions[busy_sid].close_on_finish
+    assert (
+        idle_sid not in engine.sessions.sessions
+        and engine.sessions.sessions[busy_sid].close_on_finish
+    )
     engine.run_until_idle()
     engine.step()
     assert busy_sid not in engine.sessions.sessions and not engine.mem.tree_cache.slots
@@ -174,6 +210,9 @@ def test_flush_cache_drops_slots_only_when_idle() -> None:
     assert second.cached_tokens == first.prompt_tokens + first.completion_tokens
     assert engine.flush_cache() and not engine.mem.tree_cache.slots
     third = turn(engine, sid, encode(CHUNKS[2]), 8)
-    assert third.cached_tokens == 0 and third.prompt_tokens == second.prompt_tokens + 8 + len(encode(CHUNKS[2])) - 1
+    assert (
+        third.cached_tokens == 0
+        and third.prompt_tokens == second.prompt_tokens + 8 + len(encode(CHUNKS[2])) - 1
+    )
     engine.close_session(sid)
     finish(engine, checker)

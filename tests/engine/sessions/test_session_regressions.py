@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from session_mutants import RETRY, TEXTS, first_violations, three_turns
+from session_support import CATALOG, checked_engine, encode, session_config, sp, turn
 
 from engine.cache.streaming_session import SessionSlot, StreamingSession
 from engine.engine import Engine
@@ -19,11 +21,9 @@ from engine.request import Req
 from invariants.checker import Checker, CheckerHook, Level
 from invariants.loader import load_text
 from invariants.mutants import mutant
-from session_mutants import RETRY, TEXTS, first_violations, three_turns
-from session_support import CATALOG, checked_engine, encode, session_config, sp, turn
-
 
 # ---- #20070: cache_protected_len page alignment ----
+
 
 def test_later_turns_keep_the_turn1_page_aligned_protected_prefix() -> None:
     """#20070: a restored turn's cache_protected_len is the slot's page-aligned turn-1 prefix,
@@ -50,8 +50,10 @@ invariants:
      fixtures: {pass: {event: idle, view: {}}, fail: {event: idle, view: {}}}}
 """)
     old_checker = Checker(old, Level.RECORD)
-    engine = Engine(session_config(4, cache="swa"), observers=[CheckerHook(old_checker),
-                                                               CheckerHook(Checker(CATALOG, Level.STRICT))])
+    engine = Engine(
+        session_config(4, cache="swa"),
+        observers=[CheckerHook(old_checker), CheckerHook(Checker(CATALOG, Level.STRICT))],
+    )
     sid = engine.open_session(1000, streaming=True)
     turn(engine, sid, encode(TEXTS[0]), 8)
     assert {v.invariant for v in old_checker.violations} == {"old.idle_sum", "old.idle_unlocked"}
@@ -59,6 +61,7 @@ invariants:
 
 
 # ---- #20476: chunked prefill + streaming, non-destructive restore ----
+
 
 def rejected_then_retried(engine: Engine) -> None:
     """Turn 2 is restored in the same round as a plain request that spends the round's
@@ -73,7 +76,9 @@ def rejected_then_retried(engine: Engine) -> None:
     engine.close_session(sid)
 
 
-def test_restored_turn_rejected_by_the_adder_retries_without_a_tree_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_restored_turn_rejected_by_the_adder_retries_without_a_tree_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """#20476: a restored turn that the prefill adder rejects is restored again next round —
     the slot keeps its row, and no real tree lock is taken. Mutant (the destructive restore,
     clearing the slot's row): the retry falls through to the radix match; the waiting request
@@ -96,6 +101,7 @@ def test_restored_turn_rejected_by_the_adder_retries_without_a_tree_lock(monkeyp
 
 # ---- #22213 / #22753: borrowed slots counted once ----
 
+
 def test_busy_check_counts_a_borrowed_slot_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """#22213: while a turn borrows the slot's row, its KV is the request's (uncached), not
     also session-held. The shipped sums hold on every turn (no false positive); the old
@@ -108,6 +114,7 @@ def test_busy_check_counts_a_borrowed_slot_once(monkeypatch: pytest.MonkeyPatch)
 
 
 # ---- #22862: the stale tail, both sources ----
+
 
 def over_allocated_slot(engine: Engine) -> None:
     """Turn 1 leaves a slot with allocated > committed (a speculative tail, planted: eight
@@ -159,8 +166,10 @@ def test_freeing_session_memory_with_nothing_running_unblocks_admission() -> Non
     close (or abort, or flush) that frees that memory with no request running must let the
     waiting request in — else the scheduler stalls with every page free (found by
     `kvspec explore`; SGLang carries the same reset as a "HACK … otherwise it hangs")."""
-    config = replace(session_config(page_size=16, overlap=False, total=256, context_len=200),
-                     chunked_prefill_size=None)
+    config = replace(
+        session_config(page_size=16, overlap=False, total=256, context_len=200),
+        chunked_prefill_size=None,
+    )
     engine, checker = checked_engine(config)
     sid = engine.open_session(256, "s", streaming=True)
     first = engine.submit(list(range(1, 82)), sp(1), session_params={"id": sid})

@@ -6,19 +6,33 @@ method also asserts SGLang's response-level expectations."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
-
-from engine.engine import Engine
 from session_support import (
-    FILLER, MATRIX, PANGRAM, encode, engine_for, finish, inherit_offset, row_id, session_config, sp, turn,
+    FILLER,
+    MATRIX,
+    PANGRAM,
     checked_engine,
+    encode,
+    engine_for,
+    finish,
+    inherit_offset,
+    row_id,
+    session_config,
+    sp,
+    turn,
 )
 
+from engine.engine import Engine
+
 ROWS = pytest.mark.parametrize("row", MATRIX, ids=[row_id(r) for r in MATRIX])
-CHUNKS = ("Let me tell you something about France.", "The capital of France is",
-          "The population of the city is")
+CHUNKS = (
+    "Let me tell you something about France.",
+    "The capital of France is",
+    "The population of the city is",
+)
 
 
 @ROWS
@@ -34,8 +48,14 @@ def test_kv_cache_inheritance(row: dict[str, Any]) -> None:
         prev = results[-1].rid
     assert results[0].cached_tokens == 0
     for before, after, text in zip(results, results[1:], CHUNKS[1:]):
-        assert after.cached_tokens == before.prompt_tokens + before.completion_tokens + inherit_offset(engine)
-        assert after.prompt_tokens == before.prompt_tokens + before.completion_tokens + len(encode(text)) - 1  # BOS
+        assert (
+            after.cached_tokens
+            == before.prompt_tokens + before.completion_tokens + inherit_offset(engine)
+        )
+        assert (
+            after.prompt_tokens
+            == before.prompt_tokens + before.completion_tokens + len(encode(text)) - 1
+        )  # BOS
     assert engine.close_session(sid)
     finish(engine, checker)
 
@@ -43,16 +63,23 @@ def test_kv_cache_inheritance(row: dict[str, Any]) -> None:
 def _concurrent_round(engine: Engine, sids: list[str], turns: int, **submit: Any) -> None:
     """``turns`` turns of every session, each turn's requests submitted together."""
     for t in range(turns):
-        rids = [engine.submit(encode(f"S{s} T{t}: {PANGRAM}"), sp(8), session_params={"id": sid}, **submit)
-                for s, sid in enumerate(sids)]
+        rids = [
+            engine.submit(
+                encode(f"S{s} T{t}: {PANGRAM}"), sp(8), session_params={"id": sid}, **submit
+            )
+            for s, sid in enumerate(sids)
+        ]
         engine.run_until_idle()
         for rid in rids:
             assert engine.pop_result(rid).finish_reason.kind == "length"
 
 
 @ROWS
-@pytest.mark.parametrize("logprob", [{"return_logprob": True}, {"return_logprob": True, "logprob_start_len": 0},
-                                     {}], ids=["logprob", "logprob-start0", "none"])
+@pytest.mark.parametrize(
+    "logprob",
+    [{"return_logprob": True}, {"return_logprob": True, "logprob_start_len": 0}, {}],
+    ids=["logprob", "logprob-start0", "none"],
+)
 def test_leak_logprob_concurrent(row: dict[str, Any], logprob: dict[str, Any]) -> None:
     """Rounds of six concurrent streaming sessions × five turns (logprob flags on or off)
     open, run and close without any accounting violation."""
@@ -73,14 +100,20 @@ def test_stress_concurrent_sessions(row: dict[str, Any]) -> None:
     sids = [engine.open_session(1000, streaming=True) for _ in range(8)]
     size = 160 if engine.config.memory.page_size < 256 else 600
     for t in range(4):
-        rids = [engine.submit(encode(FILLER[(s * 7 + t) * 37 % 4000:][:size]), sp(16), session_params={"id": sid})
-                for s, sid in enumerate(sids)]
+        rids = [
+            engine.submit(
+                encode(FILLER[(s * 7 + t) * 37 % 4000 :][:size]), sp(16), session_params={"id": sid}
+            )
+            for s, sid in enumerate(sids)
+        ]
         rids += [engine.submit(encode(f"plain {t} {i}: {PANGRAM}"), sp(16)) for i in range(4)]
         engine.run_until_idle()
         assert all(engine.pop_result(rid).finish_reason.kind == "length" for rid in rids)
     assert all(engine.close_session(sid) for sid in sids)
-    assert all(r.finish_reason.kind == "length" for r in engine.generate([encode(f"cleanup {i}") for i in range(3)],
-                                                                        sp(8)))
+    assert all(
+        r.finish_reason.kind == "length"
+        for r in engine.generate([encode(f"cleanup {i}") for i in range(3)], sp(8))
+    )
     assert engine.stats.chunked_prefills > 0
     finish(engine, checker)
 
@@ -108,7 +141,9 @@ def test_nth_mid_abort_recovery(row: dict[str, Any]) -> None:
     ids = encode(CHUNKS[2])
     third = turn(engine, sid, ids, 12)
     assert third.finish_reason.kind == "length"
-    assert third.prompt_tokens == first.prompt_tokens + first.completion_tokens + len(ids) - 1  # BOS stripped
+    assert (
+        third.prompt_tokens == first.prompt_tokens + first.completion_tokens + len(ids) - 1
+    )  # BOS stripped
     assert engine.close_session(sid)
     finish(engine, checker)
 
@@ -140,7 +175,9 @@ def test_preabort_recovery(row: dict[str, Any]) -> None:
     ids = encode(CHUNKS[2])
     third = turn(engine, sid, ids, 12)
     assert third.prompt_tokens == first.prompt_tokens + first.completion_tokens + len(ids) - 1
-    assert third.cached_tokens == first.prompt_tokens + first.completion_tokens + inherit_offset(engine)
+    assert third.cached_tokens == first.prompt_tokens + first.completion_tokens + inherit_offset(
+        engine
+    )
     assert engine.close_session(sid)
     finish(engine, checker)
 
@@ -149,14 +186,23 @@ def test_abort_heavy_chunked_prefill_does_not_leak() -> None:
     """SGLang's AbortLeakRepro: context 512, page 256, chunk 4096, 32 running; four sessions
     through rounds of concurrent turns and plain requests, too-long turns (aborted, 400,
     "maximum allowed length"), and recovery turns that still inherit their slot's KV."""
-    config = session_config(256, True, total=256 * 64, chunk=4096, context_len=512, max_running_requests=32)
+    config = session_config(
+        256, True, total=256 * 64, chunk=4096, context_len=512, max_running_requests=32
+    )
     engine, checker = checked_engine(config)
     sids = [engine.open_session(50000, streaming=True) for _ in range(4)]
     for s, sid in enumerate(sids):
-        assert turn(engine, sid, encode(f"warm {s}: {PANGRAM[:16 + s]}"), 4).finish_reason.kind == "length"
+        assert (
+            turn(engine, sid, encode(f"warm {s}: {PANGRAM[: 16 + s]}"), 4).finish_reason.kind
+            == "length"
+        )
     for rnd in range(8):
-        rids = [engine.submit(encode(f"R{rnd} S{s} {PANGRAM[:10 + s]}"), sp(4), session_params={"id": sid})
-                for s, sid in enumerate(sids)]
+        rids = [
+            engine.submit(
+                encode(f"R{rnd} S{s} {PANGRAM[: 10 + s]}"), sp(4), session_params={"id": sid}
+            )
+            for s, sid in enumerate(sids)
+        ]
         rids += [engine.submit(encode(f"plain {rnd} {i} {PANGRAM[:12]}"), sp(4)) for i in range(2)]
         engine.run_until_idle()
         assert all(engine.pop_result(rid).finish_reason.kind == "length" for rid in rids)
@@ -167,8 +213,10 @@ def test_abort_heavy_chunked_prefill_does_not_leak() -> None:
         for sid in sids:
             assert turn(engine, sid, encode(f"recover {rnd}", bos=False), 4).cached_tokens > 0
     assert all(engine.close_session(sid) for sid in sids)
-    assert all(r.finish_reason.kind == "length" for r in engine.generate([encode(f"after {i}") for i in range(3)],
-                                                                        sp(4)))
+    assert all(
+        r.finish_reason.kind == "length"
+        for r in engine.generate([encode(f"after {i}") for i in range(3)], sp(4))
+    )
     finish(engine, checker)
 
 
@@ -178,11 +226,14 @@ def test_kv_cache_inheritance_with_eagle(version: int, page_size: int) -> None:
     with offset -1, v2 (overlap, bonus pre-claim) with offset 0."""
     from engine.speculative.config import SpecConfig
 
-    engine, checker = checked_engine(session_config(page_size, overlap=version == 2,
-                                                    speculative=SpecConfig(version=version)))
+    engine, checker = checked_engine(
+        session_config(page_size, overlap=version == 2, speculative=SpecConfig(version=version))
+    )
     sid = engine.open_session(1000, streaming=True)
     results = [turn(engine, sid, encode(text), 12) for text in CHUNKS]
-    for before, after in zip(results, results[1:]):
-        assert after.cached_tokens == before.prompt_tokens + before.completion_tokens + (0 if version == 2 else -1)
+    for before, after in pairwise(results):
+        assert after.cached_tokens == before.prompt_tokens + before.completion_tokens + (
+            0 if version == 2 else -1
+        )
     assert engine.close_session(sid)
     finish(engine, checker)

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from session_support import checked_engine, encode, finish, session_config, sp, turn
 
 from engine.cache.streaming_session import SessionSlot, StreamingSession, VirtualNode
 from engine.engine import Engine
 from engine.request import FinishReason, Req
 from engine.sched.sessions import SessionParams
-from session_support import checked_engine, encode, finish, session_config, sp, turn
 
 PROMPT = encode("Let me tell you something about France, and about Paris.")
 
 
-def _session_engine(page_size: int = 4, cache: str = "radix", **kw: object) -> tuple[Engine, object, str]:
+def _session_engine(
+    page_size: int = 4, cache: str = "radix", **kw: object
+) -> tuple[Engine, object, str]:
     engine, checker = checked_engine(session_config(page_size, overlap=False, cache=cache, **kw))
     sid = engine.open_session(1000, streaming=True)
     return engine, checker, sid
@@ -32,8 +34,12 @@ def _cache(engine: Engine) -> StreamingSession:
 
 def _next_turn(engine: Engine, sid: str, text: str) -> Req:
     """Turn 2's request as create_req builds it, not yet queued (``fill_ids`` ready)."""
-    req = engine.sessions.create_req("turn-2", encode(text), SessionParams(id=sid),
-                                     lambda ids: Req("turn-2", ids, sampling_params=sp(8)))
+    req = engine.sessions.create_req(
+        "turn-2",
+        encode(text),
+        SessionParams(id=sid),
+        lambda ids: Req("turn-2", ids, sampling_params=sp(8)),
+    )
     req.fill_ids = req.origin_input_ids + req.output_ids
     return req
 
@@ -48,14 +54,24 @@ def test_preabort_detaches_session_and_preserves_slot() -> None:
     engine, checker, sid = _session_engine()
     turn(engine, sid, PROMPT, 8)
     slot = _cache(engine).slots[sid]
-    before = (slot.req_pool_idx, slot.kv_committed_len, slot.kv_allocated_len, slot.cache_protected_len)
+    before = (
+        slot.req_pool_idx,
+        slot.kv_committed_len,
+        slot.kv_allocated_len,
+        slot.cache_protected_len,
+    )
     req = _next_turn(engine, sid, "more")
     assert engine.sessions.sessions[sid].inflight
     req.to_finish = FinishReason.of_abort("too long", 400)
     engine.mem.match_prefix(req)
     assert engine.sessions.session_of(req) is None and not engine.sessions.sessions[sid].inflight
     assert not isinstance(req.last_node, VirtualNode) and req.req_pool_idx is None
-    assert (slot.req_pool_idx, slot.kv_committed_len, slot.kv_allocated_len, slot.cache_protected_len) == before
+    assert (
+        slot.req_pool_idx,
+        slot.kv_committed_len,
+        slot.kv_allocated_len,
+        slot.cache_protected_len,
+    ) == before
     finish(engine, checker)
 
 
@@ -79,7 +95,9 @@ def test_first_mid_abort_nukes_ephemeral_slot(page_size: int) -> None:
     tree = engine.mem.tree_cache
     assert engine.mem.allocator.available_size() + tree.evictable_size() == free_before
     assert all(n.lock_ref == 0 for n in tree.tree_view().nodes[1:])
-    assert engine.sessions.sessions[sid].req_nodes == {} and not engine.sessions.sessions[sid].inflight
+    assert (
+        engine.sessions.sessions[sid].req_nodes == {} and not engine.sessions.sessions[sid].inflight
+    )
     finish(engine, checker)
 
 
@@ -97,7 +115,9 @@ def test_nth_mid_abort_nukes_session_slot() -> None:
     assert not _cache(engine).slots
     pool, tree = engine.mem.req_to_token_pool, engine.mem.tree_cache
     assert pool.available_size() == pool.size and tree.protected_size() == 0
-    assert engine.mem.allocator.available_size() + tree.evictable_size() == engine.mem.allocator.size
+    assert (
+        engine.mem.allocator.available_size() + tree.evictable_size() == engine.mem.allocator.size
+    )
     assert list(engine.sessions.sessions[sid].req_nodes) == [first.rid]
     finish(engine, checker)
 
@@ -151,12 +171,23 @@ def test_free_tail_is_page_aligned_and_idempotent() -> None:
 
 def test_restore_is_non_destructive() -> None:
     """``restore_to_req`` lends row and lengths and keeps them in the slot (SGLang #20476)."""
-    slot = SessionSlot(req_pool_idx=3, kv_committed_len=40, kv_allocated_len=40, cache_protected_len=16,
-                       swa_evicted_seqlen=8, swa_uuid_for_lock=2)
+    slot = SessionSlot(
+        req_pool_idx=3,
+        kv_committed_len=40,
+        kv_allocated_len=40,
+        cache_protected_len=16,
+        swa_evicted_seqlen=8,
+        swa_uuid_for_lock=2,
+    )
     req = Req("t2", list(range(50)))
     for _ in range(2):
         slot.restore_to_req(req)
-        assert (req.req_pool_idx, req.kv_committed_len, req.kv_allocated_len, req.swa_evicted_seqlen) == (3, 40, 40, 8)
+        assert (
+            req.req_pool_idx,
+            req.kv_committed_len,
+            req.kv_allocated_len,
+            req.swa_evicted_seqlen,
+        ) == (3, 40, 40, 8)
         assert slot.req_pool_idx == 3 and slot.is_holding_kv
 
 
@@ -169,9 +200,14 @@ def test_chunk_stash_skips_the_inner_cache(monkeypatch: pytest.MonkeyPatch) -> N
     inner = _cache(engine).inner
     calls: list[bool] = []
     real = inner.cache_unfinished_req
-    monkeypatch.setattr(inner, "cache_unfinished_req", lambda req, chunked=False: (calls.append(chunked),
-                                                                                   real(req, chunked=chunked)))
-    second = turn(engine, sid, encode("A much longer second turn that needs several chunks of prefill."), 4)
+    monkeypatch.setattr(
+        inner,
+        "cache_unfinished_req",
+        lambda req, chunked=False: (calls.append(chunked), real(req, chunked=chunked)),
+    )
+    second = turn(
+        engine, sid, encode("A much longer second turn that needs several chunks of prefill."), 4
+    )
     assert engine.stats.chunked_prefills > 0 and calls == [] and second.cached_tokens > 0
     finish(engine, checker)
 
@@ -183,7 +219,9 @@ def test_release_session_frees_slot_and_drops_lock() -> None:
     turn(engine, sid, PROMPT, 8)
     cache, mem = _cache(engine), engine.mem
     slot = cache.slots[sid]
-    assert slot.cache_protected_len > 0 and mem.tree_cache.protected_size() == slot.cache_protected_len
+    assert (
+        slot.cache_protected_len > 0 and mem.tree_cache.protected_size() == slot.cache_protected_len
+    )
     assert cache.inc_lock_ref(slot.virtual_node) is None
     cache.dec_lock_ref(slot.virtual_node)
     cache.release_session("nope")

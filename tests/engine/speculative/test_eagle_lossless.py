@@ -14,9 +14,14 @@ from engine.request import SamplingParams
 from tests.engine.speculative.spec_support import prompts, run_strict, small_config, tokens
 
 CASES = [  # (seed, num_steps, accept_prob, page_size, max_new, eos_prob)
-    (0, 1, 0.5, 1, 24, 0.0), (1, 2, 0.7, 4, 40, 0.02), (2, 3, 0.9, 16, 17, 0.0),
-    (3, 4, 0.6, 1, 33, 0.05), (4, 5, 0.8, 4, 9, 0.0), (5, 3, 0.3, 256, 50, 0.01),
-    (6, 2, 1.0, 4, 31, 0.0), (7, 6, 0.75, 8, 64, 0.03),
+    (0, 1, 0.5, 1, 24, 0.0),
+    (1, 2, 0.7, 4, 40, 0.02),
+    (2, 3, 0.9, 16, 17, 0.0),
+    (3, 4, 0.6, 1, 33, 0.05),
+    (4, 5, 0.8, 4, 9, 0.0),
+    (5, 3, 0.3, 256, 50, 0.01),
+    (6, 2, 1.0, 4, 31, 0.0),
+    (7, 6, 0.75, 8, 64, 0.03),
 ]
 
 
@@ -32,8 +37,16 @@ def test_greedy_output_with_eagle_equals_plain_decode(version: int, case: tuple)
     greedy decoding (the target decides every token; drafts only propose)."""
     seed, steps, p, page_size, max_new, eos = case
     ps = prompts(seed, 10, 48, 1, 90)
-    config = small_config(version, page_size=page_size, seed=seed, eos_prob=eos, total=4096,
-                          num_steps=steps, accept_prob=p, retract=seed % 2 == 1)
+    config = small_config(
+        version,
+        page_size=page_size,
+        seed=seed,
+        eos_prob=eos,
+        total=4096,
+        num_steps=steps,
+        accept_prob=p,
+        retract=seed % 2 == 1,
+    )
     results, engine = run_strict(config, ps, max_new)
     assert tokens(results) == _plain(seed, page_size, eos, ps, max_new)
     assert sum(engine.stats.spec_accept_hist) > 0
@@ -58,7 +71,9 @@ def test_the_same_seed_gives_the_same_acceptance() -> None:
     """The draft's coins are a function of seed and context only: two runs of one config
     give the same histogram; another seed gives another."""
     ps = prompts(3, 6, 16, 4, 30)
-    hists = [run_strict(small_config(2, seed=s), ps, 40)[1].stats.spec_accept_hist for s in (5, 5, 6)]
+    hists = [
+        run_strict(small_config(2, seed=s), ps, 40)[1].stats.spec_accept_hist for s in (5, 5, 6)
+    ]
     assert hists[0] == hists[1] != hists[2]
 
 
@@ -70,7 +85,11 @@ def test_tiny_model_with_its_draft_network_is_lossless(version: int) -> None:
 
     tiny = TinyConfig(num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8)
     ps = prompts(0, 6, 16, 5, 40)
-    on, engine = run_strict(small_config(version, model="tiny", tiny=tiny, retract=True, seed=11), ps, 24)
-    off = Engine(small_config(None, model="tiny", tiny=tiny, seed=11)).generate(ps, SamplingParams(max_new_tokens=24))
+    on, engine = run_strict(
+        small_config(version, model="tiny", tiny=tiny, retract=True, seed=11), ps, 24
+    )
+    off = Engine(small_config(None, model="tiny", tiny=tiny, seed=11)).generate(
+        ps, SamplingParams(max_new_tokens=24)
+    )
     assert tokens(on) == tokens(off)
     assert all(n > 0 for n in engine.stats.spec_accept_hist) and engine.stats.retracted_reqs > 0

@@ -34,12 +34,15 @@ class SwaWitness:
 
     def on_event(self, event: str, engine: Any) -> None:
         if event == "forward":
-            self.swa_evicted = max([self.swa_evicted, *(r.swa_evicted_seqlen for r in engine.scheduler.live_reqs())])
+            self.swa_evicted = max(
+                [self.swa_evicted, *(r.swa_evicted_seqlen for r in engine.scheduler.live_reqs())]
+            )
 
 
 def _id(row: dict) -> str:
     return "v{version}-ps{page_size}".format(**row) + "".join(
-        f"-{k}" for k in ("retract", "swa", "mixed", "radix") if row[k])
+        f"-{k}" for k in ("retract", "swa", "mixed", "radix") if row[k]
+    )
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[_id(r) for r in ROWS])
@@ -59,6 +62,8 @@ def test_eagle_grid_row_is_clean_and_lossless(row: dict) -> None:
     assert s.retracted_reqs > 0 or not row["retract"]
     assert witness.swa_evicted > 0 or not row["swa"] or row["page_size"] == 256  # window 2 pages
     plain = Engine(grid_config(w, overlap=False, radix=True, mixed=False, retract=False))
-    expected = plain.generate([list(p) for p in w.prompts], SamplingParams(max_new_tokens=w.max_new_tokens))
+    expected = plain.generate(
+        [list(p) for p in w.prompts], SamplingParams(max_new_tokens=w.max_new_tokens)
+    )
     got = [engine.results.get(r.rid) for r in expected]
     assert None not in got and tokens(got) == tokens(expected)  # type: ignore[arg-type]

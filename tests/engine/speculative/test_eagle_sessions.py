@@ -26,8 +26,11 @@ def _offsets(version: int, page_size: int, checked: bool = True, turns: int = 5)
     rng = np.random.default_rng(page_size)
     offsets, prev = [], None
     for _ in range(turns):
-        rid = engine.submit(rng.integers(0, 256, 10).tolist(),
-                            SamplingParams(max_new_tokens=int(rng.integers(3, 12))), session_params={"id": sid})
+        rid = engine.submit(
+            rng.integers(0, 256, 10).tolist(),
+            SamplingParams(max_new_tokens=int(rng.integers(3, 12))),
+            session_params={"id": sid},
+        )
         engine.run_until_idle()
         result = engine.pop_result(rid)
         if prev is not None:
@@ -51,30 +54,48 @@ def test_bonus_lag_costs_v2_one_inherited_token(monkeypatch: pytest.MonkeyPatch)
     inherits one token less (the -1 SGLang's EagleV2 session test saw; an overshooting one
     is trimmed to its target either way, #22897) — and the strict checker stops it at once."""
     monkeypatch.setattr(accounting, "preclaim_bonus", lambda req: None)
-    monkeypatch.setattr(accounting, "resolve_accepted",
-                        lambda req, n: setattr(req, "kv_committed_len", req.kv_committed_len + n))
+    monkeypatch.setattr(
+        accounting,
+        "resolve_accepted",
+        lambda req, n: setattr(req, "kv_committed_len", req.kv_committed_len + n),
+    )
     lagging = _offsets(2, 4, checked=False)
     assert -1 in lagging and set(lagging) <= {-1, 0}
-    with pytest.raises(InvariantViolation, match="spec.overalloc_bounded"):
+    with pytest.raises(InvariantViolation, match=r"spec\.overalloc_bounded"):
         _offsets(2, 4)
 
 
 @pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("page_size", [4, 256])
-def test_eagle_sessions_with_plain_traffic_and_retract_are_clean(version: int, page_size: int) -> None:
+def test_eagle_sessions_with_plain_traffic_and_retract_are_clean(
+    version: int, page_size: int
+) -> None:
     """Three streaming sessions and plain requests, forced retract every third forward
     (SGLang's ...EagleRetractLargePage): no invariant fires at any event, and every turn
     returns its tokens."""
-    config = small_config(version, page_size=page_size, total=64 * max(page_size, 16), retract=True,
-                          enable_streaming_session=True, seed=7)
+    config = small_config(
+        version,
+        page_size=page_size,
+        total=64 * max(page_size, 16),
+        retract=True,
+        enable_streaming_session=True,
+        seed=7,
+    )
     engine = Engine(config, observers=[strict_hook()])
     sids = [engine.open_session(8192, streaming=True) for _ in range(3)]
     rng = np.random.default_rng(version)
     for _ in range(4):
-        rids = [engine.submit(rng.integers(0, 256, int(rng.integers(4, 40))).tolist(),
-                              SamplingParams(max_new_tokens=int(rng.integers(2, 20))), session_params={"id": sid})
-                for sid in sids]
-        rids += [engine.submit(rng.integers(0, 256, 30).tolist(), SamplingParams(max_new_tokens=15))]
+        rids = [
+            engine.submit(
+                rng.integers(0, 256, int(rng.integers(4, 40))).tolist(),
+                SamplingParams(max_new_tokens=int(rng.integers(2, 20))),
+                session_params={"id": sid},
+            )
+            for sid in sids
+        ]
+        rids += [
+            engine.submit(rng.integers(0, 256, 30).tolist(), SamplingParams(max_new_tokens=15))
+        ]
         engine.run_until_idle()
         assert all(engine.pop_result(rid).completion_tokens > 0 for rid in rids)
     for sid in sids:
