@@ -23,8 +23,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from engine.config.model import TinyConfig
 from engine.model.runner import ForwardBatch, ForwardMode, ModelRunner
-from engine.model.tiny_config import TinyConfig
 from engine.model.tiny_layers import TinyWeights, rms_norm
 from engine.request import Req
 

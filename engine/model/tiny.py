@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
+from engine.config.model import TinyConfig
 from engine.mem.allocator import PagedAllocator, SWAAllocator
 from engine.mem.kv_pool import KVShape, MHAKVPool, MLAKVPool, SWAKVPool
 from engine.model.draft import DraftNetwork, DraftOutput, self_play, self_play_slots
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
 from engine.model.sim import stream_seed
 from engine.model.tiny_attn import AttnIndex, build_index, make_backend
-from engine.model.tiny_config import TinyConfig
 from engine.model.tiny_layers import (
     DTYPES,
     GQAWeights,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.model.tiny_config import TinyConfig
+from engine.config.model import TinyConfig
 from engine.model.tokenizer import VOCAB_SIZE
 
 DTYPES = {

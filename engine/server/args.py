@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from engine.config import EngineConfig, MemoryConfig
+from engine.config.model import TinyConfig
+from engine.config.speculative import SpecConfig
 from engine.errors import ConfigError
-from engine.model.tiny_config import TinyConfig
-from engine.speculative.config import SpecConfig
 
 SPEC_VERSIONS = {"EAGLE": 1, "EAGLE_V2": 2}
 

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engine.config.speculative import SpecConfig
 from engine.errors import ConfigError
 from engine.model.runner import ForwardBatch, ModelRunner
-from engine.speculative.config import SpecConfig
 
 
 @dataclass(slots=True, eq=False)

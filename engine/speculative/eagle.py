@@ -35,13 +35,13 @@ from typing import Any
 import numpy as np
 
 from engine.config import EngineConfig
+from engine.config.speculative import SpecConfig
 from engine.mem.allocator import SWAAllocator
 from engine.memory import KVMemory
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput, ModelRunner
 from engine.request import Req
 from engine.sched.batch import ScheduleBatch
 from engine.speculative import accounting
-from engine.speculative.config import SpecConfig
 from engine.speculative.drafters import SpecState, make_drafter
 from engine.view import ReqView, StateView
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig, MemoryConfig
+from engine.config.model import TinyConfig
+from engine.config.speculative import SpecConfig
 from engine.engine import Engine, GenerateResult
 from engine.memory import KVMemory
 from engine.model.tiny import TinyModel
-from engine.model.tiny_config import TinyConfig
 from engine.request import SamplingParams
-from engine.speculative.config import SpecConfig
 
 WINDOW = 8
 MODELS: dict[str, TinyConfig] = {

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from engine.config.model import TinyConfig
 from engine.mem.allocator import SWAAllocator
 from engine.model.tiny import TinyModel, make_kv_pool
-from engine.model.tiny_config import TinyConfig
 from engine.request import Req
 
 MakeDriver = Callable[..., Any]  # the SimDriver class from conftest.py

@@ -224,7 +224,7 @@ def test_abort_heavy_chunked_prefill_does_not_leak() -> None:
 def test_kv_cache_inheritance_with_eagle(version: int, page_size: int) -> None:
     """SGLang's Eagle / EagleV2 classes: speculative turns inherit KV too — v1 (no overlap)
     with offset -1, v2 (overlap, bonus pre-claim) with offset 0."""
-    from engine.speculative.config import SpecConfig
+    from engine.config.speculative import SpecConfig
 
     engine, checker = checked_engine(
         session_config(page_size, overlap=version == 2, speculative=SpecConfig(version=version))

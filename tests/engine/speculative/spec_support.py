@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from engine.config import EngineConfig, MemoryConfig
+from engine.config.speculative import SpecConfig
 from engine.engine import Engine, GenerateResult
 from engine.request import SamplingParams
-from engine.speculative.config import SpecConfig
 from tests.engine.sched.sched_support import Workload, grid_config, prompts, strict_hook
 
 

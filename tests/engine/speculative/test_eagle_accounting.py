@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig, MemoryConfig
+from engine.config.speculative import SpecConfig
 from engine.engine import Engine
 from engine.errors import ConfigError
 from engine.memory import KVMemory
 from engine.request import Req, SamplingParams
 from engine.speculative import accounting
-from engine.speculative.config import SpecConfig
 from tests.engine.sched.sched_support import strict_hook
 from tests.engine.speculative.spec_support import small_config
 

@@ -81,7 +81,7 @@ def test_the_same_seed_gives_the_same_acceptance() -> None:
 def test_tiny_model_with_its_draft_network_is_lossless(version: int) -> None:
     """Tiny model (float64, GQA, page size 4, retract on): EAGLE with the distilled draft
     network gives the plain greedy tokens, and its drafts are accepted 0..num_steps times."""
-    from engine.model.tiny_config import TinyConfig
+    from engine.config.model import TinyConfig
 
     tiny = TinyConfig(num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8)
     ps = prompts(0, 6, 16, 5, 40)

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from engine.config import EngineConfig, MemoryConfig
+from engine.config.model import TinyConfig
 from engine.engine import Engine
 from engine.errors import ConfigError
 from engine.mem.kv_pool import MHAKVPool, MLAKVPool, SWAKVPool
 from engine.model.tiny import TinyModel
-from engine.model.tiny_config import TinyConfig
 from engine.request import SamplingParams
 
 HYBRID = MemoryConfig(page_size=4, max_total_tokens=256, swa_tokens=128, sliding_window=8)

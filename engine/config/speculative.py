@@ -6,7 +6,7 @@ verifies ``num_draft_tokens = num_steps + 1`` tokens (the root, i.e. the last sa
 plus the drafts; SGLang adjusts the flag to that value for topk 1, here a mismatch is an
 error), the version is 1 or 2, the sim draft's acceptance probability lies in (0, 1].
 Whether the version fits the scheduler (v2 needs overlap, v1 needs it off) is checked by
-``EngineConfig``. Imports nothing of the engine but its errors (EngineConfig imports this).
+``EngineConfig``.
 
 Over-allocation per decode step (SGLang ``get_alloc_len_per_decode`` for topk 1):
 ``alloc_len = max(num_steps * topk, num_draft_tokens) = num_draft_tokens``.

@@ -3,7 +3,7 @@
 Keeps: a TinyConfig that passes ``check_memory`` builds a model whose KV pools match the
 memory layer's pools — sliding-window layers exist iff the memory has a window, a hybrid
 (SWA) pool has at least one sliding-window layer, MLA never meets a hybrid pool, and the
-Triton backend never meets float64. Imports no torch (EngineConfig imports this file).
+Triton backend never meets float64. Imports no torch (EngineConfig holds one).
 
 Layer kinds come from ``attention_pattern``, tiled over ``num_layers``: ``F`` = full
 attention, ``S`` = sliding window (a query at ``q`` sees keys ``[q - W, q]`` with ``W =
@@ -12,17 +12,26 @@ memory.sliding_window``, kernels/window.py). ``"FS"`` over 4 layers gives F S F 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from engine.config.memory import MemoryConfig, Problem, check_fields
 from engine.errors import ConfigError
-
-if TYPE_CHECKING:
-    from engine.config import MemoryConfig
 
 AttentionKind = Literal["gqa", "mla"]
 DType = Literal["float64", "float32", "float16", "bfloat16"]
 Backend = Literal["torch", "triton"]
+POSITIVE_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_heads",
+    "num_kv_heads",
+    "kv_lora_rank",
+    "v_head_dim",
+    "qk_nope_head_dim",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,65 +63,32 @@ class TinyConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        for name in (
-            "num_layers",
-            "hidden_size",
-            "intermediate_size",
-            "num_heads",
-            "num_kv_heads",
-            "kv_lora_rank",
-            "v_head_dim",
-            "qk_nope_head_dim",
-        ):
-            _require(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
+        check_fields(self, self._problems(), prefix="tiny.")
+
+    def _problems(self) -> Iterator[Problem]:
+        for name in POSITIVE_FIELDS:
+            if getattr(self, name) < 1:
+                yield name, "must be >= 1"
         for name in ("head_dim", "qk_rope_head_dim"):
-            value = getattr(self, name)
-            _require(value >= 2 and value % 2 == 0, name, value, "RoPE needs an even size >= 2")
-        _require(
-            self.num_heads % self.num_kv_heads == 0,
-            "num_kv_heads",
-            self.num_kv_heads,
-            f"must divide num_heads ({self.num_heads})",
-        )
-        _require(
-            self.attention in ("gqa", "mla"), "attention", self.attention, "must be 'gqa' or 'mla'"
-        )
-        _require(
-            bool(self.attention_pattern) and set(self.attention_pattern) <= {"F", "S"},
-            "attention_pattern",
-            self.attention_pattern,
-            "must be a non-empty string of F and S",
-        )
-        _require(
-            self.dtype in ("float64", "float32", "float16", "bfloat16"),
-            "dtype",
-            self.dtype,
-            "must be float64, float32, float16 or bfloat16",
-        )
-        _require(
-            self.backend in ("torch", "triton"),
-            "backend",
-            self.backend,
-            "must be 'torch' or 'triton'",
-        )
-        _require(
-            self.backend == "torch" or self.dtype != "float64",
-            "dtype",
-            self.dtype,
-            "the Triton kernels take float32/16/bf16 only (use backend='torch' for float64)",
-        )
-        _require(
-            self.attention == "gqa" or "S" not in self.attention_pattern,
-            "attention_pattern",
-            self.attention_pattern,
-            "sliding-window layers are GQA only (no MLA + SWA)",
-        )
-        _require(
-            self.rope_theta > 0 and self.rms_norm_eps > 0,
-            "rope_theta",
-            self.rope_theta,
-            "rope_theta and rms_norm_eps must be > 0",
-        )
+            if getattr(self, name) < 2 or getattr(self, name) % 2:
+                yield name, "RoPE needs an even size >= 2"
+        if self.num_heads % self.num_kv_heads:
+            yield "num_kv_heads", f"must divide num_heads ({self.num_heads})"
+        if self.attention not in ("gqa", "mla"):
+            yield "attention", "must be 'gqa' or 'mla'"
+        if not self.attention_pattern or not set(self.attention_pattern) <= {"F", "S"}:
+            yield "attention_pattern", "must be a non-empty string of F and S"
+        if self.dtype not in ("float64", "float32", "float16", "bfloat16"):
+            yield "dtype", "must be float64, float32, float16 or bfloat16"
+        if self.backend not in ("torch", "triton"):
+            yield "backend", "must be 'torch' or 'triton'"
+        if self.backend == "triton" and self.dtype == "float64":
+            why = "the Triton kernels take float32/16/bf16 only (use backend='torch' for float64)"
+            yield "dtype", why
+        if self.attention == "mla" and "S" in self.attention_pattern:
+            yield "attention_pattern", "sliding-window layers are GQA only (no MLA + SWA)"
+        if self.rope_theta <= 0 or self.rms_norm_eps <= 0:
+            yield "rope_theta", "rope_theta and rms_norm_eps must be > 0"
 
     @property
     def window_layers(self) -> frozenset[int]:
@@ -138,8 +114,3 @@ class TinyConfig:
                 "pool (memory.swa_tokens) needs at least one sliding-window "
                 "layer ('S')"
             )
-
-
-def _require(ok: bool, name: str, value: object, why: str) -> None:
-    if not ok:
-        raise ConfigError(f"tiny.{name}={value!r}: {why}")
