@@ -22,13 +22,17 @@ from engine.hooks import Clock, Observer, SimClock, make_hooks
 from engine.memory import KVMemory
 from engine.model.runner import ModelRunner
 from engine.request import FinishReason, Req, SamplingParams
+from engine.sched.decode import DecodePolicy, PlainDecode
 from engine.sched.scheduler import Scheduler
+from engine.sched.sessions import SessionController
 from engine.sched.stats import SchedulerStats, StepOutcome
 from engine.session_api import SessionAPI, SessionParamsLike
 from engine.snapshot import ReqPlaces, ViewMemo, memory_view
+from engine.speculative.eagle import EagleWorker
 from engine.view import (
     OPTIONAL_PARTS,
     IntegrityView,
+    ResponseView,
     SchedView,
     StateView,
     positional_builder,
@@ -95,14 +99,21 @@ class Engine(SessionAPI):
     ) -> None:
         self.config = config
         self.strict_level = resolve_strict_level(config)
-        self.mem = KVMemory.from_config(config.memory)
+        self.clock: Clock = clock if clock is not None else SimClock()
+        self.sessions = SessionController(self.clock.now, config.enable_streaming_session)
+        spec, streaming = config.speculative, config.enable_streaming_session
+        self.mem = KVMemory.from_config(
+            config.memory,
+            row_reserve=0 if spec is None else spec.row_reserve,
+            sessions=self.sessions if streaming else None,
+        )
         self.runner: ModelRunner = (
             runner if runner is not None else default_runner(config, self.mem)
         )
-        self.clock: Clock = clock if clock is not None else SimClock()
         self.hooks = make_hooks(observers)
-        self.scheduler = Scheduler(config, self.mem, self.runner, self._emit)
-        self._init_sessions()
+        policy = decode_policy(config, self.mem, self.runner)
+        self.scheduler = Scheduler(config, self.mem, policy, self._emit)
+        self._response = ResponseView()
         self._take_integrity = integrity_taker(self.runner)
         self.integrity: tuple[IntegrityView, ...] = ()  # failed reads of this iteration's forward
         self.requests: dict[str, Req] = {}  # every request not yet popped by its caller
@@ -296,7 +307,7 @@ class Engine(SessionAPI):
         )
         if sections & SESSION_SECTIONS:
             view = self._session_parts(event, view, owning)  # and, at ``response``, the response
-        return view if sched.eagle is None else sched.eagle.annotate(view)  # EAGLE's fields
+        return annotate_spec(view, sched.policy, sched.live_reqs())  # EAGLE's fields
 
     def _places(self) -> ReqPlaces:
         """Where the scheduler holds each request. A decode step's batch is the running batch
@@ -332,6 +343,34 @@ class Engine(SessionAPI):
             num_draft_tokens=0,
             spec_alloc_len=0,
         )
+
+
+def decode_policy(config: EngineConfig, mem: KVMemory, runner: ModelRunner) -> DecodePolicy:
+    """The scheduler's decode step: plain, or EAGLE v1 / v2 (``config.speculative``)."""
+    if config.speculative is None:
+        return PlainDecode(mem, runner)
+    return EagleWorker.make(config, mem, runner)
+
+
+def annotate_spec(view: StateView, policy: DecodePolicy, live: list[Req]) -> StateView:
+    """The view with the speculative fields: mode and sizes, each row holder's device
+    seq_len and last accept length (none without speculation)."""
+    if policy.spec_mode == "off":
+        return view
+    sched = replace(
+        view.sched,
+        spec_mode=policy.spec_mode,
+        num_draft_tokens=policy.num_draft_tokens,
+        spec_alloc_len=policy.alloc_len,
+    )
+    by_rid = {r.rid: r for r in live}
+    reqs = []
+    for r in view.reqs:
+        state = policy.spec_state(by_rid[r.rid]) if r.rid in by_rid else None
+        reqs.append(
+            r if state is None else r._replace(spec_seq_len=state[0], spec_accept_len=state[1])
+        )
+    return replace(view, sched=sched, reqs=tuple(reqs))
 
 
 def default_runner(config: EngineConfig, mem: KVMemory) -> ModelRunner:

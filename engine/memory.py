@@ -8,54 +8,46 @@ The scheduler decides *when*; these methods decide *which slots*.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from engine.cache.base import PrefixCache
 from engine.cache.chunk_cache import ChunkCache
 from engine.cache.radix_cache import RadixCache
-from engine.cache.streaming_session import StreamingSession
+from engine.cache.streaming_session import SessionLookup, StreamingSession
 from engine.cache.swa_radix_cache import SWARadixCache
 from engine.config import MemoryConfig
 from engine.errors import KVAccountingError, KVOutOfMemory
 from engine.mem import paging
 from engine.mem.allocator import PagedAllocator, SWAAllocator, TokenAllocator
 from engine.mem.req_to_token import ReqToTokenPool
-from engine.request import Req
-
-if TYPE_CHECKING:
-    from engine.sched.batch import ScheduleBatch
-
-
-class DecodeReservation(Protocol):
-    """What speculative decoding (engine/speculative/eagle.py) decides for decode steps:
-    how much a step allocates, how it is prepared, and the trim before a release."""
-
-    def decode_tokens(self, reqs: Sequence[Req]) -> int: ...
-
-    def prepare_for_decode(self, batch: ScheduleBatch, last_tokens: Mapping[Req, int]) -> None: ...
-
-    def before_release(self, req: Req) -> None: ...
+from engine.request import EMPTY_INDICES, Req
 
 
 @dataclass(slots=True, eq=False)
 class KVMemory:
-    """The memory layer the scheduler drives; built from a MemoryConfig."""
+    """The memory layer the scheduler drives; built by ``from_config``. ``streaming`` is the
+    streaming-session cache when sessions keep KV between turns (then also ``tree_cache``)."""
 
     config: MemoryConfig
     allocator: PagedAllocator | SWAAllocator
     req_to_token_pool: ReqToTokenPool
     tree_cache: PrefixCache
+    streaming: StreamingSession | None = None
     evicted_tokens: int = 0  # tokens freed by cache eviction (proves eviction ran)
-    spec: DecodeReservation | None = None  # EAGLE's worker, when speculative decoding is on
 
     @classmethod
-    def from_config(cls, config: MemoryConfig) -> KVMemory:
+    def from_config(
+        cls, config: MemoryConfig, *, row_reserve: int = 0, sessions: SessionLookup | None = None
+    ) -> KVMemory:
+        """The one place a memory stack is built: the allocator, the request rows (each
+        ``row_reserve`` positions past the context: EAGLE's verify windows), the prefix cache
+        — wrapped in the streaming-session cache when ``sessions`` (the controller) is given."""
         ps, strict = config.page_size, config.strict
-        pool = ReqToTokenPool(config.max_num_reqs, config.context_len + 8, strict=strict)
+        width = config.context_len + 8 + row_reserve
+        pool = ReqToTokenPool(config.max_num_reqs, width, strict=strict)
         allocator: PagedAllocator | SWAAllocator
         if config.swa_tokens is not None:
             allocator = SWAAllocator(config.max_total_tokens, config.swa_tokens, ps, strict=strict)
@@ -63,7 +55,11 @@ class KVMemory:
             allocator = TokenAllocator(config.max_total_tokens, strict=strict)
         else:
             allocator = PagedAllocator(config.max_total_tokens, ps, strict=strict)
-        return cls(config, allocator, pool, _make_cache(config, pool, allocator))
+        cache = _make_cache(config, pool, allocator)
+        if sessions is None:
+            return cls(config, allocator, pool, cache)
+        streaming = StreamingSession(cache, pool, allocator, sessions)
+        return cls(config, allocator, pool, streaming, streaming)
 
     @property
     def page_size(self) -> int:
@@ -86,9 +82,9 @@ class KVMemory:
         """Match ``req.fill_ids`` against the cache, keeping the one-token logit reserve
         (the last input token is always recomputed: prefix <= len(fill_ids) - 1)."""
         key = req.fill_ids[: len(req.fill_ids) - 1]
-        cache = self.tree_cache  # a streaming turn continues its session slot's row
-        match = cache.match_request(req, key) if isinstance(cache, StreamingSession) else None
-        match = match if match is not None else cache.match_prefix(key, req.extra_key)
+        streaming = self.streaming  # a streaming turn continues its session slot's row
+        match = streaming.match_request(req, key) if streaming is not None else None
+        match = match if match is not None else self.tree_cache.match_prefix(key, req.extra_key)
         req.prefix_indices = match.prefix_indices
         req.last_node = match.last_node
         protected = match.cache_protected_len
@@ -210,6 +206,21 @@ class KVMemory:
             self.allocator.free(self.req_to_token_pool.read(req.req_pool_idx, start, end))
         self.req_to_token_pool.free(req.req_pool_idx)
         req.req_pool_idx = None
+
+    def reset_retracted(self, req: Req) -> None:
+        """Forget every KV field of a retracted request (its KV was released with
+        ``is_insert=False``), then its scheduling fields: the next prefill starts afresh."""
+        if req.req_pool_idx is not None:
+            raise KVAccountingError(f"req {req.rid}: reset_for_retract before its KV was released")
+        req.prefix_indices = EMPTY_INDICES
+        req.last_node = None
+        req.swa_uuid_for_lock = None
+        req.kv_committed_len = req.kv_allocated_len = 0
+        req.kv_committed_freed = req.kv_overallocated_freed = False
+        req.cache_protected_len = 0
+        req.swa_evicted_seqlen = 0
+        req.decode_batch_idx = 0
+        req.reset_for_retract()
 
 
 def _take_row(pool: ReqToTokenPool, req: Req) -> int:

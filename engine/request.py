@@ -3,11 +3,15 @@ accounting is written in (``managers/schedule_batch.py::Req``).
 
 Keeps: ``kv_committed_len <= kv_allocated_len``; each of the two KV ranges is released at
 most once (``pop_*`` flags); a request is finished exactly once (``finished_reason`` is set
-once and never cleared). The length fields are written only by the lifecycle steps:
-``init_next_round_input`` (fill ids, prefix, extend length), the memory layer's
-``alloc_for_extend``/``alloc_for_decode`` (committed/allocated, = SGLang's
-``prepare_for_extend``/``prepare_for_decode``), ``prepare_for_extend`` here (cached-token
-accounting) and ``reset_for_retract``. Field names are SGLang's so invariants transfer.
+once and never cleared). The KV fields — the row (``req_pool_idx``) and the lengths
+``kv_committed_len``, ``kv_allocated_len``, ``cache_protected_len``, ``swa_evicted_seqlen`` —
+are written only by the memory layer (engine/memory.py: match, allocation, SWA eviction,
+release, the reset after a retract; the prefix caches of engine/cache/, the streaming
+cache's slot lending among them) and EAGLE's accounting (engine/speculative/accounting.py);
+tests/engine/test_kv_field_writers.py holds the engine to it. This file writes the
+scheduling fields: fill ids and extend length (``init_next_round_input``), cached-token
+accounting (``prepare_for_extend``), the retract reset. Field names are SGLang's so
+invariants transfer.
 """
 
 from __future__ import annotations
@@ -167,21 +171,12 @@ class Req:
         self.is_retracted = False
 
     def reset_for_retract(self) -> None:
-        """Forget every KV field (the KV was released with ``is_insert=False``); keep the
-        tokens so the next prefill recomputes ``origin + output``."""
-        if self.req_pool_idx is not None:
-            raise KVAccountingError(f"req {self.rid}: reset_for_retract before its KV was released")
-        self.prefix_indices = EMPTY_INDICES
-        self.last_node = None
-        self.swa_uuid_for_lock = None
+        """The scheduling fields of a retracted request back to a fresh prefill (its KV
+        fields are reset by the memory layer: ``KVMemory.reset_retracted``); the tokens are
+        kept so the next prefill recomputes ``origin + output``."""
         self.extend_input_len = 0
         self.already_computed = 0
-        self.kv_committed_len = self.kv_allocated_len = 0
-        self.kv_committed_freed = self.kv_overallocated_freed = False
-        self.cache_protected_len = 0
-        self.swa_evicted_seqlen = 0
         self.is_chunked = 0
-        self.decode_batch_idx = 0
         self.is_retracted = self.retracted_stain = True
         self.retraction_count += 1
 

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from engine.cache.streaming_session import StreamingSession
 from engine.model.fingerprint import KVFingerprints
 from engine.request import Req, SamplingParams
 from engine.sched.session_views import response_view, session_views, slot_views
@@ -48,17 +47,6 @@ class SessionAPI:
     _response: ResponseView
     _emit: Callable[[str], None]
 
-    def _init_sessions(self) -> None:
-        self.sessions = SessionController(
-            self.clock.now, self.config.enable_streaming_session, self.scheduler.abort
-        )
-        self._response = ResponseView()
-        if self.config.enable_streaming_session:
-            mem = self.mem
-            mem.tree_cache = self.sessions.tree_cache = StreamingSession(
-                mem.tree_cache, mem.req_to_token_pool, mem.allocator, self.sessions
-            )
-
     # ---- open / close ----
 
     def open_session(
@@ -78,12 +66,20 @@ class SessionAPI:
         """Close a session — at once, or when its in-flight streaming turn ends (deferred);
         False for an unknown id (SGLang answers 200 and logs)."""
         found = self.sessions.close(session_id)
+        self._release_closed()
         self._emit("session")
         return found
 
     def _reap(self) -> None:
         if self.sessions.sessions and self.sessions.maybe_reap(self.clock.now()):
+            self._release_closed()
             self._emit("session")
+
+    def _release_closed(self) -> None:
+        """The streaming slots of the sessions just closed: their KV, row and lock go."""
+        for session_id in self.sessions.take_closed():
+            if self.mem.streaming is not None:
+                self.mem.streaming.release_session(session_id)
 
     # ---- requests ----
 
@@ -106,9 +102,9 @@ class SessionAPI:
         if session_params is None:
             return make(ids)
         params = SessionParams.of(session_params)
-        return (
-            self.sessions.create_req(rid, ids, params, make) if params.id is not None else make(ids)
-        )
+        if params.id is None:
+            return make(ids)
+        return self.sessions.create_req(rid, ids, params, make, self.scheduler.abort)
 
     @staticmethod
     def _check_logprob_start(req: Req, return_logprob: bool, logprob_start_len: int) -> None:
@@ -129,6 +125,8 @@ class SessionAPI:
 
     def _retired(self, req: Req, prompt: int, completion: int) -> None:
         """Session bookkeeping for a finished request, then the ``response`` event."""
+        if self.mem.streaming is not None:
+            self.mem.streaming.forget(req)  # a loan of a turn that never ran, undone
         record: TurnRecord | None = self.sessions.on_retired(req)
         reason = req.finished_reason
         assert reason is not None
@@ -150,17 +148,18 @@ class SessionAPI:
 
     def _owning(self, live: list[Req]) -> list[Req]:
         """The live requests that own their row (a waiting restore does not)."""
-        if self.sessions.tree_cache is None:
+        streaming = self.mem.streaming
+        if streaming is None:
             return live
         waiting = set(self.scheduler.waiting_queue)
-        return [r for r in live if r not in waiting or not self.sessions.is_waiting_borrower(r)]
+        return [r for r in live if r not in waiting or not streaming.is_on_loan(r)]
 
     def _session_parts(self, event: str, view: StateView, owning: list[Req]) -> StateView:
         """``view`` with the slot and session records, and at the ``response`` event the
         response record (unchanged when there are none)."""
         if event == "response":
             view = replace(view, response=self._response)
-        sessions, cache = self.sessions, self.sessions.tree_cache
+        sessions, cache = self.sessions, self.mem.streaming
         if not sessions.sessions and (cache is None or not cache.slots):
             return view
         sched = self.scheduler
@@ -172,11 +171,9 @@ class SessionAPI:
         slots = ()
         if cache is not None:
             kv = getattr(self.runner, "kv", None) if event in KV_CHECK_EVENTS else None
-            active = {r.req_pool_idx for r in owning if r.req_pool_idx is not None}
             slots = slot_views(
                 sessions,
                 cache,
-                active,
                 self.mem.req_to_token_pool,
                 kv if isinstance(kv, KVFingerprints) else None,
             )

@@ -14,13 +14,14 @@ from typing import NamedTuple
 import numpy as np
 
 from engine.cache.base import PrefixCache
-from engine.cache.streaming_session import HeldSlot, held_slots
+from engine.cache.session_slot import HeldSlot
 from engine.mem import paging
 from engine.mem.allocator import PagedAllocator, SWAAllocator
 from engine.mem.census import PageRefs, take_census
 from engine.mem.census_incremental import IncrementalCensus
 from engine.memory import KVMemory
 from engine.request import Req
+from engine.sched.session_views import with_session_locks
 from engine.view import (
     OPTIONAL_PARTS,
     Census,
@@ -70,7 +71,7 @@ def memory_view(
     built = fields
     if "pools" in sections or "req_pool" in sections:
         live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
-        slots = held_slots(mem.tree_cache, (r.req_pool_idx for r in live))  # idle streaming slots
+        slots = mem.streaming.held_slots() if mem.streaming is not None else []  # idle slots
         if "pools" in sections:
             built["pools"] = _pool_views(mem, live, "census" in parts, slots, memo)
         if "req_pool" in sections:
@@ -99,10 +100,12 @@ def _pool_views(
 
 
 def _tree_view(mem: KVMemory, nodes: bool) -> TreeView:
-    """The cache's own view, or — when no rule reads the nodes — only its counters."""
+    """The cache's own view (with the streaming sessions' locks), or — when no rule reads the
+    nodes — only its counters."""
     cache = mem.tree_cache
     if nodes:
-        return cache.tree_view()
+        view = cache.tree_view()
+        return view if mem.streaming is None else with_session_locks(view, mem.streaming)
     return TreeView(
         kind="unlisted",
         page_size=mem.page_size,

@@ -147,7 +147,6 @@ class ReleasedView:
     num_output: int = 0
     is_insert: bool = True
     finished: bool = False
-    speculative: bool = False  # speculative decoding may over-allocate (DESIGN.md decision 8)
     finished_len: int = -1  # output tokens the API returns (finished requests); -1: unknown
 
 

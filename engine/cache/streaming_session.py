@@ -5,25 +5,26 @@ Keeps: a slot owns ``[cache_protected_len, ceil(kv_allocated_len))`` of its row 
 turn 1 until ``release_session``, one tree lock on ``last_node`` (the turn-1 prompt the tree
 holds, ``[0, cache_protected_len)``); the slot's KV is the KV of the session's last
 successful turn (``req_nodes``) — an aborted or retracted turn wipes it (``release_session``)
-and never saves into it; ``restore_to_req`` is non-destructive and idempotent (a restored
-request that the adder rejects and retries takes no tree lock, the slot keeps its row); every
-free here starts page-aligned (``ceil``), never inside a page that holds committed KV.
+and never saves into it; a turn borrows the slot's row by an explicit loan (session_slot.py:
+a restored request that the adder rejects and retries takes no tree lock, the slot keeps its
+row); every free here starts page-aligned (``ceil``), never inside a page that holds
+committed KV.
 
 Turn lifecycle (``sid`` = session id, ``P`` = prefix_len = min(committed, len(key))):
-    match     restore slot → req (row, lengths); free the stale tail [ceil(P), allocated)
+    match     lend slot → req (row, lengths); free the stale tail [ceil(P), allocated)
     chunks    prefix_indices = row[:len(fill_ids)], the inner cache is skipped
-    finish    trim [ceil(O+F), allocated) (overshoot), row + lengths → slot, checkpoint advances
+    finish    trim [ceil(O+F), allocated) (overshoot), take back row + lengths, history advances
     abort     slot (ephemeral on turn 1) widened to the request, release_session; tokens kept
     retract   a borrowed slot is wiped like an abort, the request lives on, checkpoint kept
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from engine.cache.base import MatchResult, PrefixCache, SlotOwner
+from engine.cache.session_slot import HeldSlot, SessionLookup, SessionOf, SessionSlot, VirtualNode
 from engine.errors import KVAccountingError
 from engine.mem import paging
 from engine.mem.allocator import PagedAllocator, SWAAllocator
@@ -31,84 +32,6 @@ from engine.mem.req_to_token import ReqToTokenPool
 
 if TYPE_CHECKING:
     from engine.request import Req
-    from engine.view import TreeView
-
-
-class VirtualNode:
-    """The ``last_node`` of a restored turn: locking or unlocking it does nothing."""
-
-    __slots__ = ()
-
-
-@dataclass(slots=True, eq=False)
-class SessionSlot:
-    """A streaming session's KV between turns (``req_pool_idx`` None: holds nothing)."""
-
-    req_pool_idx: int | None = None
-    kv_committed_len: int = 0
-    kv_allocated_len: int = 0
-    cache_protected_len: int = 0
-    swa_evicted_seqlen: int = 0
-    last_node: Any = None  # turn 1's tree lock, held until release_session
-    swa_uuid_for_lock: int | None = None
-    virtual_node: VirtualNode = field(default_factory=VirtualNode)
-    restored_prefix_len: int = -1  # prefix_len of the last restore since the last save
-
-    @property
-    def is_holding_kv(self) -> bool:
-        return self.req_pool_idx is not None
-
-    def save_from_req(self, req: Req, is_first: bool) -> None:
-        """Take over the finishing request's row and lengths (turn 1: also its tree lock)."""
-        if is_first:
-            self.last_node, self.swa_uuid_for_lock = req.last_node, req.swa_uuid_for_lock
-            self.cache_protected_len = req.cache_protected_len
-        elif req.cache_protected_len != self.cache_protected_len:
-            raise KVAccountingError(
-                f"req {req.rid}: cache_protected_len {req.cache_protected_len} moved "
-                f"from the session's {self.cache_protected_len}"
-            )
-        self.req_pool_idx = req.req_pool_idx
-        self.kv_committed_len, self.kv_allocated_len = req.kv_committed_len, req.kv_allocated_len
-        self.swa_evicted_seqlen = req.swa_evicted_seqlen
-        self.restored_prefix_len = -1
-
-    def restore_to_req(self, req: Req) -> None:
-        """Lend the row and lengths to the next turn; the slot keeps them (a retry restores
-        again: SGLang #20476)."""
-        req.req_pool_idx = self.req_pool_idx
-        req.kv_committed_len, req.kv_allocated_len = self.kv_committed_len, self.kv_allocated_len
-        req.swa_evicted_seqlen = self.swa_evicted_seqlen
-        req.swa_uuid_for_lock = self.swa_uuid_for_lock
-
-
-class SessionOf(Protocol):
-    """The session a request belongs to, as the cache sees it (engine/sched/sessions.py)."""
-
-    session_id: str
-    streaming: bool
-
-    def finish_req(self, req: Req) -> None: ...
-
-    def abort_req(self, req: Req) -> None: ...
-
-
-class SessionLookup(Protocol):
-    """Request → session, and the pre-abort detach (SGLang ``req.session = None``)."""
-
-    def session_of(self, req: Req) -> SessionOf | None: ...
-
-    def detach(self, req: Req) -> None: ...
-
-
-class HeldSlot(NamedTuple):
-    """An idle slot's row range for the pool counters and the census (``label`` names it)."""
-
-    label: str
-    req_pool_idx: int
-    kv_allocated_len: int
-    cache_protected_len: int
-    swa_evicted_seqlen: int
 
 
 class StreamingSession:
@@ -163,7 +86,7 @@ class StreamingSession:
         slot = self.find_active_slot(req)
         if slot is None:
             return None
-        slot.restore_to_req(req)
+        slot.lend(req)
         prefix_len = min(req.kv_committed_len, len(key))
         if prefix_len < slot.cache_protected_len:  # INV-APPEND-ONLY
             raise KVAccountingError(
@@ -212,7 +135,7 @@ class StreamingSession:
                 f"req {req.rid}: finishes on row {req.req_pool_idx}, "
                 f"session {session.session_id} holds row {slot.req_pool_idx}"
             )
-        slot.save_from_req(req, is_first)
+        slot.take_back(req, is_first)
         slot.kv_committed_len = min(target, slot.kv_committed_len)  # never claim unwritten KV
         _hand_over(req)
         session.finish_req(req)
@@ -317,12 +240,28 @@ class StreamingSession:
         if start < end:
             self.allocator.free(self.req_to_token_pool.read(row, start, end))
 
-    # ---- views ----
+    # ---- lending: who owns a slot's row ----
 
-    def held_slots(self, active_rows: Iterable[int]) -> list[HeldSlot]:
-        """The slots holding KV whose row no active request borrows (SGLang's
-        ``session_held_*`` with ``_active_pool_idxs``), in session-id order."""
-        active = set(active_rows)
+    def is_on_loan(self, req: Req) -> bool:
+        """Whether ``req`` holds its session slot's row only on loan (restored by a match,
+        not yet run on: the slot still owns the row, SGLang counts it session-held)."""
+        slot = self._slot_of(req)
+        return slot is not None and slot.is_on_loan_to(req)
+
+    def forget(self, req: Req) -> None:
+        """A turn retired without running (aborted while waiting): a loan it holds is undone,
+        the slot keeps its row untouched."""
+        slot = self._slot_of(req)
+        if slot is not None and slot.is_on_loan_to(req):
+            slot.forget(req)
+
+    def _slot_of(self, req: Req) -> SessionSlot | None:
+        session = self.lookup.session_of(req)
+        return None if session is None else self.slots.get(session.session_id)
+
+    def held_slots(self) -> list[HeldSlot]:
+        """The slots holding KV whose row no running turn owns (SGLang's ``session_held_*``
+        with ``_active_pool_idxs``), in session-id order."""
         return [
             HeldSlot(
                 f"slot:{sid}@row{s.req_pool_idx}",
@@ -332,59 +271,12 @@ class StreamingSession:
                 s.swa_evicted_seqlen,
             )
             for sid, s in sorted(self.slots.items())
-            if s.req_pool_idx is not None and s.req_pool_idx not in active
+            if s.req_pool_idx is not None and s.row_owner() is None
         ]
-
-    def session_held_tokens(self, active_rows: Iterable[int] = ()) -> int:
-        ps = self.page_size
-        return sum(
-            paging.held_len(h.kv_allocated_len, h.cache_protected_len, ps)
-            for h in self.held_slots(active_rows)
-        )
-
-    def session_held_swa_tokens(self, active_rows: Iterable[int] = ()) -> int:
-        ps = self.page_size
-        return sum(
-            paging.held_swa_len(h.kv_allocated_len, h.cache_protected_len, h.swa_evicted_seqlen, ps)
-            for h in self.held_slots(active_rows)
-        )
 
     def slot_owners(self) -> Iterator[SlotOwner]:
         """The inner cache's owners (slots join the census through ``held_slots``)."""
         return self.inner.slot_owners()
-
-    def tree_view(self) -> TreeView:
-        """The inner view, each node carrying the locks the sessions' turn-1 locks put on it."""
-        view = self.inner.tree_view()
-        full, swa = self.session_lock_counts()
-        if not full:
-            return view
-        nodes = tuple(
-            replace(n, session_lock_ref=full.get(n.id, 0), session_swa_lock_ref=swa.get(n.id, 0))
-            if n.id in full
-            else n
-            for n in view.nodes
-        )
-        return replace(view, nodes=nodes)
-
-    def session_lock_counts(self) -> tuple[dict[int, int], dict[int, int]]:
-        """Per node id, how many full and SWA locks the slots hold on it: a lock covers the
-        path from ``last_node`` to the root; its SWA part stops at the node whose
-        ``swa_uuid`` is the slot's (to the root when None)."""
-        full: dict[int, int] = {}
-        swa: dict[int, int] = {}
-        swa_tree = self.inner.supports_swa() and hasattr(self.inner, "root_node")
-        for slot in self.slots.values():
-            node, swa_on = slot.last_node, swa_tree
-            while node is not None and getattr(node, "parent", None) is not None:
-                full[node.id] = full.get(node.id, 0) + 1
-                if swa_on:
-                    swa[node.id] = swa.get(node.id, 0) + 1
-                    swa_on = (
-                        slot.swa_uuid_for_lock is None or node.swa_uuid != slot.swa_uuid_for_lock
-                    )
-                node = node.parent
-        return full, swa
 
 
 def _row(req: Req) -> int:
@@ -401,16 +293,4 @@ def _hand_over(req: Req) -> None:
     req.req_pool_idx = None
 
 
-def held_slots(cache: object, active_rows: Iterable[int]) -> list[HeldSlot]:
-    """``cache.held_slots`` for a streaming-session cache; nothing for any other cache."""
-    return cache.held_slots(active_rows) if isinstance(cache, StreamingSession) else []
-
-
-__all__ = [
-    "HeldSlot",
-    "SessionLookup",
-    "SessionSlot",
-    "StreamingSession",
-    "VirtualNode",
-    "held_slots",
-]
+__all__ = ["HeldSlot", "SessionLookup", "SessionSlot", "StreamingSession", "VirtualNode"]

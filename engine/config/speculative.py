@@ -57,6 +57,12 @@ class SpecConfig:
         return max(self.num_steps * TOPK, self.num_draft_tokens)
 
     @property
+    def row_reserve(self) -> int:
+        """Positions a request row holds past the context: the largest reservation (v2's
+        ``committed + 2 * alloc_len``; v1's window is shorter)."""
+        return 2 * self.alloc_len
+
+    @property
     def max_overalloc(self) -> int:
         """The largest ``allocated - committed`` a running request may hold: v1 the verify
         window (between prepare and the verify's trim); v2 ``2 * alloc_len - 1`` (prepare

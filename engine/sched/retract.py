@@ -21,6 +21,7 @@ from engine.errors import KVOutOfMemory
 from engine.memory import KVMemory
 from engine.request import Req
 from engine.sched.batch import ScheduleBatch
+from engine.sched.decode import DecodePolicy, decode_fits
 from engine.view import ReleasedView
 
 
@@ -45,19 +46,24 @@ def retract_order(reqs: list[Req]) -> list[int]:
 def retract_decode(
     batch: ScheduleBatch,
     mem: KVMemory,
+    policy: DecodePolicy,
     retract_decode_steps: int,
     released: list[ReleasedView] | None = None,
 ) -> RetractResult:
     """Retract at least one request (if more than one runs), then more until the next decode
-    step of the rest fits; the batch keeps the survivors in victim-sort order. Each release
-    is recorded in ``released`` (when given)."""
+    step of the rest (as ``policy`` sizes it) fits; the batch keeps the survivors in
+    victim-sort order. Each release is recorded in ``released`` (when given)."""
     log: list[ReleasedView] = [] if released is None else released
     order = retract_order(batch.reqs)
     retracted: list[Req] = []
+
+    def rest_fits() -> bool:
+        return decode_fits(mem, policy, [batch.reqs[i] for i in order])
+
     first_iter = True
-    while first_iter or not batch.check_decode_mem(mem, order):
+    while first_iter or not rest_fits():
         if len(order) == 1:
-            if not batch.check_decode_mem(mem, order):
+            if not rest_fits():
                 raise KVOutOfMemory(
                     f"no space left for the only running request {batch.reqs[order[0]].rid}"
                 )
@@ -75,21 +81,12 @@ def release_req(mem: KVMemory, req: Req, evict_tokens: int, released: list[Relea
     evictable prefix count at once, and reset the request for its next prefill."""
     release_kv(mem, req, False, released)
     mem.evict_for(evict_tokens)
-    req.reset_for_retract()
+    mem.reset_retracted(req)
 
 
-def release_kv(
-    mem: KVMemory,
-    req: Req,
-    is_insert: bool,
-    released: list[ReleasedView],
-    speculative: bool = False,
-) -> None:
+def release_kv(mem: KVMemory, req: Req, is_insert: bool, released: list[ReleasedView]) -> None:
     """The scheduler's one way to release a request's KV: record the request as it stands
-    (the view's ``sched.released``), then ``release_kv_cache`` with the same ``is_insert``.
-    Under EAGLE a finished request first gives back its reservation (v2: the overshoot)."""
-    if mem.spec is not None and req.finished():
-        mem.spec.before_release(req)
+    (the view's ``sched.released``), then ``release_kv_cache`` with the same ``is_insert``."""
     released.append(
         ReleasedView(
             rid=req.rid,
@@ -101,7 +98,6 @@ def release_kv(
             num_output=len(req.output_ids),
             is_insert=is_insert,
             finished=req.finished(),
-            speculative=speculative,
             finished_len=-1 if req.finished_len is None else req.finished_len,
         )
     )

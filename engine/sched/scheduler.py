@@ -31,27 +31,28 @@ from dataclasses import replace
 
 from engine.config import EngineConfig
 from engine.memory import KVMemory
-from engine.model.runner import ForwardMode, ForwardOutput, ModelRunner
+from engine.model.runner import ForwardMode, ForwardOutput
 from engine.request import FinishReason, Req
 from engine.sched.batch import ScheduleBatch
+from engine.sched.decode import DecodePolicy, decode_fits
 from engine.sched.prefill_adder import AddReqResult, PrefillAdder
 from engine.sched.retract import release_kv, retract_decode
 from engine.sched.stats import SchedulerError, SchedulerStats, StepOutcome
-from engine.speculative.eagle import EagleWorker
 from engine.view import ReleasedView
 
 Emit = Callable[[str], None]
 
 
 class Scheduler:
-    """SGLang's scheduler over one KVMemory and one ModelRunner; ``emit`` reports events."""
+    """SGLang's scheduler over one KVMemory; ``policy`` runs the model and decides how a decode
+    step is taken (plain or speculative); ``emit`` reports events."""
 
     def __init__(
-        self, config: EngineConfig, mem: KVMemory, runner: ModelRunner, emit: Emit
+        self, config: EngineConfig, mem: KVMemory, policy: DecodePolicy, emit: Emit
     ) -> None:
         self.config = config
         self.mem = mem
-        self.runner = runner
+        self.policy = policy
         self.emit = emit
         self.overlap = config.enable_overlap
         self.waiting_queue: list[Req] = []
@@ -66,8 +67,6 @@ class Scheduler:
         self.new_token_ratio = config.init_new_token_ratio
         self.forward_ct = 0
         self.stats = SchedulerStats()
-        self.eagle = EagleWorker.maybe(config, mem, runner, self.stats, self._release)
-        self.speculative = self.eagle is not None  # speculative decoding may over-allocate
 
     # ---- requests in and out ----
 
@@ -139,6 +138,7 @@ class Scheduler:
             self.emit("idle")
         self.last_batch = batch
         self.stats.evicted_tokens = self.mem.evicted_tokens
+        self.stats.spec_accept_hist = self.policy.accept_hist
         self.emit("step")
         return StepOutcome(batch is not None, processed, idle)
 
@@ -159,9 +159,7 @@ class Scheduler:
     def _run_batch(self, batch: ScheduleBatch) -> ForwardOutput:
         self.emit("schedule")
         assert batch.forward is not None
-        out = (
-            self.runner.forward(batch.forward) if self.eagle is None else self.eagle.forward(batch)
-        )
+        out = self.policy.forward(batch.forward)
         self.forward_ct += 1
         fb = batch.forward
         for req, token, sample in zip(fb.reqs, out.next_token_ids.tolist(), fb.sample):
@@ -289,16 +287,18 @@ class Scheduler:
         when that step's memory is there (no retract can happen here)."""
         running = self.running_batch
         if (
-            not self.config.enable_mixed_chunk or running.is_empty() or self.speculative
+            not self.config.enable_mixed_chunk
+            or running.is_empty()
+            or not self.policy.mixes_chunks  # as SGLang: never with speculative decoding
         ):  # as SGLang
             return
         if any(r.return_logprob for r in new_batch.reqs + running.reqs):
             return
         running.filter_batch()
         if not running.is_empty():
-            if not running.check_decode_mem(self.mem):
+            if not decode_fits(self.mem, self.policy, running.reqs):
                 return
-            running.prepare_for_decode(self.mem, self.last_tokens)
+            running.prepare_for_decode(self.policy, self.last_tokens)
             new_batch.mix_with_running(running)
         self.running_batch = ScheduleBatch(batch_is_full=running.batch_is_full)
 
@@ -312,9 +312,9 @@ class Scheduler:
             batch.batch_is_full = False
             return batch
         forced = cfg.test_retract and self.forward_ct % cfg.test_retract_interval == 0
-        if not batch.check_decode_mem(self.mem) or forced:
+        if not decode_fits(self.mem, self.policy, batch.reqs) or forced:
             retracted, self.new_token_ratio = retract_decode(
-                batch, self.mem, cfg.retract_decode_steps, self.released
+                batch, self.mem, self.policy, cfg.retract_decode_steps, self.released
             )
             self.stats.retract_rounds += bool(retracted)
             self.stats.retracted_reqs += len(retracted)
@@ -327,7 +327,7 @@ class Scheduler:
             )
         if batch.batch_size() < initial_bs:
             batch.batch_is_full = False
-        batch.prepare_for_decode(self.mem, self.last_tokens)
+        batch.prepare_for_decode(self.policy, self.last_tokens)
         return batch
 
     # ---- results ----
@@ -336,7 +336,7 @@ class Scheduler:
         if batch.is_extend:
             self._process_prefill(batch, out)
         else:
-            (self._process_decode if self.eagle is None else self.eagle.process)(batch, out)
+            self.policy.process_decode(batch.reqs, out, self._release)
         self.emit("process")
 
     def _process_prefill(self, batch: ScheduleBatch, out: ForwardOutput) -> None:
@@ -358,19 +358,11 @@ class Scheduler:
             elif req not in decoding:
                 self.mem.checkpoint(req)
 
-    def _process_decode(self, batch: ScheduleBatch, out: ForwardOutput) -> None:
-        for req, token, logprob in zip(
-            batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist()
-        ):
-            if req.is_retracted or req.finished():  # overlap: finished by the previous batch
-                continue
-            req.append_output(token, logprob)
-            req.check_finished()
-            if req.finished():
-                self._release(req)
-
     def _release(self, req: Req) -> None:
-        release_kv(self.mem, req, True, self.released, self.speculative)
+        """A finished request: its reservation given back (``before_release``), then its KV
+        released (inserted into the cache) and its result retired."""
+        self.policy.before_release(req)
+        release_kv(self.mem, req, True, self.released)
         self._retire(req)
 
     # ---- introspection ----

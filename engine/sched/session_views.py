@@ -17,15 +17,17 @@ events) and a fingerprinting model (the sim) is there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from engine.cache.streaming_session import SessionSlot, StreamingSession
+from engine.cache.session_slot import SessionSlot
+from engine.cache.streaming_session import StreamingSession
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.model.fingerprint import KVFingerprints, KVRead, fingerprint
 from engine.request import Req
 from engine.sched.sessions import Session, SessionController, TurnRecord
-from engine.view import ResponseView, SessionSlotView, SessionView
+from engine.view import ResponseView, SessionSlotView, SessionView, TreeView
 
 
 def last_turn_tokens(session: Session | None) -> list[int] | None:
@@ -58,7 +60,6 @@ def kv_mismatches(
 def slot_views(
     controller: SessionController,
     cache: StreamingSession,
-    active_rows: set[int],
     pool: ReqToTokenPool,
     kv: KVFingerprints | None,
 ) -> tuple[SessionSlotView, ...]:
@@ -67,7 +68,7 @@ def slot_views(
     for sid, slot in sorted(cache.slots.items()):
         tokens = last_turn_tokens(controller.sessions.get(sid))
         checked = kv is not None and tokens is not None
-        node, borrowed = slot.last_node, slot.req_pool_idx in active_rows
+        node, borrowed = slot.last_node, slot.row_owner() is not None
         views.append(
             SessionSlotView(
                 session_id=sid,
@@ -148,3 +149,35 @@ def response_view(
         parent_completion_tokens=record.parent_completion,
         cache_flushed=record.cache_flushed,
     )
+
+
+def with_session_locks(view: TreeView, cache: StreamingSession) -> TreeView:
+    """The tree's view, each node carrying the locks the sessions' turn-1 locks put on it."""
+    full, swa = session_lock_counts(cache)
+    if not full:
+        return view
+    nodes = tuple(
+        replace(n, session_lock_ref=full.get(n.id, 0), session_swa_lock_ref=swa.get(n.id, 0))
+        if n.id in full
+        else n
+        for n in view.nodes
+    )
+    return replace(view, nodes=nodes)
+
+
+def session_lock_counts(cache: StreamingSession) -> tuple[dict[int, int], dict[int, int]]:
+    """Per node id, how many full and SWA locks the slots hold on it: a lock covers the path
+    from ``last_node`` to the root; its SWA part stops at the node whose ``swa_uuid`` is the
+    slot's (to the root when None)."""
+    full: dict[int, int] = {}
+    swa: dict[int, int] = {}
+    swa_tree = cache.inner.supports_swa() and hasattr(cache.inner, "root_node")
+    for slot in cache.slots.values():
+        node, swa_on = slot.last_node, swa_tree
+        while node is not None and getattr(node, "parent", None) is not None:
+            full[node.id] = full.get(node.id, 0) + 1
+            if swa_on:
+                swa[node.id] = swa.get(node.id, 0) + 1
+                swa_on = slot.swa_uuid_for_lock is None or node.swa_uuid != slot.swa_uuid_for_lock
+            node = node.parent
+    return full, swa

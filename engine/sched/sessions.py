@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from engine.cache.streaming_session import StreamingSession
 from engine.model.tokenizer import BOS_ID
 from engine.request import Req
 
@@ -236,17 +235,17 @@ def _prompt(parent: SessionReqNode | None, params: SessionParams, new: list[int]
 
 
 class SessionController:
-    """Every open session, the request → session links (SGLang ``req.session``) and the turn
-    records; the streaming cache (when enabled) releases a session's slot on close."""
+    """Session policy only: every open session, the request → session links (SGLang
+    ``req.session``), the turn records, close and timeouts. It holds no KV: the sessions it
+    closes are handed out by ``take_closed`` (the engine releases their streaming slots)."""
 
-    def __init__(self, now: Callable[[], float], streaming_enabled: bool, abort: Abort) -> None:
+    def __init__(self, now: Callable[[], float], streaming_enabled: bool) -> None:
         self.sessions: dict[str, Session] = {}
         self.owner: dict[Req, Session] = {}
         self.records: dict[Req, TurnRecord] = {}
-        self.tree_cache: StreamingSession | None = None
+        self.closed: list[str] = []  # closed since the last take_closed
         self.now = now
         self.streaming_enabled = streaming_enabled
-        self.abort = abort
         self._ids = itertools.count()
 
     # ---- the cache's lookup ----
@@ -285,10 +284,9 @@ class SessionController:
     def _close(self, session_id: str) -> bool:
         session = self.sessions[session_id]
         if session.streaming and session.inflight:
-            session.close_on_finish = True  # released by maybe_reap once the turn ends
+            session.close_on_finish = True  # closed by maybe_reap once the turn ends
             return False
-        if self.tree_cache is not None:
-            self.tree_cache.release_session(session_id)
+        self.closed.append(session_id)
         del self.sessions[session_id]
         return True
 
@@ -303,13 +301,19 @@ class SessionController:
                 closed.append(sid)
         return closed
 
+    def take_closed(self) -> list[str]:
+        """The sessions closed since the last call (their slots are to be released)."""
+        closed, self.closed = self.closed, []
+        return closed
+
     # ---- requests ----
 
     def create_req(
-        self, rid: str, input_ids: list[int], params: SessionParams, make_req: MakeReq
+        self, rid: str, input_ids: list[int], params: SessionParams, make_req: MakeReq, abort: Abort
     ) -> Req:
         """The request of a generate call with ``session_params``: a session request, or an
-        abort (status 400) for an unknown or closing session or a rejected append."""
+        abort (status 400) for an unknown or closing session or a rejected append (``abort``:
+        the scheduler's, for the requests a replace drops)."""
         session = self.sessions.get(params.id) if params.id is not None else None
         if session is None or session.close_on_finish:
             req = make_req(list(input_ids))
@@ -321,9 +325,7 @@ class SessionController:
             )
             self.records[req] = TurnRecord(params.id or "", rejected=True, appended=len(input_ids))
             return req
-        req, record = session.create_req(
-            rid, list(input_ids), params, make_req, self.abort, self.now()
-        )
+        req, record = session.create_req(rid, list(input_ids), params, make_req, abort, self.now())
         self.records[req] = record
         if not record.rejected:
             self.owner[req] = session
@@ -331,12 +333,9 @@ class SessionController:
 
     def on_retired(self, req: Req) -> TurnRecord | None:
         """A request left the scheduler (with a result). One retired without a release —
-        aborted while waiting, too long — ends its session's in-flight turn here, and a
-        slot it restored while waiting is given back untouched."""
+        aborted while waiting, too long — ends its session's in-flight turn here."""
         session = self.owner.pop(req, None)
         if session is not None:
-            if self.tree_cache is not None and self.is_waiting_borrower(req, session):
-                _forget_restore(req)
             session.abort_req(req)
         return self.records.pop(req, None)
 
@@ -353,22 +352,3 @@ class SessionController:
         """``flush_cache`` dropped every slot (history tokens stay)."""
         for session in self.sessions.values():
             session.flushed = True
-
-    def is_waiting_borrower(self, req: Req, session: Session | None = None) -> bool:
-        """Whether ``req`` holds its session slot's row only because a match restored it
-        (not yet admitted, or aborted before admission): the slot still owns that row."""
-        cache, session = self.tree_cache, session or self.owner.get(req)
-        if cache is None or session is None or req.req_pool_idx is None or req.kv_committed_freed:
-            return False
-        slot = cache.slots.get(session.session_id)
-        return (
-            slot is not None and slot.req_pool_idx == req.req_pool_idx and req.already_computed == 0
-        )
-
-
-def _forget_restore(req: Req) -> None:
-    """Undo what a restore lent a request that never ran (the slot is unchanged)."""
-    req.req_pool_idx = None
-    req.kv_committed_len = req.kv_allocated_len = 0
-    req.last_node = None
-    req.swa_uuid_for_lock = None

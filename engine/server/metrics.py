@@ -65,7 +65,7 @@ def pool_summary(pool: PoolView) -> dict[str, Any]:
 def engine_state(engine: Engine) -> dict[str, Any]:
     """Pools (counters and census), requests, sessions and slots, scheduler counters."""
     view = engine.state_view("step")
-    cache = engine.sessions.tree_cache
+    cache = engine.mem.streaming
     stats = engine.stats
     return {
         "step": view.step,

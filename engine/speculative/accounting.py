@@ -91,6 +91,14 @@ def trim_allocation(mem: KVMemory, req: Req, new_len: int) -> None:
     req.swa_evicted_seqlen = min(req.swa_evicted_seqlen, new_len)
 
 
+def commit_appended(mem: KVMemory, req: Req, appended: int) -> None:
+    """v1 verify: the round committed the KV of the tokens it appended (the root's and the
+    accepted drafts', ``accepted + 1`` unless the request finished first); the reservation is
+    trimmed to it."""
+    req.kv_committed_len += appended
+    trim_allocation(mem, req, req.kv_committed_len)
+
+
 def trim_overshoot(mem: KVMemory, req: Req) -> None:
     """A v2 request finishes with everything its last verify accepted: cut it back to the
     tokens the API returns (SGLang ``_trim_overshoot``, #22897): ``target = origin +

@@ -1,7 +1,8 @@
-"""EAGLE speculative decoding, top-1 chain, in SGLang's two versions: the decode step's
-reservation (``prepare_for_decode``), draft + target verify + greedy acceptance
-(``forward``: the device side) and the commit of the accepted tokens (``process``: the CPU
-side, SGLang's ``verify`` bookkeeping in v1, ``_resolve_spec_overlap_token_ids`` in v2).
+"""EAGLE speculative decoding, top-1 chain, in SGLang's two versions, as the scheduler's decode
+policy (engine/sched/decode.py): the decode step's reservation (``prepare_decode``), draft +
+target verify + greedy acceptance (``forward``: the device side) and the commit of the
+accepted tokens (``process_decode``: the CPU side, SGLang's ``verify`` bookkeeping in v1
+(``EagleV1``), ``_resolve_spec_overlap_token_ids`` in v2 (``EagleV2``)).
 
 Keeps: lossless greedy decoding — the target decides every token (accepted drafts equal its
 own predictions, the bonus is its next token), so output with speculation equals output
@@ -29,21 +30,20 @@ before release (#22897, #22900).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.config import EngineConfig
-from engine.config.speculative import SpecConfig
+from engine.config import EngineConfig, SpecConfig
 from engine.mem.allocator import SWAAllocator
 from engine.memory import KVMemory
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput, ModelRunner
 from engine.request import Req
-from engine.sched.batch import ScheduleBatch
 from engine.speculative import accounting
 from engine.speculative.drafters import SpecState, make_drafter
-from engine.view import ReqView, StateView
+
+Release = Callable[[Req], None]
+EXTEND_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
 
 
 @dataclass(slots=True, eq=False)
@@ -55,81 +55,58 @@ class SpecOutput(ForwardOutput):
 
 
 class EagleWorker:
-    """The speculative worker of one scheduler (SGLang ``EAGLEWorker`` / ``EAGLEWorkerV2``)."""
+    """The speculative worker of one scheduler (SGLang ``EAGLEWorker`` / ``EAGLEWorkerV2``):
+    what both versions share. ``make`` picks the version."""
 
-    def __init__(
-        self,
-        spec: SpecConfig,
-        mem: KVMemory,
-        runner: ModelRunner,
-        stats: Any,
-        release: Callable[[Req], None],
-    ) -> None:
-        self.spec, self.mem, self.runner, self.stats, self.release = (
-            spec,
-            mem,
-            runner,
-            stats,
-            release,
-        )
+    spec_mode = "off"  # the version's: v1 | v2
+    mixes_chunks = False  # SGLang never mixes a prefill chunk into a speculative decode
+
+    def __init__(self, spec: SpecConfig, mem: KVMemory, runner: ModelRunner) -> None:
+        self.spec, self.mem, self.runner = spec, mem, runner
+        self.num_draft_tokens, self.alloc_len = spec.num_draft_tokens, spec.alloc_len
         self.drafter = make_drafter(runner, spec)
         self.states: dict[str, SpecState] = {}  # by rid: prefilled requests (finished: pruned)
-        self.accept_hist = [0] * (spec.num_steps + 1)  # verifies by accepted draft count
-        mem.spec = self  # ScheduleBatch asks it to size and prepare decode steps
-        pool = mem.req_to_token_pool  # rows must hold the reservation past the context
-        pool.widen(pool.max_context_len + 2 * spec.alloc_len)
+        self.verifies = [0] * (spec.num_steps + 1)  # by accepted draft count
 
-    @classmethod
-    def maybe(
-        cls,
-        config: EngineConfig,
-        mem: KVMemory,
-        runner: ModelRunner,
-        stats: Any,
-        release: Callable[[Req], None],
-    ) -> EagleWorker | None:
-        """The worker when ``config.speculative`` is set (``release``: the scheduler's)."""
-        if config.speculative is None:
-            return None
-        return cls(config.speculative, mem, runner, stats, release)
+    @staticmethod
+    def make(config: EngineConfig, mem: KVMemory, runner: ModelRunner) -> EagleWorker:
+        """The worker of ``config.speculative``'s version (it must be set)."""
+        spec = config.speculative
+        assert spec is not None
+        return (EagleV1 if spec.version == 1 else EagleV2)(spec, mem, runner)
 
     @property
-    def mode(self) -> str:
-        return f"v{self.spec.version}"
+    def accept_hist(self) -> tuple[int, ...]:
+        return tuple(self.verifies)
 
     # ---- scheduling (CPU) ----
 
     def decode_tokens(self, reqs: Sequence[Req]) -> int:
         """Tokens the next decode step of ``reqs`` allocates (``check_decode_mem``)."""
-        s = self.spec
-        targets = accounting.reserve_targets(reqs, s.version, s.num_draft_tokens, s.alloc_len)
-        return accounting.tokens_for_targets(reqs, targets, self.mem.page_size)
+        return accounting.tokens_for_targets(reqs, self._targets(reqs), self.mem.page_size)
 
-    def prepare_for_decode(self, batch: ScheduleBatch, last_tokens: Mapping[Req, int]) -> None:
-        """Reserve each request's verify window, pre-claim the bonus (v2), evict SWA KV
-        that slid out of the window, and build the draft batch (roots at device seq_len)."""
-        s, mem = self.spec, self.mem
-        batch.mode = ForwardMode.DECODE
-        batch.reused, batch.truncated_rids = (), ()
-        reqs = batch.reqs
-        mem.maybe_evict_swa(reqs)  # first, as SGLang's _draft_preprocess_decode
-        accounting.extend_allocation(
-            mem, reqs, accounting.reserve_targets(reqs, s.version, s.num_draft_tokens, s.alloc_len)
-        )
-        if s.version == 2:
-            for req in reqs:
-                accounting.preclaim_bonus(req)
-        batch.forward = self._draft_batch(reqs, last_tokens)
+    def _targets(self, reqs: Sequence[Req]) -> list[int]:
+        s = self.spec
+        return accounting.reserve_targets(reqs, s.version, s.num_draft_tokens, s.alloc_len)
+
+    def prepare_decode(self, reqs: Sequence[Req], last_tokens: Mapping[Req, int]) -> ForwardBatch:
+        """Evict SWA KV that slid out of the window, reserve each request's verify window,
+        and build the draft batch (roots at the version's seq_len)."""
+        self.mem.maybe_evict_swa(reqs)  # first, as SGLang's _draft_preprocess_decode
+        accounting.extend_allocation(self.mem, reqs, self._targets(reqs))
+        self._after_reserve(reqs)
+        return self._draft_batch(reqs, last_tokens)
+
+    def _after_reserve(self, reqs: Sequence[Req]) -> None:
+        return None
+
+    def _root_seq_len(self, req: Req) -> int:
+        raise NotImplementedError
 
     def _draft_batch(self, reqs: Sequence[Req], last_tokens: Mapping[Req, int]) -> ForwardBatch:
-        """DRAFT_EXTEND: each request's root token at its seq_len — v1: the committed length
-        (SGLang's batch.seq_lens); v2: the worker's (the GPU's, one round ahead of the CPU)."""
-        bs, v1 = len(reqs), self.spec.version == 1
-        seq = np.fromiter(
-            (r.kv_committed_len if v1 else self.states[r.rid].seq_len for r in reqs),
-            dtype=np.int64,
-            count=bs,
-        )
+        """DRAFT_EXTEND: each request's root token at its seq_len."""
+        bs = len(reqs)
+        seq = np.fromiter((self._root_seq_len(r) for r in reqs), dtype=np.int64, count=bs)
         roots = np.fromiter((last_tokens[r] for r in reqs), dtype=np.int64, count=bs)
         return self._batch(ForwardMode.DRAFT_EXTEND, reqs, roots, seq, 1)
 
@@ -168,26 +145,27 @@ class EagleWorker:
 
     # ---- device side ----
 
-    def forward(self, batch: ScheduleBatch) -> ForwardOutput:
+    def forward(self, batch: ForwardBatch) -> ForwardOutput:
         """Extend: the target forward, then the device state of every sampled request.
         Decode: draft, target verify over ``[root, drafts]``, greedy acceptance."""
-        fb = batch.forward
-        assert fb is not None
-        if batch.is_extend:
-            out = self.runner.forward(fb)
-            self.states = {rid: s for rid, s in self.states.items() if not s.req.finished()}
-            for i, (req, sample) in enumerate(zip(fb.reqs, fb.sample)):
-                if sample:
-                    hidden = None if out.hidden_states is None else out.hidden_states[i]
-                    self.states[req.rid] = SpecState(req, int(fb.seq_lens[i]), 0, hidden)
-            return out
-        states = [self.states[r.rid] for r in fb.reqs]
-        drafts = self.drafter.propose(fb, states, self.spec.num_steps)
-        ids = np.concatenate([fb.input_ids[:, None], drafts], axis=1).ravel()
-        batch.forward = self._batch(
-            ForwardMode.TARGET_VERIFY, fb.reqs, ids, fb.prefix_lens, self.spec.num_draft_tokens
+        if batch.mode in EXTEND_MODES:
+            return self._extend(batch)
+        states = [self.states[r.rid] for r in batch.reqs]
+        drafts = self.drafter.propose(batch, states, self.spec.num_steps)
+        ids = np.concatenate([batch.input_ids[:, None], drafts], axis=1).ravel()
+        verify = self._batch(
+            ForwardMode.TARGET_VERIFY, batch.reqs, ids, batch.prefix_lens, self.num_draft_tokens
         )
-        return self._accept(drafts, self.runner.forward(batch.forward), states, fb.prefix_lens)
+        return self._accept(drafts, self.runner.forward(verify), states, batch.prefix_lens)
+
+    def _extend(self, batch: ForwardBatch) -> ForwardOutput:
+        out = self.runner.forward(batch)
+        self.states = {rid: s for rid, s in self.states.items() if not s.req.finished()}
+        for i, (req, sample) in enumerate(zip(batch.reqs, batch.sample)):
+            if sample:
+                hidden = None if out.hidden_states is None else out.hidden_states[i]
+                self.states[req.rid] = SpecState(req, int(batch.seq_lens[i]), 0, hidden)
+        return out
 
     def _accept(
         self, drafts: np.ndarray, out: ForwardOutput, states: list[SpecState], prefix: np.ndarray
@@ -203,8 +181,7 @@ class EagleWorker:
             state.accept_len = a + 1
             if out.hidden_states is not None:
                 state.hidden = out.hidden_states[i * n + a]
-            self.accept_hist[a] += 1
-        self.stats.spec_accept_hist = tuple(self.accept_hist)
+            self.verifies[a] += 1
         rows = np.arange(bs)
         tokens = [preds[i, : a + 1].tolist() for i, a in enumerate(accepted.tolist())]
         logprobs = out.next_token_logprobs.reshape(bs, n)[rows, accepted]
@@ -212,21 +189,42 @@ class EagleWorker:
 
     # ---- results (CPU) ----
 
-    def process(self, batch: ScheduleBatch, out: ForwardOutput) -> None:
+    def process_decode(self, reqs: Sequence[Req], out: ForwardOutput, release: Release) -> None:
         """Commit each request's round; release the finished ones."""
         assert isinstance(out, SpecOutput)
-        for req, tokens in zip(batch.reqs, out.tokens):
+        for req, tokens in zip(reqs, out.tokens):
             if req.is_retracted or req.finished():  # v2: retracted or finished meanwhile
                 continue
-            if self.spec.version == 1:
-                self._commit_v1(req, tokens)
-            else:
-                self._resolve_v2(req, tokens)
+            self._commit(req, tokens)
             if req.finished():
                 self.states.pop(req.rid, None)
-                self.release(req)
+                release(req)
 
-    def _commit_v1(self, req: Req, tokens: list[int]) -> None:
+    def _commit(self, req: Req, tokens: list[int]) -> None:
+        raise NotImplementedError
+
+    def before_release(self, req: Req) -> None:
+        return None  # v1 holds no reservation past committed by then
+
+    def spec_state(self, req: Req) -> tuple[int, int] | None:
+        """The worker's verified seq_len and last accept length of a row holder (none for a
+        request that finished, or a rid reused later)."""
+        state = self.states.get(req.rid)
+        if state is None or req.req_pool_idx is None or state.req.finished():
+            return None
+        return state.seq_len, state.accept_len
+
+
+class EagleV1(EagleWorker):
+    """SGLang's spec v1 (no overlap): the verify window ``[c, c + n)`` is reserved per
+    round and trimmed back to what was committed after it."""
+
+    spec_mode = "v1"
+
+    def _root_seq_len(self, req: Req) -> int:
+        return req.kv_committed_len  # SGLang's batch.seq_lens
+
+    def _commit(self, req: Req, tokens: list[int]) -> None:
         """SGLang v1 ``verify``: append until finished, commit what was appended (the
         accepted drafts and the root's KV), trim the reservation to it."""
         start = len(req.output_ids)
@@ -235,10 +233,23 @@ class EagleWorker:
             req.check_finished()
             if req.finished():
                 break
-        req.kv_committed_len += len(req.output_ids) - start
-        accounting.trim_allocation(self.mem, req, req.kv_committed_len)
+        accounting.commit_appended(self.mem, req, len(req.output_ids) - start)
 
-    def _resolve_v2(self, req: Req, tokens: list[int]) -> None:
+
+class EagleV2(EagleWorker):
+    """SGLang's spec v2 (overlap): two windows reserved, the bonus slot pre-claimed at
+    prepare, the round resolved one iteration later, the overshoot trimmed at finish."""
+
+    spec_mode = "v2"
+
+    def _after_reserve(self, reqs: Sequence[Req]) -> None:
+        for req in reqs:
+            accounting.preclaim_bonus(req)
+
+    def _root_seq_len(self, req: Req) -> int:
+        return self.states[req.rid].seq_len  # the GPU's, one round ahead of the CPU
+
+    def _commit(self, req: Req, tokens: list[int]) -> None:
         """SGLang ``_resolve_spec_overlap_token_ids`` (after #22651): the bonus slot was
         pre-claimed, so ``accept_len - 1`` more; every token is appended, then checked."""
         accounting.resolve_accepted(req, len(tokens))
@@ -247,29 +258,7 @@ class EagleWorker:
         accounting.check_finished_each(req, start)
 
     def before_release(self, req: Req) -> None:
-        """A finished request gives back what it reserved past its API-visible tokens
-        (v2: the overshoot and the extra round; v1 holds no reservation by then)."""
-        if self.spec.version == 2 and req.finished():
+        """A finished request gives back what it reserved past its API-visible tokens: the
+        overshoot and the extra round."""
+        if req.finished():
             accounting.trim_overshoot(self.mem, req)
-
-    # ---- view ----
-
-    def annotate(self, view: StateView) -> StateView:
-        """The view with the speculative fields: mode and sizes, each row holder's device
-        seq_len and last accept length."""
-        s = self.spec
-        sched = replace(
-            view.sched,
-            spec_mode=self.mode,
-            num_draft_tokens=s.num_draft_tokens,
-            spec_alloc_len=s.alloc_len,
-        )
-        return replace(view, sched=sched, reqs=tuple(self._req_view(r) for r in view.reqs))
-
-    def _req_view(self, r: ReqView) -> ReqView:
-        state = self.states.get(r.rid)
-        if state is None or r.req_pool_idx < 0 or state.req.finished():  # a rid reused later
-            return r
-        return r._replace(
-            spec_seq_len=state.seq_len, spec_accept_len=state.accept_len
-        )  # a NamedTuple

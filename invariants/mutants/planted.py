@@ -84,13 +84,14 @@ def preabort_slot(bug: bool) -> PlantedViews:
     rid = engine.submit(FIRST_TURN, SamplingParams(max_new_tokens=8), session_params={"id": sid})
     engine.run_until_idle()
     engine.pop_result(rid)
-    cache = engine.mem.tree_cache
+    cache = engine.mem.streaming
     assert isinstance(cache, StreamingSession)
     req = engine.sessions.create_req(
         "turn-2",
         [0],
         SessionParams(id=sid),
         lambda ids: Req("turn-2", ids, sampling_params=SamplingParams(max_new_tokens=8)),
+        engine.scheduler.abort,
     )
     req.origin_input_ids = [0]  # SGLang's stand-in for the too-long prompt
     req.to_finish = FinishReason.of_abort("Input length exceeds the maximum allowed length", 400)

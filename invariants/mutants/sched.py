@@ -20,12 +20,10 @@ REAL_RELEASE_KV = retract.release_kv
 REAL_SCHED_RELEASE = Scheduler._release
 
 
-def retract_inserting(
-    mem: Any, req: Req, is_insert: bool, released: list[Any], speculative: bool = False
-) -> None:
+def retract_inserting(mem: Any, req: Req, is_insert: bool, released: list[Any]) -> None:
     """A retract that releases with ``is_insert=True``: the unfinished request's KV goes
     into the tree as if it had finished (the sums stay balanced, the tree just grows)."""
-    REAL_RELEASE_KV(mem, req, True, released, speculative)  # fix: is_insert as given (False)
+    REAL_RELEASE_KV(mem, req, True, released)  # fix: is_insert as given (False)
 
 
 def abort_not_released(self: Scheduler, req: Req) -> None:

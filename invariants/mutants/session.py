@@ -32,7 +32,7 @@ def match_without_protected_len(
     slot = self.find_active_slot(req)
     if slot is None:
         return None
-    slot.restore_to_req(req)
+    slot.lend(req)
     prefix_len = min(req.kv_committed_len, len(key))
     self._free_tail(slot, req, prefix_len)
     indices = self.req_to_token_pool.read(req.req_pool_idx, 0, prefix_len)  # type: ignore[arg-type]
@@ -48,7 +48,7 @@ def match_with_double_logit_reserve(
     slot = self.find_active_slot(req)
     if slot is None:
         return None
-    slot.restore_to_req(req)
+    slot.lend(req)
     prefix_len = min(req.kv_committed_len, max(len(key) - 1, 0))  # fix: min(committed, len(key))
     # fix: self._free_tail(slot, req, prefix_len)
     indices = self.req_to_token_pool.read(req.req_pool_idx, 0, prefix_len)  # type: ignore[arg-type]
@@ -120,10 +120,9 @@ def eager_history(self: Session, rid: str, *args: Any) -> Any:
 
 
 def eager_close(self: SessionController, session_id: str) -> bool:
-    """Pre-#22790 ``_close``: looks only at ``req_nodes`` and releases the slot at once,
-    under a turn that is still running on its row."""
-    if self.tree_cache is not None:  # fix: defer (close_on_finish) while a turn is in flight
-        self.tree_cache.release_session(session_id)
+    """Pre-#22790 ``_close``: looks only at ``req_nodes`` and closes at once — the slot is
+    released under a turn that is still running on its row."""
+    self.closed.append(session_id)  # fix: defer (close_on_finish) while a turn is in flight
     del self.sessions[session_id]
     return True
 
@@ -131,7 +130,7 @@ def eager_close(self: SessionController, session_id: str) -> bool:
 def retire_keeps_inflight(self: SessionController, req: Req) -> Any:
     """SGLang 0.5.11 (U6): a request retired without a release (aborted in the waiting
     queue) never clears its session's in-flight flag."""
-    self.owner.pop(req, None)  # fix: + session.abort_req(req), the restored slot given back
+    self.owner.pop(req, None)  # fix: + session.abort_req(req)
     return self.records.pop(req, None)
 
 

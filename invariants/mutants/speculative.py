@@ -13,7 +13,7 @@ from engine.mem import paging
 from engine.memory import KVMemory
 from engine.request import Req
 from engine.speculative import accounting
-from engine.speculative.eagle import EagleWorker
+from engine.speculative.eagle import EagleV1
 from invariants.mutants.base import Mutant, ids, swap
 
 
@@ -69,7 +69,7 @@ def trim_without_free(mem: KVMemory, req: Req, new_len: int) -> None:
     )
 
 
-def commit_v1_ahead(self: EagleWorker, req: Req, tokens: list[int]) -> None:
+def commit_v1_ahead(self: EagleV1, req: Req, tokens: list[int]) -> None:
     """A v1 commit that counts the first rejected draft's position as committed: the CPU
     runs one token ahead of the verified KV."""
     start = len(req.output_ids)
@@ -79,8 +79,8 @@ def commit_v1_ahead(self: EagleWorker, req: Req, tokens: list[int]) -> None:
         if req.finished():
             break
     rejected = not req.finished() and len(tokens) < self.spec.num_draft_tokens
-    req.kv_committed_len += len(req.output_ids) - start + rejected  # fix: no "+ rejected"
-    accounting.trim_allocation(self.mem, req, req.kv_committed_len)
+    appended = len(req.output_ids) - start
+    accounting.commit_appended(self.mem, req, appended + rejected)  # fix: no "+ rejected"
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -137,7 +137,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "eagle-v1-commit-ahead",
         "DESIGN.md decision 8",
         "the v1 commit counts the first rejected draft as committed",
-        lambda: swap(EagleWorker, "_commit_v1", commit_v1_ahead),
+        lambda: swap(EagleV1, "_commit", commit_v1_ahead),
         "eagle-v1-commit-ahead.yaml",
         ids("spec.committed_tracks_device"),
     ),

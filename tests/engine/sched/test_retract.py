@@ -51,7 +51,7 @@ def test_retract_frees_exactly_what_it_held(page_size: int, cache: str) -> None:
     held = paging.held_len(victim.kv_allocated_len, victim.cache_protected_len, page_size)
     row, free, evicted = victim.req_pool_idx, mem.allocator.available_size(), mem.evicted_tokens
     tree = (mem.tree_cache.evictable_size(), mem.tree_cache.protected_size())
-    retracted, _ = retract_decode(batch, mem, retract_decode_steps=0)
+    retracted, _ = retract_decode(batch, mem, engine.scheduler.policy, retract_decode_steps=0)
     assert retracted == [victim] and victim not in batch.reqs
     assert mem.evicted_tokens == evicted
     assert mem.allocator.available_size() - free == held
@@ -73,7 +73,7 @@ def test_last_running_request_is_never_retracted() -> None:
     batch = engine.scheduler.running_batch
     batch.keep([0])
     kept = batch.reqs[0]
-    retracted, _ = retract_decode(ScheduleBatch([kept]), engine.mem, 20)
+    retracted, _ = retract_decode(ScheduleBatch([kept]), engine.mem, engine.scheduler.policy, 20)
     assert retracted == [] and kept.req_pool_idx is not None
 
 
@@ -86,7 +86,7 @@ def test_lone_request_retract_needs_only_room_for_its_next_decode() -> None:
     batch = engine.scheduler.running_batch
     kept = next(r for r in batch.reqs if r.kv_allocated_len % 16)
     engine.mem.allocator.alloc(engine.mem.allocator.available_size())  # the pool is now full
-    retracted, _ = retract_decode(ScheduleBatch([kept]), engine.mem, 20)
+    retracted, _ = retract_decode(ScheduleBatch([kept]), engine.mem, engine.scheduler.policy, 20)
     assert retracted == [] and kept.req_pool_idx is not None
 
 
@@ -97,14 +97,14 @@ def test_lone_request_retract_fails_when_its_next_decode_cannot_fit() -> None:
     kept = engine.scheduler.running_batch.reqs[0]
     engine.mem.allocator.alloc(engine.mem.allocator.available_size())
     with pytest.raises(KVOutOfMemory, match=kept.rid):
-        retract_decode(ScheduleBatch([kept]), engine.mem, 20)
+        retract_decode(ScheduleBatch([kept]), engine.mem, engine.scheduler.policy, 20)
 
 
 def test_new_token_ratio_after_retract_is_the_survivors_estimate() -> None:
     """new ratio = (decoded + retract_decode_steps × survivors) / (Σ max_new + 1), at most 1."""
     engine = _decoding_engine(1, "radix")
     batch = engine.scheduler.running_batch
-    _, ratio = retract_decode(batch, engine.mem, retract_decode_steps=20)
+    _, ratio = retract_decode(batch, engine.mem, engine.scheduler.policy, retract_decode_steps=20)
     decoded = sum(len(r.output_ids) for r in batch.reqs)
     max_new = sum(r.sampling_params.max_new_tokens for r in batch.reqs)
     assert ratio == pytest.approx(min(1.0, (decoded + 20 * len(batch.reqs)) / (max_new + 1)))
@@ -115,7 +115,7 @@ def test_retracted_request_resumes_and_finishes_without_leak() -> None:
     finishes with its full completion, and the pool is whole again at idle."""
     engine = _decoding_engine(4, "radix")
     sched = engine.scheduler
-    retracted, _ = retract_decode(sched.running_batch, engine.mem, 20)
+    retracted, _ = retract_decode(sched.running_batch, engine.mem, sched.policy, 20)
     for req in retracted:
         sched.waiting_queue.append(req)
     engine.run_until_idle()

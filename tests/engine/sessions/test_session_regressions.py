@@ -15,7 +15,7 @@ import pytest
 from session_mutants import RETRY, TEXTS, first_violations, three_turns
 from session_support import CATALOG, checked_engine, encode, session_config, sp, turn
 
-from engine.cache.streaming_session import SessionSlot, StreamingSession
+from engine.cache.streaming_session import SessionSlot
 from engine.engine import Engine
 from engine.request import Req
 from invariants.checker import Checker, CheckerHook, Level
@@ -107,8 +107,7 @@ def test_busy_check_counts_a_borrowed_slot_once(monkeypatch: pytest.MonkeyPatch)
     also session-held. The shipped sums hold on every turn (no false positive); the old
     formula (every slot held, borrowed or not) double counts: pool.busy_sum fires on turn 2."""
     assert first_violations(three_turns, page_size=4, retract=True) == {}
-    real = StreamingSession.held_slots
-    monkeypatch.setattr(StreamingSession, "held_slots", lambda self, active: real(self, ()))
+    monkeypatch.setattr(SessionSlot, "row_owner", lambda self: None)  # every slot held
     found = first_violations(three_turns, page_size=4)
     assert found["pool.busy_sum"].event == "step"
 

@@ -39,6 +39,7 @@ def _next_turn(engine: Engine, sid: str, text: str) -> Req:
         encode(text),
         SessionParams(id=sid),
         lambda ids: Req("turn-2", ids, sampling_params=sp(8)),
+        engine.scheduler.abort,
     )
     req.fill_ids = req.origin_input_ids + req.output_ids
     return req
@@ -164,7 +165,8 @@ def test_free_tail_is_page_aligned_and_idempotent() -> None:
     engine.mem.match_prefix(req)
     assert mem.allocator.available_size() - available == 8 and _locks(engine) == locks
     assert slot.req_pool_idx == req.req_pool_idx and slot.restored_prefix_len == 50
-    engine.sessions.on_retired(req)  # the turn never ran: it lets go of the row
+    cache.forget(req)  # the turn never ran: it lets go of the row
+    engine.sessions.on_retired(req)
     assert req.req_pool_idx is None and cache.slots[sid] is slot
     finish(engine, checker)
 
