@@ -13,7 +13,7 @@ that forward (``StateView.integrity``); any other runner contributes none.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,28 +21,20 @@ from engine.config import EngineConfig, resolve_strict_level
 from engine.hooks import Clock, Observer, SimClock, make_hooks
 from engine.memory import KVMemory
 from engine.model.runner import ModelRunner
+from engine.observe.state_view import StateViews
 from engine.request import FinishReason, Req, SamplingParams
 from engine.sched.decode import DecodePolicy, PlainDecode
 from engine.sched.scheduler import Scheduler
 from engine.sched.sessions import SessionController
 from engine.sched.stats import SchedulerStats, StepOutcome
 from engine.session_api import SessionAPI, SessionParamsLike
-from engine.snapshot import ReqPlaces, ViewMemo, memory_view
 from engine.speculative.eagle import EagleWorker
 from engine.view import (
     OPTIONAL_PARTS,
     IntegrityView,
     ResponseView,
-    SchedView,
     StateView,
-    positional_builder,
-    wanted_sections,
 )
-
-SESSION_SECTIONS = frozenset({"slots", "sessions"})
-PER_REQUEST_SECTIONS = frozenset({"pools", "req_pool", "reqs"}) | SESSION_SECTIONS  # need live_reqs
-_new_sched_view = positional_builder(SchedView)
-NOWHERE = ReqPlaces()
 
 
 @runtime_checkable
@@ -119,7 +111,7 @@ class Engine(SessionAPI):
         self.requests: dict[str, Req] = {}  # every request not yet popped by its caller
         self.results: dict[str, GenerateResult] = {}
         self._rids = itertools.count()
-        self._view_memo = ViewMemo()  # kept between views: ReqViews, the incremental census
+        self.views = StateViews(self.mem, self.scheduler, self.sessions, self.runner)
 
     # ---- observers ----
 
@@ -281,68 +273,12 @@ class Engine(SessionAPI):
         return self.scheduler.stats.iterations
 
     def state_view(self, event: str = "step", parts: frozenset[str] = OPTIONAL_PARTS) -> StateView:
-        """The plain-data snapshot of memory and scheduler that invariants read: the live
-        requests (waiting with a row, chunked, running, launched) with where each is held,
-        this iteration's releases, and the failed KV reads of its forward. ``parts`` names
-        the costly parts to build (``OPTIONAL_PARTS``: the census, the tree's nodes) and,
-        with ``view.SELECTIVE``, the only sections to build (``view.wanted_sections``)."""
-        sched, sections = self.scheduler, wanted_sections(parts)
-        if sections & PER_REQUEST_SECTIONS:
-            places, owning = self._places(), self._owning(sched.live_reqs())
-        else:  # no section that lists requests or rows: skip finding them
-            places, owning = NOWHERE, []
-        extra = {"response": self._response} if event == "response" else {}
-        if "sched" in sections:
-            extra["sched"] = self._sched_view()
-        view = memory_view(
-            self.mem,
-            event,
-            sched.stats.iterations,
-            owning,
-            places,
-            parts,
-            self._view_memo,
-            integrity=self.integrity,
-            **extra,
-        )
-        if sections & SESSION_SECTIONS:
-            view = self._session_parts(event, view, owning)  # and, at ``response``, the response
-        return annotate_spec(view, sched.policy, sched.live_reqs())  # EAGLE's fields
-
-    def _places(self) -> ReqPlaces:
-        """Where the scheduler holds each request. A decode step's batch is the running batch
-        (or lists the same requests): it shares the running batch's set."""
-        sched, batch = self.scheduler, self.scheduler.cur_batch
-        running = sched.running_batch.reqs
-        in_running = set(running)
-        if batch is None:
-            in_batch: Collection[Req] = ()
-        else:  # list equality compares each Req by identity
-            in_batch = in_running if batch.reqs == running else set(batch.reqs)
-        return ReqPlaces(
-            set(sched.waiting_queue) if sched.waiting_queue else (), in_running, in_batch
-        )
-
-    def _sched_view(self) -> SchedView:
-        sched, batch = self.scheduler, self.scheduler.cur_batch
-        chunked = () if sched.chunked_req is None else (sched.chunked_req.rid,)
-        return _new_sched_view(  # every SchedView field by name (EAGLE's at their defaults)
-            overlap=sched.overlap,
-            forward_ct=sched.forward_ct,
-            num_waiting=len(sched.waiting_queue),
-            num_running=sched.running_batch.batch_size(),
-            batch_mode="idle" if batch is None else batch.mode.value,
-            batch_size=0 if batch is None else batch.batch_size(),
-            chunked_rids=chunked,
-            new_token_ratio=sched.new_token_ratio,
-            batch_chunked_rids=() if batch is None else batch.truncated_rids,
-            max_running_requests=self.config.running_limit,
-            released=tuple(sched.released),
-            reuse=() if batch is None else batch.reused,
-            spec_mode="off",
-            num_draft_tokens=0,
-            spec_alloc_len=0,
-        )
+        """The plain-data snapshot of memory and scheduler that invariants read (built by
+        engine/observe/): the live requests (waiting with a row, chunked, running, launched)
+        with where each is held, this iteration's releases, and the failed KV reads of its
+        forward. ``parts`` names the costly parts to build (``OPTIONAL_PARTS``: the census,
+        the tree's nodes) and, with ``view.SELECTIVE``, the only sections to build."""
+        return self.views.build(event, parts, self.integrity, self._response)
 
 
 def decode_policy(config: EngineConfig, mem: KVMemory, runner: ModelRunner) -> DecodePolicy:
@@ -350,27 +286,6 @@ def decode_policy(config: EngineConfig, mem: KVMemory, runner: ModelRunner) -> D
     if config.speculative is None:
         return PlainDecode(mem, runner)
     return EagleWorker.make(config, mem, runner)
-
-
-def annotate_spec(view: StateView, policy: DecodePolicy, live: list[Req]) -> StateView:
-    """The view with the speculative fields: mode and sizes, each row holder's device
-    seq_len and last accept length (none without speculation)."""
-    if policy.spec_mode == "off":
-        return view
-    sched = replace(
-        view.sched,
-        spec_mode=policy.spec_mode,
-        num_draft_tokens=policy.num_draft_tokens,
-        spec_alloc_len=policy.alloc_len,
-    )
-    by_rid = {r.rid: r for r in live}
-    reqs = []
-    for r in view.reqs:
-        state = policy.spec_state(by_rid[r.rid]) if r.rid in by_rid else None
-        reqs.append(
-            r if state is None else r._replace(spec_seq_len=state[0], spec_accept_len=state[1])
-        )
-    return replace(view, sched=sched, reqs=tuple(reqs))
 
 
 def default_runner(config: EngineConfig, mem: KVMemory) -> ModelRunner:

@@ -14,14 +14,12 @@ session slot still owns the row (SGLang counts it in ``session_held``, not ``unc
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from engine.model.fingerprint import KVFingerprints
+from engine.observe.session_views import response_view
 from engine.request import Req, SamplingParams
-from engine.sched.session_views import response_view, session_views, slot_views
 from engine.sched.sessions import SessionController, SessionError, SessionParams, TurnRecord
-from engine.view import ResponseView, StateView
+from engine.view import ResponseView
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -31,7 +29,6 @@ if TYPE_CHECKING:
     from engine.sched.scheduler import Scheduler
 
 SessionParamsLike = Mapping[str, Any] | SessionParams
-KV_CHECK_EVENTS = frozenset({"session", "idle"})
 
 
 class SessionAPI:
@@ -143,41 +140,6 @@ class SessionAPI:
                 req.cached_tokens,
             )
             self._emit("response")
-
-    # ---- view parts ----
-
-    def _owning(self, live: list[Req]) -> list[Req]:
-        """The live requests that own their row (a waiting restore does not)."""
-        streaming = self.mem.streaming
-        if streaming is None:
-            return live
-        waiting = set(self.scheduler.waiting_queue)
-        return [r for r in live if r not in waiting or not streaming.is_on_loan(r)]
-
-    def _session_parts(self, event: str, view: StateView, owning: list[Req]) -> StateView:
-        """``view`` with the slot and session records, and at the ``response`` event the
-        response record (unchanged when there are none)."""
-        if event == "response":
-            view = replace(view, response=self._response)
-        sessions, cache = self.sessions, self.mem.streaming
-        if not sessions.sessions and (cache is None or not cache.slots):
-            return view
-        sched = self.scheduler
-        unfinished = [
-            r
-            for r in {id(r): r for r in [*sched.waiting_queue, *sched.live_reqs()]}.values()
-            if not r.finished()
-        ]
-        slots = ()
-        if cache is not None:
-            kv = getattr(self.runner, "kv", None) if event in KV_CHECK_EVENTS else None
-            slots = slot_views(
-                sessions,
-                cache,
-                self.mem.req_to_token_pool,
-                kv if isinstance(kv, KVFingerprints) else None,
-            )
-        return replace(view, slots=slots, sessions=session_views(sessions, unfinished, cache))
 
 
 __all__ = ["SessionAPI", "SessionError", "SessionParams"]

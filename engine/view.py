@@ -8,7 +8,6 @@ Every field has a default so that hand-written fixtures may name only what they 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, NamedTuple
 
@@ -108,11 +107,11 @@ class ReqView(NamedTuple):
     hundred per step, and ``tuple.__new__(ReqView, values)`` is ~8x cheaper than a slotted
     dataclass. It is a value all the same: immutable, hashable, equal by its fields (also to
     the plain tuple of them); ``record_fields``/``is_record`` treat it as any other view, and
-    ``._replace`` stands in for ``dataclasses.replace``."""
+    ``._replace`` stands in for ``dataclasses.replace``. The fields a ``Req`` holds under the
+    same name and meaning come first (``REQ_COPIED``: the engine copies them in one call),
+    then the derived ones."""
 
     rid: str = ""
-    req_pool_idx: int = -1  # -1: no row
-    seq_len: int = 0
     kv_committed_len: int = 0
     kv_allocated_len: int = 0
     cache_protected_len: int = 0
@@ -120,17 +119,23 @@ class ReqView(NamedTuple):
     is_chunked: int = 0
     kv_committed_freed: bool = False
     kv_overallocated_freed: bool = False
+    is_retracted: bool = False  # retracted and not yet prefilled again
+    req_pool_idx: int = -1  # -1: no row
+    seq_len: int = 0  # len(fill_ids)
     origin_len: int = 0  # prompt tokens
     num_output: int = 0  # output tokens processed so far (overlap: the in-flight one not yet)
     finished: bool = False  # finished_reason set
     to_finish: bool = False  # an abort is pending (promoted at the next processed token)
-    is_retracted: bool = False  # retracted and not yet prefilled again
     in_waiting: bool = False  # in the waiting queue
     in_running: bool = False  # in the running batch
     in_batch: bool = False  # in this iteration's batch (at ``step``: SGLang's last_batch)
     # EAGLE (engine/speculative/): the worker's (SGLang's GPU-side) view of the request
     spec_seq_len: int = -1  # verified KV length [0, spec_seq_len); -1: no speculative state
     spec_accept_len: int = 0  # the last verify's accepted drafts + 1 (the bonus)
+
+
+# ReqView's leading fields, read from a Req as they are (same name, same meaning)
+REQ_COPIED: tuple[str, ...] = ReqView._fields[: ReqView._fields.index("req_pool_idx")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,22 +328,6 @@ def record_fields(obj: Any) -> tuple[str, ...]:
     """The field names, in order, of a view record or record class (see ``is_record``)."""
     cls = obj if isinstance(obj, type) else type(obj)
     return cls._fields if issubclass(cls, tuple) else tuple(f.name for f in fields(cls))
-
-
-def positional_builder(cls: type) -> Callable[..., Any]:
-    """A constructor of the frozen, slotted view dataclass ``cls`` taking every field in
-    order, that sets the slots directly: the same object as ``cls(*values)`` (no view has a
-    ``__post_init__``), built without the dataclass ``__init__``'s per-field
-    ``object.__setattr__`` — for the views built by the hundred per step. A NamedTuple view
-    is its own positional constructor."""
-    if not is_dataclass(cls):
-        return cls
-    names = [f.name for f in fields(cls)]
-    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    scope.update({f"set_{name}": getattr(cls, name).__set__ for name in names})
-    body = "".join(f"    set_{name}(view, {name})\n" for name in names)
-    exec(f"def build({', '.join(names)}):\n    view = new(cls)\n{body}    return view\n", scope)
-    return scope["build"]  # type: ignore[no-any-return]
 
 
 def view_field_names() -> frozenset[str]:

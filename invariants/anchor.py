@@ -19,7 +19,7 @@ from typing import Any
 from engine.config import MemoryConfig
 from engine.mem import paging
 from engine.memory import KVMemory
-from engine.snapshot import memory_view
+from engine.observe.memory_view import memory_view
 from invariants.checker import Checker, Level
 from invariants.loader import load_catalog
 from invariants.memory_exercise import MemoryExercise

@@ -40,8 +40,8 @@ FILL = 0.75  # a full batch of the longest requests takes this share of the smal
 # the view builder's census calls: the incremental census of an engine's full pool, and the
 # from-scratch one (hybrid SWA pools; the incremental one's fallback is not counted twice)
 CENSUS_SITES: tuple[tuple[str, str], ...] = (
-    ("engine.snapshot", "take_census"),
-    ("engine.snapshot", "incremental_census"),
+    ("engine.observe.memory_view", "take_census"),
+    ("engine.observe.memory_view", "incremental_census"),
 )
 Progress = Callable[[str], None]
 

@@ -14,8 +14,8 @@ from rich.table import Table
 
 from engine.config import MemoryConfig
 from engine.memory import KVMemory
+from engine.observe.memory_view import memory_view
 from engine.request import Req
-from engine.snapshot import memory_view
 from engine.view import StateView
 from invariants.checker import Checker, InvariantViolation, Level, Violation
 from invariants.loader import Catalog

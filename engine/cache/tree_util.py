@@ -18,7 +18,7 @@ from engine.errors import KVAccountingError
 from engine.mem import paging
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.request import Req
-from engine.view import NodeView, positional_builder
+from engine.view import NodeView
 
 Key = tuple[int, ...]
 ChildKey = Hashable
@@ -94,7 +94,6 @@ def request_row(req: Req) -> int:
 
 
 N = TypeVar("N", TreeNode, SWATreeNode)
-_new_node_view = positional_builder(NodeView)
 
 
 def path_to_root(root: N, node: N | None, op: str) -> list[N]:
@@ -125,20 +124,16 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
     """The view of one node; ``lock_attr`` names its full lock (``lock_ref`` or
     ``full_lock_ref``), and SWA fields read 0/False on a full-attention tree's nodes."""
     parent = node.parent
-    return _new_node_view(  # NodeView's fields in order; no session locks (sessions add them)
-        node.id,
-        -1 if parent is None else parent.id,
-        is_root,
-        not node.children,
-        len(node.key),
-        len(node.value),
-        getattr(node, lock_attr),
-        -1,  # the parent's locks: in its own view
-        getattr(node, "swa_lock_ref", 0),
-        -1,
-        getattr(node, "swa_tombstone", False),
-        0,
-        0,
+    return NodeView(  # the parent's locks: in its own view; session locks: added by observe/
+        id=node.id,
+        parent=-1 if parent is None else parent.id,
+        is_root=is_root,
+        is_leaf=not node.children,
+        key_len=len(node.key),
+        value_len=len(node.value),
+        lock_ref=getattr(node, lock_attr),
+        swa_lock_ref=getattr(node, "swa_lock_ref", 0),
+        swa_tombstone=getattr(node, "swa_tombstone", False),
     )
 
 

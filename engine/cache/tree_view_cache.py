@@ -11,10 +11,11 @@ the previous tuple; a changed one is a ``NodeViews`` tuple that also names the t
 out before it (``prior``), the views built since (``fresh``) and the views of ``prior`` it
 no longer holds (``gone``): it is ``prior`` - ``gone`` + ``fresh``, every kept view the very
 object ``prior`` held (what lets a checker re-test only the fresh views and update sums).
-``owner_log`` lists, in order, the ids of nodes whose census owner was rebuilt or dropped, so
-that an incremental census (engine/mem/census_incremental.py) follows the tree's ownership
-without walking it; the log is replaced by a fresh list when it grows long (readers then
-recount from ``slot_owners``).
+The change feed ``changes`` (engine/mem/feed.py) publishes, in order, the ids of nodes whose
+census owner changed — a node added, removed, or holding other slots (a new value array, a
+tombstone set or cleared) — so that an incremental census (engine/observe/) follows the
+tree's ownership without walking it; an owner rebuilt for a node's links or locks alone is
+the same owner and is not published.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Generic
 
 from engine.cache.base import SlotOwner
 from engine.cache.tree_util import N, node_view
+from engine.mem.feed import ChangeFeed
 from engine.view import NodeView
 
 
@@ -63,7 +65,7 @@ class NodeRegistry(Generic[N]):
         self._handed: tuple[NodeView, ...] | None = None  # the last tuple views() returned
         self._fresh: list[NodeView] = []  # views built since then
         self._gone: list[NodeView] = []  # views of that tuple replaced or dropped since
-        self.owner_log: list[int] = []
+        self.changes: ChangeFeed[list[int]] = ChangeFeed()  # ids of nodes whose owner changed
 
     def add(self, node: N) -> None:
         if self.root is None:
@@ -87,7 +89,7 @@ class NodeRegistry(Generic[N]):
             self._gone.append(old)
         del self.nodes[node.id]
         if self._owners.pop(node.id, None) is not None:
-            self._log([node.id])
+            self.changes.publish([node.id])
         self._dirty.discard(node)
         self._owner_dirty.discard(node)
         self._tuple = None
@@ -134,27 +136,22 @@ class NodeRegistry(Generic[N]):
         return list(self._owners.values())  # type: ignore[arg-type]
 
     def sync_owners(self) -> None:
-        """Rebuild the owners of changed nodes (logging their ids)."""
+        """Rebuild the owners of changed nodes, publishing the ids of those that changed."""
         if self._owner_dirty:
-            owners = self._owners
+            owners, changed = self._owners, []
             for node in self._owner_dirty:
-                # counted by value from here on (census_incremental.py keeps what it counted):
+                # counted by value from here on (the incremental census keeps what it counted):
                 # a later in-place write would go unseen, so it raises instead
                 node.value.flags.writeable = False
-                if self.swa:
-                    owners[node.id] = SlotOwner(
-                        f"tree:n{node.id}", node.value, not node.swa_tombstone
-                    )
-                else:
-                    owners[node.id] = SlotOwner(f"tree:n{node.id}", node.value)
-            self._log([node.id for node in self._owner_dirty])
+                holds_swa = not node.swa_tombstone if self.swa else True
+                old = owners.get(node.id)
+                if old is None or old.slots is not node.value or old.holds_swa != holds_swa:
+                    owners[node.id] = SlotOwner(f"tree:n{node.id}", node.value, holds_swa)
+                    changed.append(node.id)
             self._owner_dirty.clear()
+            if changed:
+                self.changes.publish(changed)
 
     def owner(self, node_id: int) -> SlotOwner | None:
         """The census owner of a live node as last built by ``slot_owners`` (None: gone)."""
         return self._owners.get(node_id)
-
-    def _log(self, ids: list[int]) -> None:
-        if len(self.owner_log) > 4 * len(self.nodes) + 4096:
-            self.owner_log = []  # bounded: a reader holding the old list recounts
-        self.owner_log.extend(ids)

@@ -7,6 +7,11 @@ Free-list order (SGLang's ``need_sort`` mode): allocation takes the lowest ids o
 ``free_pages``; freed pages go to ``release_pages`` and are merged and re-sorted into
 ``free_pages`` only when an allocation cannot be served without them. So a freed page is not
 reused while never-used pages remain — deterministic, and what page-id scenario tests pin.
+
+Change feed (``changes``, engine/mem/feed.py): every page taken off the free list is
+published as ``(pages, TAKEN)``, every page returned as ``(pages, RELEASED)``, in order; a
+``clear`` resets the feed; a merge publishes nothing (the free set is unchanged). Published
+arrays are never written afterwards.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ import numpy as np
 
 from engine.errors import KVAccountingError
 from engine.mem import paging
+from engine.mem.feed import ChangeFeed
 
 IndexArray = np.ndarray  # int64 slot ids
+TAKEN, RELEASED = -1, 1  # a published change: (pages, TAKEN) or (pages, RELEASED)
+PageChange = tuple[IndexArray, int]
 
 
 class PagedAllocator:
@@ -39,6 +47,7 @@ class PagedAllocator:
         self.size = self.num_pages * page_size  # capacity in tokens (max_total_num_tokens)
         self.strict = strict
         self._offsets = np.arange(page_size, dtype=np.int64)
+        self.changes: ChangeFeed[PageChange] = ChangeFeed()
         self.clear()
 
     def clear(self) -> None:
@@ -47,6 +56,7 @@ class PagedAllocator:
         self._num_released = 0
         self._is_free = np.ones(self.num_pages + 1, dtype=bool)
         self._is_free[0] = False
+        self.changes.reset()
 
     def available_size(self) -> int:
         """Free capacity in tokens (free and released pages)."""
@@ -72,6 +82,8 @@ class PagedAllocator:
                 return None
         pages, self.free_pages = self.free_pages[:count], self.free_pages[count:]
         self._is_free[pages] = False
+        if count:
+            self.changes.publish((pages, TAKEN))
         return pages
 
     def pages_to_slots(self, pages: IndexArray) -> IndexArray:
@@ -132,6 +144,7 @@ class PagedAllocator:
         self._is_free[pages] = True
         self.release_pages.append(_frozen(pages))
         self._num_released += len(pages)
+        self.changes.publish((pages, RELEASED))
 
     def _check_free(self, pages: IndexArray, indices: IndexArray) -> None:
         bad = pages[(pages < 1) | (pages > self.num_pages)]
@@ -150,8 +163,8 @@ class PagedAllocator:
 
 
 def _frozen(pages: IndexArray) -> IndexArray:
-    """The free list's arrays are never written in place (only sliced, appended, replaced),
-    so the incremental census can follow the free list by identity."""
+    """The free list's arrays are never written in place (only sliced, appended, replaced):
+    the pages published to the change feed are views of them."""
     pages.setflags(write=False)
     return pages
 

@@ -5,7 +5,7 @@ reserved (a padding row, never handed out). Free order: lowest rows first at sta
 rows reused first-in first-out. The table is written only through ``write`` and
 ``write_points`` (``req_to_token`` is a read-only view: any other write raises), which
 tell every ``WriteTracker`` the first position written per row — what lets a census
-recount only what changed (``engine/mem/census_rows.py``); with no tracker, nothing is kept.
+recount only what changed (``engine/observe/census_rows.py``); with no tracker, nothing is kept.
 """
 
 from __future__ import annotations
@@ -40,29 +40,16 @@ class ReqToTokenPool:
         self.max_context_len = max_context_len
         self.strict = strict
         self._trackers: list[weakref.ref[WriteTracker]] = []
-        self._new_table(max_context_len)  # (a tracker's reader sees a new table and recounts)
-        self.clear()
-
-    def _new_table(self, width: int) -> None:
         # int32 because kernels read it directly as a tensor
-        self._table = np.zeros((self.size + 1, width), dtype=np.int32)
+        self._table = np.zeros((size + 1, max_context_len), dtype=np.int32)
         self.req_to_token = self._table.view()
         self.req_to_token.flags.writeable = False
+        self.clear()
 
     def clear(self) -> None:
         self.free_rows: deque[int] = deque(range(1, self.size + 1))
         self._is_free = np.ones(self.size + 1, dtype=bool)
         self._is_free[0] = False
-
-    def widen(self, max_context_len: int) -> None:
-        """Make every row at least ``max_context_len`` positions long (EAGLE reserves
-        positions past the context: its verify window); only while no row is in use."""
-        if max_context_len <= self.max_context_len:
-            return
-        if len(self.free_rows) != self.size:
-            raise KVAccountingError("widen of a request-row table with rows in use")
-        self.max_context_len = max_context_len
-        self._new_table(max_context_len)
 
     def available_size(self) -> int:
         return len(self.free_rows)

@@ -15,9 +15,9 @@ from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.memory import KVMemory
 from engine.model.tokenizer import ByteTokenizer
+from engine.observe.memory_view import memory_view
 from engine.request import FinishReason, Req, SamplingParams
 from engine.sched.sessions import SessionParams
-from engine.snapshot import memory_view
 from engine.speculative import accounting
 from invariants.mutants.base import Planted, PlantedViews, ids
 from invariants.mutants.session import pre_abort_restores

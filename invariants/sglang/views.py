@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.mem.census import take_census
+from engine.observe.census import take_census
 from engine.view import POOL_BUCKETS, PoolView, StateView, view_to_dict
 from invariants.schema import build_view, unknown_view_keys
 

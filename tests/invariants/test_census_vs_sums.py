@@ -7,8 +7,8 @@ import numpy as np
 
 from engine.config import MemoryConfig
 from engine.memory import KVMemory
+from engine.observe.memory_view import memory_view
 from engine.request import Req
-from engine.snapshot import memory_view
 from invariants.checker import Checker, Level
 from invariants.loader import load_catalog
 

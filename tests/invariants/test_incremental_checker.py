@@ -19,7 +19,7 @@ from invariants.checker import Checker, CheckerHook, Level
 from invariants.dsl import make_env
 from invariants.fastpath import SetMemo
 from invariants.loader import load_catalog
-from tests.engine.mem.census_ops import OPS, apply_op
+from tests.engine.observe.census_ops import OPS, apply_op
 
 CATALOG = load_catalog()
 

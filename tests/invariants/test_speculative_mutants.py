@@ -12,8 +12,8 @@ import pytest
 
 from engine.engine import Engine
 from engine.memory import KVMemory
+from engine.observe.memory_view import memory_view
 from engine.request import Req, SamplingParams
-from engine.snapshot import memory_view
 from engine.speculative import accounting
 from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
 from invariants.loader import CATALOG_DIR, Catalog, load_catalog

@@ -9,7 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from engine.mem import paging
 from engine.mem.allocator import PagedAllocator, SWAAllocator, TokenAllocator
-from engine.mem.census import take_census
+from engine.observe.census import take_census
 from engine.view import PoolView, StateView
 from invariants.checker import Checker, Level
 from invariants.loader import load_catalog

@@ -21,19 +21,20 @@ blocked (named by a census from scratch: see census_kernels.py). ``take`` answer
     anything else     the from-scratch ``take_census`` (the oracle) over the same owners,
                       so a broken state gets exactly its witnesses.
 
-How the counts follow the state (each fallback below recounts from scratch, O(pool)):
-- tree: the node registry's ``owner_log`` names every node whose owner was rebuilt or
-  dropped since the last census; the old pages of each are subtracted, the new added (none
-  of either when the owner holds the very frozen array counted: ``_distinct``).
-- free list: ``free_pages`` only ever shrinks from the front by slicing (same buffer, same
-  end; its arrays are read-only) and ``release_pages`` only grows by appending (the
-  allocator never assigns into it); any other change seen — a merge, a clear, a replaced
-  list, a different last entry — recounts the free list (the tree's counts are kept).
-- rows (page size 1): ``RowCounts`` moves the rows' entries in the same ledger, so a page's
-  flag always reflects the tree, the free list and the rows together.
+How the counts follow the state — each component publishes what it changed (a change feed,
+engine/mem/feed.py), and a lost log recounts from scratch, O(pool):
+- tree: the node registry publishes the ids of nodes whose owner changed (added, removed,
+  other slots); the pages counted for each are subtracted, its owner's pages added. A lost
+  log (it overflowed) recounts everything.
+- free list: the allocator publishes every page taken and every page returned, in order
+  (a merge publishes nothing: the free set is unchanged); a lost log (a ``clear``, an
+  overflow) recounts the free list, the tree's counts kept.
+- rows (page size 1): ``RowCounts`` moves the rows' entries in the same ledger, from the
+  request table's published writes, so a page's flag always reflects the tree, the free
+  list and the rows together.
 - an id outside ``1..num_pages`` or a count below zero makes every census from scratch
   until the next recount finds the state in range.
-tests/engine/mem/test_incremental_census.py checks ``take`` against ``take_census`` after
+tests/engine/observe/test_incremental_census.py checks ``take`` against ``take_census`` after
 every operation of random runs.
 """
 
@@ -46,8 +47,10 @@ import numpy as np
 from engine.cache.base import PrefixCache, SlotOwner
 from engine.cache.tree_view_cache import NodeRegistry
 from engine.mem.allocator import PagedAllocator
-from engine.mem.census import PageRefs, holding_mask, take_census
-from engine.mem.census_kernels import (
+from engine.mem.feed import ChangeLog
+from engine.mem.req_to_token import ReqToTokenPool
+from engine.observe.census import PageRefs, holding_mask, take_census
+from engine.observe.census_kernels import (
     BLOCKED,
     FREE,
     FREE_ENTRIES,
@@ -59,8 +62,7 @@ from engine.mem.census_kernels import (
     new_ledger,
     retally,
 )
-from engine.mem.census_rows import RowCounts, RowSpan
-from engine.mem.req_to_token import ReqToTokenPool
+from engine.observe.census_rows import RowCounts, RowSpan
 from engine.view import Census
 
 SMALL = 16  # fewer rows than this are sliced one by one (page size above 1: fewer numpy calls)
@@ -75,7 +77,8 @@ class IncrementalCensus:
         self, allocator: PagedAllocator, cache: PrefixCache, pool: ReqToTokenPool | None = None
     ) -> None:
         self.alloc, self.cache = allocator, cache
-        self.registry = self._registry()
+        self.registry, self._tree_log = self._subscribe_tree()
+        self._free_log = allocator.changes.subscribe()
         self.ps, self.num_pages = allocator.page_size, allocator.num_pages
         self.ledger = self.counts, self.blocked, self.totals = new_ledger(self.num_pages)
         # page size 1 with the rows' table: the rows' counts are kept too (census_rows.py)
@@ -109,9 +112,9 @@ class IncrementalCensus:
     ) -> Census:
         """The census of the pool with these live rows (``table``: request → token);
         ``labels`` names the rows (called only to name the owners of a broken state)."""
-        registry = self._registry()
-        if registry is not self.registry:  # the cache was reset with a new tree
-            self.registry, self._stale = registry, True
+        if self._registry() is not self.registry:  # the cache was reset with a new tree
+            self.registry, self._tree_log = self._subscribe_tree()
+            self._stale = True
         if not self._stale:
             self._follow()
         if self._stale:
@@ -185,69 +188,50 @@ class IncrementalCensus:
     # ---- following the tree and the free list ----
 
     def _follow(self) -> None:
-        """Apply the changes since the last census; what cannot be followed is recounted
-        (the free list alone after a merge; everything when the tree cannot be followed)."""
+        """Apply the changes the tree and the free list published since the last census;
+        what cannot be followed is recounted (the free list alone when its log was lost;
+        everything when the tree's was)."""
         tree = self._tree_changes()
         if tree is None:
             self._stale = True
             return
-        free = self._free_changes()
-        for changes, is_free in ((tree, False), (free or [], True)):
+        free, free_lost = self._free_log.take()
+        for changes, is_free in ((tree, False), ([] if free_lost else free, True)):
             for pages, sign in changes:
                 if apply_pages(pages, sign, is_free, self.ledger) != OK:
                     self._stale = True  # an id out of range, or a count below zero
                     return
-        if free is None:
+        if free_lost:
             self._recount_free()
 
     def _tree_changes(self) -> list[Signed] | None:
-        """(pages, -1) for the old pages and (pages, +1) for the new of each changed node."""
-        if self.registry is None:
+        """(pages, -1) for the old pages and (pages, +1) for the new of each node whose owner
+        the registry published; None when they cannot be followed."""
+        if self.registry is None or self._tree_log is None:
             return None if self._tree_owners() else []
-        self.registry.sync_owners()  # rebuild changed owners (into the log)
-        log = self.registry.owner_log
-        if log is not self._log or len(log) < self._log_at:
+        self.registry.sync_owners()  # rebuild changed owners (publishing them)
+        published, lost = self._tree_log.take()
+        if lost:
             return None
-        ids, self._log_at = dict.fromkeys(log[self._log_at :]), len(log)
         changes: list[Signed] = []
-        for node_id in ids:
-            owner = self.registry.owner(node_id)
-            if owner is not None and self._tree_pages.get(node_id) is owner.slots:
-                continue  # rebuilt for its links or locks: the very (frozen) array counted
+        for node_id in dict.fromkeys(i for ids in published for i in ids):
             old = self._tree_pages.pop(node_id, None)
             if old is not None:
                 changes.append((old, -1))
+            owner = self.registry.owner(node_id)
             if owner is not None:
                 self._tree_pages[node_id] = new = self._distinct(owner)
                 changes.append((new, 1))
         return changes
-
-    def _free_changes(self) -> list[Signed] | None:
-        """(pages, -1) for the pages taken off the free list, (pages, +1) for those released."""
-        alloc, old = self.alloc, self._free_head
-        head, released = alloc.free_pages, alloc.release_pages
-        if released is not self._released or len(released) < self._released_at:
-            return None
-        if self._released_at and released[self._released_at - 1] is not self._released_last:
-            return None  # the list was rewritten in place
-        taken = _taken_front(old, head)
-        if taken is None:
-            return None
-        fresh = released[self._released_at :]
-        self._free_head, self._released_at = head, len(released)
-        self._released_last = released[-1] if released else None
-        return [(taken, -1)] * bool(len(taken)) + [
-            (pages.astype(np.int64, copy=False), 1) for pages in fresh
-        ]
 
     def _recount(self) -> None:
         """Count the tree and the free list from scratch (the rows' counts kept); stale if an
         id is out of range."""
         n, self._stale = self.num_pages, False
         self._tree_pages: dict[int, np.ndarray] = {}
-        owners = self._tree_owners()  # first: it may log (or replace the log)
-        self._log = self.registry.owner_log if self.registry is not None else None
-        self._log_at = len(self._log) if self._log is not None else 0
+        owners = self._tree_owners()  # first: it may publish owner changes
+        if self._tree_log is not None:
+            self._tree_log.take()  # what it holds is counted now
         if self.registry is not None:
             for node_id in self.registry.nodes:
                 owner = self.registry.owner(node_id)
@@ -271,10 +255,8 @@ class IncrementalCensus:
     def _recount_free(self) -> None:
         """Count the free list from scratch (the tree's and rows' counts kept); stale if an
         id is out of range."""
+        self._free_log.take()  # what it holds is counted now
         free = self.alloc.all_free_pages().astype(np.int64, copy=False)
-        self._free_head, self._released = self.alloc.free_pages, self.alloc.release_pages
-        self._released_at = len(self._released)
-        self._released_last = self._released[-1] if self._released else None
         if len(free) and (int(free.min()) < 1 or int(free.max()) > self.num_pages):
             self._stale = True
             return
@@ -288,6 +270,10 @@ class IncrementalCensus:
         registry = getattr(self.cache, "node_registry", None)
         return registry() if registry is not None else None
 
+    def _subscribe_tree(self) -> tuple[NodeRegistry | None, ChangeLog[list[int]] | None]:
+        registry = self._registry()
+        return registry, None if registry is None else registry.changes.subscribe()
+
     def _tree_owners(self) -> list[SlotOwner]:
         return (
             self.registry.slot_owners()
@@ -300,7 +286,7 @@ class IncrementalCensus:
         page it holds twice twice — which blocks it (a census from scratch). A copy, or at
         page size 1 the owner's own array when it is frozen: read-only and owning its data
         (tree_view_cache.py freezes node values when it builds their owners), so nothing can
-        change it — and seeing it again, by identity, means the node's slots are unchanged."""
+        change what was counted."""
         if self.ps == 1:
             slots = owner.slots
             frozen = (
@@ -313,23 +299,6 @@ class IncrementalCensus:
             )
         pages = np.asarray(owner.slots, dtype=np.int64) // self.ps
         return pages[holding_mask(pages, self.ps, np.zeros(1, np.int64))]
-
-
-def _taken_front(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
-    """The pages sliced off the front of ``old`` to leave ``new`` (same buffer, same end);
-    None when ``new`` is not such a slice."""
-    if new is old:
-        return old[:0]
-    if (old.base is None and new.base is not old) or (
-        old.base is not None and new.base is not old.base
-    ):
-        return None
-    if old.dtype != new.dtype or not (old.flags.c_contiguous and new.flags.c_contiguous):
-        return None
-    start_old, start_new = old.__array_interface__["data"][0], new.__array_interface__["data"][0]
-    if start_new + new.nbytes != start_old + old.nbytes or start_new < start_old:
-        return None
-    return old[: (start_new - start_old) // old.itemsize]
 
 
 def _row_block(

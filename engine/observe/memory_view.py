@@ -7,9 +7,8 @@ maintains them, and the census is computed separately from the index references
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import fields, replace
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import numpy as np
 
@@ -17,38 +16,23 @@ from engine.cache.base import PrefixCache
 from engine.cache.session_slot import HeldSlot
 from engine.mem import paging
 from engine.mem.allocator import PagedAllocator, SWAAllocator
-from engine.mem.census import PageRefs, take_census
-from engine.mem.census_incremental import IncrementalCensus
 from engine.memory import KVMemory
+from engine.observe.census import PageRefs, take_census
+from engine.observe.census_incremental import IncrementalCensus
+from engine.observe.req_views import NOWHERE, ReqPlaces, ReqViewCache, SpecState
+from engine.observe.session_views import with_session_locks
 from engine.request import Req
-from engine.sched.session_views import with_session_locks
 from engine.view import (
     OPTIONAL_PARTS,
     Census,
     PoolView,
     ReqPoolView,
-    ReqView,
     StateView,
     TreeView,
-    positional_builder,
     wanted_sections,
 )
 
 NOT_TAKEN = Census(taken=False)
-_new_state_view = positional_builder(StateView)
-# StateView's fields after (event, step, page_size), in order, with their (frozen) defaults
-_SECTION_DEFAULTS = tuple((f.name, getattr(StateView(), f.name)) for f in fields(StateView))[3:]
-
-
-class ReqPlaces(NamedTuple):
-    """Where the scheduler holds each request (sets of requests; Req hashes by identity)."""
-
-    waiting: Collection[Req] = frozenset()
-    running: Collection[Req] = frozenset()
-    batch: Collection[Req] = frozenset()  # this iteration's batch
-
-
-NOWHERE = ReqPlaces()
 
 
 def memory_view(
@@ -82,12 +66,7 @@ def memory_view(
         built["tree"] = _tree_view(mem, nodes="nodes" in parts)
     if "reqs" in sections:
         built["reqs"] = (memo.req_views if memo is not None else ReqViewCache()).views(reqs, places)
-    return _new_state_view(
-        event,
-        step,
-        mem.page_size,
-        *[built.get(name, default) for name, default in _SECTION_DEFAULTS],
-    )
+    return StateView(event, step, mem.page_size, **built)  # type: ignore[arg-type]
 
 
 def _pool_views(
@@ -228,13 +207,14 @@ def _row_refs(
 
 
 class ViewMemo:
-    """What an engine keeps between its views: the last ReqViews, and the incremental census
-    of its full pool (none for a hybrid SWA pool: those are counted from scratch)."""
+    """What an engine keeps between its views: the last ReqViews (with the speculative
+    worker's ``spec_state`` under EAGLE), and the incremental census of its full pool (none
+    for a hybrid SWA pool: those are counted from scratch)."""
 
     __slots__ = ("_census", "req_views")
 
-    def __init__(self) -> None:
-        self.req_views = ReqViewCache()
+    def __init__(self, spec_state: SpecState | None = None) -> None:
+        self.req_views = ReqViewCache(spec_state)
         self._census: IncrementalCensus | None = None
 
     def census_of(self, mem: KVMemory) -> IncrementalCensus | None:
@@ -261,52 +241,3 @@ def incremental_census(
 
 def _row_label(r: Req | HeldSlot) -> str:
     return r.label if isinstance(r, HeldSlot) else f"req:{r.rid}@row{r.req_pool_idx}"
-
-
-class ReqViewCache:
-    """The last ReqView built for each request, handed out again — the very same object —
-    while every field it was built from reads the same (a ReqView is a value: an equal one
-    is as good as a new one, and an unchanged one is recognised by identity downstream)."""
-
-    __slots__ = ("_last",)
-
-    def __init__(self) -> None:
-        # keyed by the Req itself (it hashes by identity, and the key keeps it alive)
-        self._last: dict[Req, ReqView] = {}
-
-    def views(self, reqs: list[Req], places: ReqPlaces) -> tuple[ReqView, ...]:
-        last, out, new = self._last, [], tuple.__new__
-        waiting, running, batch = places
-        same = batch is running  # a decode step: the batch is the running batch (one lookup)
-        for r in reqs:
-            run = r in running
-            # ReqView's fields, in order (the EAGLE ones at their defaults: ``annotate`` sets them)
-            fields = (
-                r.rid,
-                -1 if r.req_pool_idx is None else r.req_pool_idx,
-                len(r.fill_ids),
-                r.kv_committed_len,
-                r.kv_allocated_len,
-                r.cache_protected_len,
-                r.swa_evicted_seqlen,
-                r.is_chunked,
-                r.kv_committed_freed,
-                r.kv_overallocated_freed,
-                len(r.origin_input_ids),
-                len(r.output_ids),
-                r.finished_reason is not None,
-                r.to_finish is not None,
-                r.is_retracted,
-                r in waiting,
-                run,
-                run if same else r in batch,
-                -1,
-                0,
-            )
-            view = last.get(r)
-            if view != fields:  # a ReqView equals the plain tuple of its fields (None never does)
-                view = last[r] = new(ReqView, fields)
-            out.append(view)
-        if len(last) != len(reqs):  # else its keys are exactly ``reqs``: each one is a key
-            self._last = dict(zip(reqs, out))
-        return tuple(out)

@@ -1,4 +1,4 @@
-"""The rows' page counts kept across censuses (engine/mem/census_rows.py) are the counts of
+"""The rows' page counts kept across censuses (engine/observe/census_rows.py) are the counts of
 the live rows' current contents — after any writes, span changes, rows dropped and rows
 handed out again — and the pages flagged are those the counts block."""
 
@@ -10,9 +10,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import KVAccountingError
-from engine.mem.census_kernels import BLOCKED, FREE, OCCUPANCY
-from engine.mem.census_rows import RowCounts
 from engine.mem.req_to_token import ReqToTokenPool
+from engine.observe.census_kernels import BLOCKED, FREE, OCCUPANCY
+from engine.observe.census_rows import RowCounts
 
 ROWS, WIDTH, PAGES = 6, 12, 40
 

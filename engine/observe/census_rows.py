@@ -9,21 +9,21 @@ counting every row from scratch gives. ``shadow`` holds each counted row's conte
 were counted (what is subtracted when they change).
 
 Why recounting only part of each row is exact: the table is written only through
-``ReqToTokenPool.write``/``write_points`` (``req_to_token`` is read-only), which tell
-this census's ``WriteTracker`` the first position written per row (a new table — ``widen``
-— is recounted). For a row counted as ``[s0, e0)`` and now ``[s1, e1)``, first written at
-``d`` since, positions below ``P = min(d, e0, e1)`` hold what was counted and are read both
-times; owned positions in ``[max(s0, s1), P)`` are owned both times. So the old counts lose
-``[P, e0)`` (reads) and ``[s0, e0)`` minus the stable owned range, and gain ``[P, e1)`` and
-``[s1, e1)`` minus it — read from the table and copied into ``shadow``. A row no longer
-live loses all it counted; a new row (or one freed and handed out again: its writes start
-at 0) gains all. The loops are ``census_kernels.follow_rows``.
+``ReqToTokenPool.write``/``write_points`` (``req_to_token`` is read-only), which publish to
+this census's ``WriteTracker`` the first position written per row. For a row counted as
+``[s0, e0)`` and now ``[s1, e1)``, first written at ``d`` since, positions below ``P =
+min(d, e0, e1)`` hold what was counted and are read both times; owned positions in
+``[max(s0, s1), P)`` are owned both times. So the old counts lose ``[P, e0)`` (reads) and
+``[s0, e0)`` minus the stable owned range, and gain ``[P, e1)`` and ``[s1, e1)`` minus it —
+read from the table and copied into ``shadow``. A row no longer live loses all it counted; a
+new row (or one freed and handed out again: its writes start at 0) gains all. The loops are
+``census_kernels.follow_rows``.
 
 ``update`` answers False — the caller then takes the census from scratch — when the rows
 cannot be kept by row (a row listed twice, a span outside the table) or a value is outside
 ``1..num_pages``; the counts then recount from scratch at the next update.
-tests/engine/mem/test_census_rows.py checks the counts against a recount after random
-writes and span changes; tests/engine/mem/test_incremental_census.py the whole census.
+tests/engine/observe/test_census_rows.py checks the counts against a recount after random
+writes and span changes; tests/engine/observe/test_incremental_census.py the whole census.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from itertools import chain
 
 import numpy as np
 
-from engine.mem.census_kernels import (
+from engine.mem.req_to_token import ReqToTokenPool
+from engine.observe.census_kernels import (
     OK,
     OWNED,
     OWNED_ENTRIES,
@@ -43,7 +44,6 @@ from engine.mem.census_kernels import (
     new_ledger,
     retally,
 )
-from engine.mem.req_to_token import ReqToTokenPool
 
 RowSpan = tuple[int, int, int]  # (row, owned from, allocated): the row reads [0, allocated)
 
@@ -55,8 +55,8 @@ class RowCounts:
     def __init__(self, pool: ReqToTokenPool, num_pages: int, ledger: Ledger | None = None) -> None:
         self.pool = pool
         self.ledger = ledger if ledger is not None else new_ledger(num_pages)
-        self.writes = pool.track_writes()
-        self._table: np.ndarray | None = None  # the table counted (None: recount)
+        self.writes = pool.track_writes()  # the table's change feed: per row, the first write
+        self._counted = False  # False: recount every row at the next update
         self._stamp = 0  # marks the rows listed by one update
 
     @property
@@ -75,7 +75,7 @@ class RowCounts:
         """Bring the counts to these rows (each (row, owned from, allocated)); False when the
         rows cannot be counted (census from scratch; recounted at the next update)."""
         dirty, table = self.writes.take(), self.pool.req_to_token
-        recount = self._table is not table
+        recount = not self._counted
         if recount:
             self._reset(table)
         self._stamp += 1
@@ -84,20 +84,17 @@ class RowCounts:
         )
         if recount:
             retally(self.ledger)  # the reset zeroed counts without moving their pages' flags
-        if status != OK:
-            self._table = None
+        self._counted = status == OK
         return status == OK
 
     def _reset(self, table: np.ndarray) -> None:
         """Count nothing, over ``table``."""
         counts, _, totals = self.ledger
         self.shadow = np.zeros_like(table)
-        self.counted = np.zeros(
-            (3, len(table)), dtype=np.int64
-        )  # per row: start, end, stamp listed
+        self.counted = np.zeros((3, len(table)), dtype=np.int64)  # per row: start, end, stamp
         counts[OWNED] = counts[READ] = 0
         totals[OWNED_ENTRIES] = 0
-        self._table, self._stamp = table, 0
+        self._stamp = 0
 
 
 def _as_spans(rows: Sequence[RowSpan] | np.ndarray) -> np.ndarray:

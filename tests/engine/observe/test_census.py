@@ -9,9 +9,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.mem.census import take_census
+from engine.observe.census import take_census
 from engine.view import Census, PageOwners
-from tests.engine.mem.census_reference import reference_census
+from tests.engine.observe.census_reference import reference_census
 
 
 @st.composite

@@ -1,5 +1,5 @@
 """Reference census (the first, per-owner implementation): the oracle the vectorised
-engine/mem/census.py is tested against. Simple on purpose; slow on big pools."""
+engine/observe/census.py is tested against. Simple on purpose; slow on big pools."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from itertools import groupby
 
 import numpy as np
 
-from engine.mem.census import MAX_WITNESSES, PageRefs
+from engine.observe.census import MAX_WITNESSES, PageRefs
 from engine.view import Census, PageOwners
 
 

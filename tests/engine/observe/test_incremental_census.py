@@ -1,4 +1,4 @@
-"""The incremental census (engine/mem/census_incremental.py) equals the from-scratch census
+"""The incremental census (engine/observe/census_incremental.py) equals the from-scratch census
 after every operation of random engine runs — clean runs, and runs broken on purpose by a
 double free, a leaked page, a freed tree node, an eviction that leaks, a reset, or one
 owner (a row or a tree node) holding a page twice, in two runs or in one run longer than a
@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.engine import Engine
-from engine.mem.census_incremental import IncrementalCensus, _taken_front
+from engine.observe.census_incremental import IncrementalCensus
+from engine.observe.memory_view import memory_view
 from engine.request import SamplingParams
-from engine.snapshot import memory_view
 from engine.view import Census
-from tests.engine.mem.census_ops import OPS, PREFIXES, apply_op, census_engine
+from tests.engine.observe.census_ops import OPS, PREFIXES, apply_op, census_engine
 
 
 def _scratch_census(engine: Engine) -> Census:
@@ -49,7 +49,7 @@ def test_incremental_census_equals_from_scratch(
 def _assert_counts_kept(engine: Engine) -> None:
     """The kept ledger is that of a census counting the same state anew: the tree's and the
     free list's counts, (page size 1) the rows', and which pages are blocked."""
-    kept = engine._view_memo._census
+    kept = engine.views.memo._census
     assert kept is not None  # a non-SWA engine's views keep their census
     if kept._stale:
         return  # every census goes from scratch until a recount finds the state in range
@@ -61,7 +61,7 @@ def _assert_counts_kept(engine: Engine) -> None:
     anew._recount()
     assert not anew._stale
     if kept.rows is not None:
-        if kept.rows._table is None:  # the rows were not countable: recounted at the next census
+        if not kept.rows._counted:  # the rows were not countable: recounted at the next census
             assert (
                 np.array_equal(kept.counts[:2], anew.counts[:2])
                 and (kept.totals[:2] == anew.totals[:2]).all()
@@ -154,16 +154,6 @@ def test_a_clean_run_never_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
         engine.step()
         assert engine.state_view("step").pools[0].census == Census(num_pages=256)
     assert not fallbacks
-
-
-def test_taken_front_follows_slices_only() -> None:
-    """The free list's head is followed only as a suffix slice of the array seen before."""
-    base = np.arange(1, 11)
-    assert _taken_front(base, base[3:]).tolist() == [1, 2, 3]
-    assert _taken_front(base[3:], base[5:]).tolist() == [4, 5]
-    assert _taken_front(base, base) is not None and len(_taken_front(base, base)) == 0
-    assert _taken_front(base, base[2:8]) is None  # the end moved
-    assert _taken_front(base, np.arange(4, 11)) is None  # another buffer, equal values
 
 
 @pytest.mark.parametrize("page_size", [1, 4])

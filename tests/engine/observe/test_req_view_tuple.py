@@ -1,6 +1,7 @@
 """ReqView is a NamedTuple (cheap to build by the hundred per step) that keeps the view
-contract of the dataclass it replaced: same fields, order and defaults; rendered as a mapping
-of field to value; named field by field in YAML fixture errors and witnesses; and an
+contract of the dataclass it replaced: same fields and defaults (in the order of the one field
+list it is built from: the fields copied from the Req, then the derived ones); rendered as a
+mapping of field to value; named field by field in YAML fixture errors and witnesses; and an
 unchanged request keeps handing out the very same view object through the engine."""
 
 from __future__ import annotations
@@ -12,18 +13,16 @@ import pytest
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
+from engine.observe.req_views import ReqViewCache
 from engine.request import SamplingParams
-from engine.snapshot import ReqViewCache
 from engine.view import ReqView, StateView, is_record, record_fields, view_field_names, view_to_dict
 from invariants.dsl import render_value
 from invariants.loader import CatalogError, load_catalog
 
-# The dataclass-era contract: every field, in order, with its default (fixtures name only
-# the fields they test and rely on the rest).
+# The dataclass-era contract: every field with its default (fixtures name only the fields
+# they test and rely on the rest), in the order of the one field list (engine/view.py).
 DEFAULTS = {
     "rid": "",
-    "req_pool_idx": -1,
-    "seq_len": 0,
     "kv_committed_len": 0,
     "kv_allocated_len": 0,
     "cache_protected_len": 0,
@@ -31,11 +30,13 @@ DEFAULTS = {
     "is_chunked": 0,
     "kv_committed_freed": False,
     "kv_overallocated_freed": False,
+    "is_retracted": False,
+    "req_pool_idx": -1,
+    "seq_len": 0,
     "origin_len": 0,
     "num_output": 0,
     "finished": False,
     "to_finish": False,
-    "is_retracted": False,
     "in_waiting": False,
     "in_running": False,
     "in_batch": False,
@@ -118,7 +119,7 @@ def test_an_unknown_request_field_names_file_line_and_field(tmp_path: Path) -> N
         f"{path}:{line}: [t.reqs] fixtures.fail.view.reqs.0: "
         "unknown key 'kv_comitted_len' in ReqView" in message
     )
-    assert "(fields: rid, req_pool_idx, seq_len," in message
+    assert "(fields: rid, kv_committed_len, kv_allocated_len," in message
 
 
 @pytest.mark.parametrize("overlap", [True, False])
@@ -138,4 +139,4 @@ def test_an_unchanged_request_keeps_its_view_object(overlap: bool) -> None:
     kept = {v.rid: v for v in first}
     assert any(v is not kept[v.rid] for v in after)
     assert all(v is kept[v.rid] for v in after if v == kept[v.rid])
-    assert after == ReqViewCache().views(engine.scheduler.live_reqs(), engine._places())
+    assert after == ReqViewCache().views(engine.scheduler.live_reqs(), engine.views._places())

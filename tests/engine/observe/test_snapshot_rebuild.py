@@ -13,8 +13,8 @@ from engine.cache.swa_radix_cache import SWARadixCache
 from engine.cache.tree_util import all_nodes, node_view
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
+from engine.observe.req_views import ReqPlaces
 from engine.request import Req
-from engine.snapshot import ReqPlaces
 from engine.view import ReqView
 
 

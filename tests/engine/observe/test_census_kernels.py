@@ -1,4 +1,4 @@
-"""The census ledger (engine/mem/census_kernels.py) blocks exactly the pages a census from
+"""The census ledger (engine/observe/census_kernels.py) blocks exactly the pages a census from
 scratch names — held twice, referenced while free, listed twice in the free list — and a
 ledger with no page blocked whose entries add up to the pool's pages is a clean census."""
 
@@ -8,8 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.mem.census import take_census
-from engine.mem.census_kernels import (
+from engine.mem.req_to_token import ReqToTokenPool
+from engine.observe.census import take_census
+from engine.observe.census_kernels import (
     BLOCKED,
     FREE_ENTRIES,
     OK,
@@ -18,8 +19,7 @@ from engine.mem.census_kernels import (
     apply_pages,
     new_ledger,
 )
-from engine.mem.census_rows import RowCounts
-from engine.mem.req_to_token import ReqToTokenPool
+from engine.observe.census_rows import RowCounts
 from engine.view import Census
 
 PAGES, ROWS, WIDTH = 8, 3, 5  # at most 8 pages: a census names every witness (MAX_WITNESSES)

@@ -14,19 +14,36 @@ from hypothesis import strategies as st
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.mem import paging
-from engine.mem.census_incremental import _row_block
+from engine.observe.census_incremental import _row_block
+from engine.observe.req_views import DERIVED, ReqPlaces, ReqViewCache
 from engine.request import Req, SamplingParams
-from engine.snapshot import ReqPlaces, ReqViewCache
-from engine.view import SELECTIVE, NodeView, ReqView, StateView, positional_builder
+from engine.view import REQ_COPIED, SELECTIVE, ReqView, StateView
 
 
-def test_positional_builder_equals_the_constructor() -> None:
-    """positional_builder(cls)(*values) == cls(*values) for a view dataclass, hash and field
-    values included; a NamedTuple view (ReqView) is its own positional constructor."""
-    values = tuple(range(len(fields(NodeView))))
-    built, made = positional_builder(NodeView)(*values), NodeView(*values)
-    assert built == made and hash(built) == hash(made) and type(built) is NodeView
-    assert positional_builder(ReqView) is ReqView
+def test_req_views_are_built_from_one_field_list() -> None:
+    """ReqView's fields are the Req attributes it copies (``REQ_COPIED``: same name, same
+    meaning, read in one call) followed by the derived ones, and a built view carries the
+    request's values under each name (no positional slip between builder and schema)."""
+    assert ReqView._fields == REQ_COPIED + DERIVED
+    assert set(REQ_COPIED) <= {f.name for f in fields(Req)}
+    req = Req("r1", [1, 2, 3], output_ids=[4], fill_ids=[1, 2, 3, 4], req_pool_idx=5)
+    req.kv_committed_len, req.kv_allocated_len, req.cache_protected_len = 4, 6, 2
+    req.swa_evicted_seqlen, req.is_chunked, req.is_retracted = 1, 2, True
+    (view,) = ReqViewCache().views([req], ReqPlaces(running={req}))
+    assert view == ReqView(
+        rid="r1",
+        req_pool_idx=5,
+        seq_len=4,
+        kv_committed_len=4,
+        kv_allocated_len=6,
+        cache_protected_len=2,
+        swa_evicted_seqlen=1,
+        is_chunked=2,
+        is_retracted=True,
+        origin_len=3,
+        num_output=1,
+        in_running=True,
+    )
 
 
 def test_req_views_are_reused_only_while_unchanged() -> None:
