@@ -129,3 +129,6 @@ class SWAKVPool:
         """``loc`` must already be SWA slot ids for a sliding-window layer."""
         pool = self.swa if layer in self.swa_layers else self.full
         pool.set_kv_buffer(self._slot[layer], loc, k, v)
+
+
+KVPool = MHAKVPool | SWAKVPool | MLAKVPool  # what a model reads and writes

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from engine.config.model import TinyConfig
-from engine.mem.allocator import PagedAllocator, SWAAllocator
-from engine.mem.kv_pool import KVShape, MHAKVPool, MLAKVPool, SWAKVPool
+from engine.mem.allocator import SWAAllocator
+from engine.mem.kv_pool import KVPool, MLAKVPool, SWAKVPool
 from engine.model.draft import DraftNetwork, DraftOutput, self_play, self_play_slots
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
 from engine.model.sim import stream_seed
@@ -51,12 +51,12 @@ from engine.model.tiny_layers import (
     rms_norm,
     rope_tables,
 )
+from engine.model.tiny_pools import make_kv_pool, plain_kv_pool
 from engine.request import Req
 
 if TYPE_CHECKING:
     from engine.memory import KVMemory
 
-KVPool = MHAKVPool | SWAKVPool | MLAKVPool
 _RECORDS = 4096  # last written token per request id, for lookbacks past the known ids
 
 
@@ -80,36 +80,6 @@ class _Step(NamedTuple):
     written: torch.Tensor  # int64 [N]: rows of the computed tokens whose KV is stored
     cos: torch.Tensor  # [M, rope_dim / 2]
     sin: torch.Tensor  # [M, rope_dim / 2]
-
-
-def make_kv_pool(cfg: TinyConfig, allocator: PagedAllocator | SWAAllocator) -> KVPool:
-    """The KV buffers for ``cfg`` shaped like ``allocator``'s pools (SWA layers: SWA pool)."""
-    if isinstance(allocator, SWAAllocator) and cfg.attention == "gqa":
-        return SWAKVPool(
-            allocator.size, allocator.size_swa, allocator.page_size, _shape(cfg), cfg.window_layers
-        )
-    return plain_kv_pool(cfg, allocator.size, allocator.page_size)
-
-
-def plain_kv_pool(cfg: TinyConfig, num_tokens: int, page_size: int) -> MHAKVPool | MLAKVPool:
-    """One pool for every layer (window layers then mask the full pool to their window)."""
-    if cfg.attention == "mla":
-        return MLAKVPool(
-            num_tokens,
-            page_size,
-            cfg.num_layers,
-            cfg.kv_lora_rank,
-            cfg.qk_rope_head_dim,
-            DTYPES[cfg.dtype],
-            cfg.device,
-        )
-    return MHAKVPool(num_tokens, page_size, _shape(cfg))
-
-
-def _shape(cfg: TinyConfig) -> KVShape:
-    return KVShape(
-        cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, None, DTYPES[cfg.dtype], cfg.device
-    )
 
 
 class TinyModel:

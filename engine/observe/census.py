@@ -48,15 +48,28 @@ def take_census(
     ref = _flatten(referenced, slots_per_page)
     ids = [a for a in (own, ref, free_pages) if len(a)]
     top = max([num_pages, *(int(a.max()) for a in ids)])
-    size = top + 1
-    free = np.zeros(size, dtype=bool)
+    free = np.zeros(top + 1, dtype=bool)
     free[free_pages] = True
     repeats = np.count_nonzero(free) != len(free_pages)
     if top > num_pages or any(int(a.min()) < 1 for a in ids) or repeats:
         return _census_by_histogram(
-            num_pages, size, free_pages, owned, referenced, own, ref, slots_per_page
+            num_pages, top + 1, free_pages, owned, referenced, own, ref, slots_per_page
         )
-    held = np.zeros(size, dtype=bool)
+    return _census_in_range(num_pages, free, owned, referenced, own, ref, slots_per_page)
+
+
+def _census_in_range(
+    num_pages: int,
+    free: np.ndarray,
+    owned: Sequence[PageRefs],
+    referenced: Sequence[PageRefs],
+    own: np.ndarray,
+    ref: np.ndarray,
+    slots_per_page: int,
+) -> Census:
+    """The common path: every id in ``1..num_pages`` and no page listed twice as free
+    (``free``: the free pages as a mask)."""
+    held = np.zeros(len(free), dtype=bool)
     held[own] = True
     live = held.copy()
     live[ref] = True

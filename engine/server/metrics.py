@@ -83,45 +83,39 @@ def engine_state(engine: Engine) -> dict[str, Any]:
 
 def engine_metrics(state: dict[str, Any]) -> list[Metric]:
     """Metric families of an ``engine_state`` snapshot."""
-    pools = state["pools"]
-    bucket_samples = tuple(
+    return [*_pool_metrics(state["pools"]), *_engine_counters(state)]
+
+
+def _pool_metrics(pools: list[dict[str, Any]]) -> list[Metric]:
+    """Each pool's buckets, capacity and census findings."""
+    buckets = tuple(
         ({"pool": p["name"], "bucket": b}, float(p[b])) for p in pools for b in POOL_BUCKETS
     )
+    capacity = tuple(({"pool": p["name"]}, float(p["capacity"])) for p in pools)
+    findings = tuple(
+        ({"pool": p["name"], "kind": k}, float(p["census"][k]))
+        for p in pools
+        for k in ("duplicates", "dangling", "orphans", "free_repeats")
+    )
     return [
+        Metric("kvspec_pool_tokens", "KV slots per pool and ownership bucket", "gauge", buckets),
+        Metric("kvspec_pool_capacity_tokens", "KV slots per pool", "gauge", capacity),
         Metric(
-            "kvspec_pool_tokens", "KV slots per pool and ownership bucket", "gauge", bucket_samples
+            "kvspec_census_findings", "Exact-census findings per pool and kind", "gauge", findings
         ),
-        Metric(
-            "kvspec_pool_capacity_tokens",
-            "KV slots per pool",
-            "gauge",
-            tuple(({"pool": p["name"]}, float(p["capacity"])) for p in pools),
-        ),
-        Metric(
-            "kvspec_census_findings",
-            "Exact-census findings per pool and kind",
-            "gauge",
-            tuple(
-                ({"pool": p["name"], "kind": k}, float(p["census"][k]))
-                for p in pools
-                for k in ("duplicates", "dangling", "orphans", "free_repeats")
-            ),
-        ),
-        Metric(
-            "kvspec_requests",
-            "Requests waiting and running",
-            "gauge",
-            (
-                ({"state": "waiting"}, float(state["num_waiting"])),
-                ({"state": "running"}, float(state["num_running"])),
-            ),
-        ),
-        Metric(
-            "kvspec_open_sessions",
-            "Open sessions",
-            "gauge",
-            (({}, float(len(state["open_sessions"]))),),
-        ),
+    ]
+
+
+def _engine_counters(state: dict[str, Any]) -> list[Metric]:
+    """Requests waiting and running, open sessions, the scheduler's counters."""
+    requests = (
+        ({"state": "waiting"}, float(state["num_waiting"])),
+        ({"state": "running"}, float(state["num_running"])),
+    )
+    sessions = (({}, float(len(state["open_sessions"]))),)
+    return [
+        Metric("kvspec_requests", "Requests waiting and running", "gauge", requests),
+        Metric("kvspec_open_sessions", "Open sessions", "gauge", sessions),
         *(
             Metric(
                 f"kvspec_{STAT_COUNTERS[name]}",

@@ -14,7 +14,8 @@ import torch
 
 from engine.config.model import TinyConfig
 from engine.mem.allocator import SWAAllocator
-from engine.model.tiny import TinyModel, make_kv_pool
+from engine.model.tiny import TinyModel
+from engine.model.tiny_pools import make_kv_pool
 from engine.request import Req
 
 MakeDriver = Callable[..., Any]  # the SimDriver class from conftest.py
