@@ -1,9 +1,15 @@
-"""KVMemory: the wired memory stack (allocator, request rows, prefix cache) and the KV
-lifecycle operations on it: match, lock, allocate, checkpoint, SWA eviction, release.
+"""KVMemory: the wired memory stack (allocator, request rows, prefix cache, the streaming
+session cache when sessions keep KV) and the KV lifecycle operations on it: match, lock,
+allocate, checkpoint, SWA eviction, release, the reset after a retract.
 
 Keeps: ``kv_committed_len <= kv_allocated_len`` and the ownership law across every
-operation; ``release_kv_cache`` is the single release entry point (research/sglang.md §2.4).
-The scheduler decides *when*; these methods decide *which slots*.
+operation; ``release_kv_cache`` is the single release entry point of a request's KV
+(research/sglang.md §2.4: finished — inserted; retracted — freed). A live request gives back
+part of its KV only at three named places, each freeing page-aligned from ``ceil``: the SWA
+window slide (``evict_swa``), EAGLE's trim of a reservation (speculative/accounting.py), and
+a streaming turn's stale tail and overshoot (cache/streaming_session.py); a session's slot
+is released with its session (``StreamingSession.release_session``). The scheduler decides
+*when*; these methods decide *which slots*.
 """
 
 from __future__ import annotations
