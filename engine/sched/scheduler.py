@@ -290,7 +290,7 @@ class Scheduler:
             not self.config.enable_mixed_chunk
             or running.is_empty()
             or not self.policy.mixes_chunks  # as SGLang: never with speculative decoding
-        ):  # as SGLang
+        ):
             return
         if any(r.return_logprob for r in new_batch.reqs + running.reqs):
             return
