@@ -20,8 +20,8 @@ from engine.config import MemoryConfig
 from engine.mem import paging
 from engine.memory import KVMemory
 from engine.snapshot import memory_view
-from invariants.checker import Checker, Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, Level
+from invariants.checking.loader import load_catalog
 from invariants.memory_exercise import MemoryExercise
 from invariants.workload import TraceShape, make_trace
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from invariants.loader import read_yaml
+from invariants.checking.loader import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX_PATH = ROOT / "ci" / "matrix.yaml"

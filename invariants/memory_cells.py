@@ -17,8 +17,8 @@ from engine.memory import KVMemory
 from engine.request import Req
 from engine.snapshot import memory_view
 from engine.view import StateView
-from invariants.checker import Checker, InvariantViolation, Level, Violation
-from invariants.loader import Catalog
+from invariants.checking.checker import Checker, InvariantViolation, Level, Violation
+from invariants.checking.loader import Catalog
 from invariants.memory_exercise import ExerciseStats, MemoryExercise
 from invariants.workload import TraceShape, make_trace
 

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from invariants.checker import Level
-from invariants.loader import lint, shipped_catalog
+from invariants.checking.checker import Level
+from invariants.checking.loader import lint, shipped_catalog
 from invariants.matrix import Exclusion, report_exclusions
 from invariants.memory_cells import MemoryCell
 from invariants.report_backends import import_ray, run_cells

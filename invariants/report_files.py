@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from invariants.checker import Level
+from invariants.checking.checker import Level
 from invariants.matrix import Exclusion
 from invariants.report_run import CellResult
 from invariants.report_target import SideBySide, sglang_document, verdict

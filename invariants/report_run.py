@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from invariants.checker import Level
-from invariants.loader import shipped_catalog
+from invariants.checking.checker import Level
+from invariants.checking.loader import shipped_catalog
 from invariants.matrix import default_spec_paths
 from invariants.matrix import report_cells as matrix_report_cells
 from invariants.memory_cells import MemoryCell, default_memory_cells, run_memory_cell

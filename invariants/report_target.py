@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from invariants.checker import Level
-from invariants.loader import shipped_catalog
+from invariants.checking.checker import Level
+from invariants.checking.loader import shipped_catalog
 from invariants.report_run import MAX_LISTED, CellResult, ReportCell
 from invariants.report_text import first_violation, goals_text, relative, violation_line
 from invariants.spec import load_spec

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from engine.hooks import Observer
 from engine.sched.stats import SchedulerStats
-from invariants.checker import Level, Violation
-from invariants.loader import Catalog
+from invariants.checking.checker import Level, Violation
+from invariants.checking.loader import Catalog
 from invariants.ops import Trace
 from invariants.scenario import build_trace
 from invariants.scenario_oracles import check_oracles

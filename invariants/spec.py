@@ -17,7 +17,7 @@ from engine.config import EngineConfig, MemoryConfig
 from engine.errors import ConfigError
 from engine.model.tiny_config import TinyConfig
 from engine.speculative.config import SpecConfig
-from invariants.loader import LineDict, locate, read_yaml, shipped_catalog
+from invariants.checking.loader import LineDict, locate, read_yaml, shipped_catalog
 from invariants.matrix_axes import AXIS_NAMES, apply_axes, load_matrix
 from invariants.scenario_schema import ORACLES, OracleName, WorkloadSpec
 

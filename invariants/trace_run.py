@@ -19,8 +19,8 @@ from engine.hooks import Observer, SimClock
 from engine.request import SamplingParams
 from engine.sched.sessions import SessionError
 from engine.sched.stats import SchedulerStats
-from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
-from invariants.loader import Catalog
+from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
+from invariants.checking.loader import Catalog
 from invariants.ops import (
     Abort,
     AdvanceClock,

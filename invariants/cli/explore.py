@@ -15,10 +15,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from invariants.checking.loader import load_catalog
 from invariants.cli.app import app
 from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
 from invariants.explore.report import print_report
-from invariants.loader import load_catalog
 
 UNMET_COVERAGE = 3
 

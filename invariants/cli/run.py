@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from invariants.checking.loader import load_catalog
 from invariants.cli.app import app
-from invariants.loader import load_catalog
 
 if TYPE_CHECKING:
     from invariants.matrix import Cell

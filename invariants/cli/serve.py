@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from engine.server.args import ServerArgs
-from invariants.checker import Checker, CheckerHook, Level, summarize
+from invariants.checking.checker import Checker, CheckerHook, Level, summarize
 from invariants.cli.app import app
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def serve_app(args: ServerArgs) -> FastAPI:
     from engine.hooks import WallClock
     from engine.server.app import build_app
     from engine.server.monitor import NullMonitor
-    from invariants.loader import shipped_catalog
+    from invariants.checking.loader import shipped_catalog
 
     engine = Engine(args.engine_config(), clock=WallClock())
     if engine.strict_level == 0:

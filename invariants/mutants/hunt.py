@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from invariants.checker import Checker, CheckerHook, Level, Violation
-from invariants.loader import Catalog, load_catalog
+from invariants.checking.checker import Checker, CheckerHook, Level, Violation
+from invariants.checking.loader import Catalog, load_catalog
 from invariants.mutants.base import Entry, FalsePositive, Mutant, Planted, PlantedViews
 from invariants.ops import Trace
 from invariants.runner import unmet_goals

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.checker import Checker, Level, Violation
-from invariants.loader import Catalog
+from invariants.checking.checker import Checker, Level, Violation
+from invariants.checking.loader import Catalog
 from invariants.ops import Submit, Trace, op_label
 from invariants.runner import spec_catalog
 from invariants.scenario import build_trace

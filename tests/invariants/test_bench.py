@@ -8,8 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from invariants.bench import MODES, bench_shape, bench_sim, select_rules
+from invariants.checking.loader import load_catalog
 from invariants.cli import app
-from invariants.loader import load_catalog
 
 CELL_KEYS = {
     "batch",

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 import invariants.mutants as zoo
+from invariants.checking.loader import Catalog, lint, load_catalog
 from invariants.cli import app
-from invariants.loader import Catalog, lint, load_catalog
 from invariants.mutants import BUGS_DIR, ZOO, FalsePositive, Mutant, Planted, entry
 from invariants.mutants.hunt import check_views, hunt, load_trigger, run_rules
 from invariants.trace_run import run_trace

@@ -86,7 +86,7 @@ def test_report_lists_every_excluded_cell_with_its_reason() -> None:
     excluded product cell with the reason — in report.json, report.md and the printed table."""
     from rich.console import Console
 
-    from invariants.checker import Level
+    from invariants.checking.checker import Level
     from invariants.report import exclusions_table
     from invariants.report_files import ReportHeader, report_document, report_markdown
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from engine.mem.req_to_token import ReqToTokenPool
-from invariants.checker import Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Level
+from invariants.checking.loader import load_catalog
 from invariants.ops import (
     Abort,
     AdvanceClock,

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from engine.engine import Engine
 from engine.mem.req_to_token import ReqToTokenPool
 from engine.view import POOL_BUCKETS
-from invariants.checker import Level
+from invariants.checking.checker import Level
 from invariants.cli import app
 from invariants.matrix import ROOT
 from invariants.memory_cells import MemoryCell

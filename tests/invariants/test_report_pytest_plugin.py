@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from invariants.checker import Level
+from invariants.checking.checker import Level
 from invariants.report_files import ReportHeader, junit_xml
 from invariants.report_run import CellResult
 
@@ -67,7 +67,7 @@ def test_checked_engine_raises_at_the_first_violation(pytester: pytest.Pytester)
         test_kvspec_user_engine="""
         import pytest
         from engine.engine import SchedulerStall
-        from invariants.checker import InvariantViolation
+        from invariants.checking.checker import InvariantViolation
 
         PROMPTS = [[1 + i, 2, 3, 4, 5, 6] for i in range(12)]
 

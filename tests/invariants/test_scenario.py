@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.sched import sessions as session_module
-from invariants.checker import Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Level
+from invariants.checking.loader import load_catalog
 from invariants.matrix import ROOT, default_spec_paths
 from invariants.ops import Submit
 from invariants.runner import run_spec

@@ -8,8 +8,8 @@ from __future__ import annotations
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
-from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
+from invariants.checking.loader import load_catalog
 from invariants.mutants import mutant
 
 CATALOG = load_catalog()

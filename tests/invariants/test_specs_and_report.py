@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from invariants.loader import load_catalog
+from invariants.checking.loader import load_catalog
 from invariants.matrix import ROOT, default_spec_paths
 from invariants.runner import run_spec
 from invariants.spec import SpecError, load_spec, parse_overrides

@@ -15,8 +15,8 @@ from engine.memory import KVMemory
 from engine.request import Req, SamplingParams
 from engine.snapshot import memory_view
 from engine.speculative import accounting
-from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
-from invariants.loader import CATALOG_DIR, Catalog, load_catalog
+from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
+from invariants.checking.loader import CATALOG_DIR, Catalog, load_catalog
 from invariants.mutants import mutant
 from invariants.mutants.planted import OVERSHOOT_MEMORY, overshoot_req
 from invariants.mutants.speculative import trim_leaving_swa_cursor

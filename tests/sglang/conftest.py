@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from invariants.loader import load_catalog
+from invariants.checking.loader import load_catalog
 from invariants.sglang.target import SGLangDriver, sglang_python, unavailable_reason
 
 

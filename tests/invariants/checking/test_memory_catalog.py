@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from engine.view import StateView
-from invariants.checker import Checker, run_fixture
-from invariants.loader import lint, load_catalog
+from invariants.checking.checker import Checker, run_fixture
+from invariants.checking.loader import lint, load_catalog
 
 CATALOG = load_catalog()
 IDS = CATALOG.ids

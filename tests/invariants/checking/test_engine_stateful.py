@@ -17,8 +17,8 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.request import Req, SamplingParams
-from invariants.checker import Checker, CheckerHook, Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, CheckerHook, Level
+from invariants.checking.loader import load_catalog
 from tests.engine.sched.sched_support import SteppingRules, driving
 
 CATALOG = load_catalog()

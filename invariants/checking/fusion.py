@@ -18,7 +18,7 @@ Worth hoisting: anything but a constant, a bare name (whose lookup costs what th
 name's does) and a bare generator (used up by its first reader). The first iterable of a
 comprehension is evaluated once already (in the enclosing scope) and is left where it is.
 ``fuse`` works on copies: a rule's own trees are never rewritten (its fast paths at other
-events are built from them again). tests/invariants/test_fusion.py.
+events are built from them again). tests/invariants/checking/test_fusion.py.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from functools import reduce
 from types import CodeType
 
-from invariants.dsl import compile_tree
-from invariants.rule import RuleShape
+from invariants.checking.dsl import compile_tree
+from invariants.checking.rule import RuleShape
 
 HOISTED = "_h"
 ELEMENT = "_e"  # the shared loop's variable (a name the language cannot write)

@@ -17,9 +17,9 @@ import yaml
 from pydantic import ValidationError
 
 from engine.view import StateView
-from invariants.checker import run_fixture
-from invariants.rule import Fixture, Rule, RuleError, compile_rule
-from invariants.schema import CatalogFileSpec, InvariantSpec, build_view, unknown_view_keys
+from invariants.checking.checker import run_fixture
+from invariants.checking.rule import Fixture, Rule, RuleError, compile_rule
+from invariants.checking.schema import CatalogFileSpec, InvariantSpec, build_view, unknown_view_keys
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 Loc = tuple[str | int, ...]
@@ -115,7 +115,7 @@ def load_catalog(paths: Iterable[str | Path] | None = None) -> Catalog:
 
 @functools.cache
 def shipped_catalog() -> Catalog:
-    """The shipped catalog (invariants/catalog/), loaded once per process: its rules are
+    """The shipped catalog (invariants/checking/catalog/), loaded once per process: its rules are
     immutable, so every run in a process (and each worker, in its own) shares it."""
     return load_catalog()
 

@@ -1,8 +1,8 @@
-"""The checker's fast path (invariants/fastpath.py) changes no result: on every catalog fixture
-and on random engine runs broken on purpose, a checker with it records exactly the
-violations of one without it; on a clean run it is the path actually taken; and the node
-tuples it relies on are their prior tuple minus ``gone`` plus ``fresh``; node sets kept by
-``SetMemo`` equal their comprehensions."""
+"""The checker's fast path (invariants/checking/fastpath.py) changes no result: on every catalog
+fixture and on random engine runs broken on purpose, a checker with it records exactly the
+violations of one without it; on a clean run it is the path actually taken; and the node tuples it
+relies on are their prior tuple minus ``gone`` plus ``fresh``; node sets kept by ``SetMemo`` equal
+their comprehensions."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
-from invariants.checker import Checker, CheckerHook, Level
-from invariants.dsl import make_env
-from invariants.fastpath import SetMemo
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, CheckerHook, Level
+from invariants.checking.dsl import make_env
+from invariants.checking.fastpath import SetMemo
+from invariants.checking.loader import load_catalog
 from tests.engine.mem.census_ops import OPS, apply_op
 
 CATALOG = load_catalog()

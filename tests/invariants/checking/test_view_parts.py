@@ -6,8 +6,8 @@ from __future__ import annotations
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.view import OPTIONAL_PARTS
-from invariants.checker import Checker, CheckerHook, Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, CheckerHook, Level
+from invariants.checking.loader import load_catalog
 
 
 def test_parts_follow_the_rules_that_read_them() -> None:

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
 
-from invariants.dsl import FUNCTIONS, STATE_NAMES, compile_tree
-from invariants.fusion import Hoister, fuse
-from invariants.rule import Rule, RuleShape
+from invariants.checking.dsl import FUNCTIONS, STATE_NAMES, compile_tree
+from invariants.checking.fusion import Hoister, fuse
+from invariants.checking.rule import Rule, RuleShape
 
 MAX_BUILT = 64  # fast paths kept compiled (per rule objects and event)
 FRESH = "_fresh"  # the DSL forbids names starting with "_": no rule can read or shadow it

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from engine.view import PoolView, ReqView, StateView
-from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
-from invariants.rule import Rule
+from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
+from invariants.checking.rule import Rule
 
 MakeRule = Callable[..., Rule]
 

@@ -23,8 +23,8 @@ from engine.engine import Engine
 from engine.hooks import SimClock
 from engine.model.tokenizer import BOS_ID
 from engine.request import SamplingParams
-from invariants.checker import Checker, CheckerHook, Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, CheckerHook, Level
+from invariants.checking.loader import load_catalog
 from tests.engine.sched.sched_support import SteppingRules, driving
 
 CATALOG = load_catalog()

@@ -14,10 +14,10 @@ from time import perf_counter_ns
 from typing import Any, Protocol
 
 from engine.view import OPTIONAL_PARTS, SECTIONS, SELECTIVE, StateView
-from invariants.dsl import make_env
-from invariants.fastpath import EventFastPath, build_fast_path
-from invariants.rule import Fixture, Rule
-from invariants.schema import EVENTS
+from invariants.checking.dsl import make_env
+from invariants.checking.fastpath import EventFastPath, build_fast_path
+from invariants.checking.rule import Fixture, Rule
+from invariants.checking.schema import EVENTS
 
 MAX_WITNESSES = 8
 

@@ -1,4 +1,4 @@
-"""Loop-invariant code motion in the fused test (invariants/fusion.py): what reads no
+"""Loop-invariant code motion in the fused test (invariants/checking/fusion.py): what reads no
 comprehension variable around it is evaluated once, under one name per distinct
 expression; what reads one stays in the loop; and a hoisted expression that raises (where a
 short circuit would have skipped it) only sends the event to the per-rule evaluation — the
@@ -10,9 +10,9 @@ import ast
 from pathlib import Path
 
 from engine.view import ReqView, SchedView, StateView
-from invariants.checker import Checker, Level
-from invariants.fusion import Hoister, free_names
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, Level
+from invariants.checking.fusion import Hoister, free_names
+from invariants.checking.loader import load_catalog
 
 
 def _hoist(source: str) -> tuple[str, list[str]]:

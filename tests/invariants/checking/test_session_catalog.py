@@ -1,9 +1,9 @@
-"""The session catalog (invariants/catalog/session.yaml) and the view fields it reads: every
-rule holds on views without session fields, the engine fills slots, sessions and responses
+"""The session catalog (invariants/checking/catalog/session.yaml) and the view fields it reads:
+every rule holds on views without session fields, the engine fills slots, sessions and responses
 from real runs, the pools' session-held counters and the census see idle slots (owner
-``slot:<sid>@row<r>``), and the KV check (U5) catches a slot whose row no longer names its
-turn's KV although every sum and the census still balance. (Every rule's pass/fail fixtures
-run in test_memory_catalog.py, parametrized over the whole shipped catalog.)"""
+``slot:<sid>@row<r>``), and the KV check (U5) catches a slot whose row no longer names its turn's KV
+although every sum and the census still balance. (Every rule's pass/fail fixtures run in
+test_memory_catalog.py, parametrized over the whole shipped catalog.)"""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.view import SessionView, StateView
-from invariants.checker import Checker, CheckerHook, InvariantViolation, Level
-from invariants.loader import CATALOG_DIR, load_catalog
+from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level
+from invariants.checking.loader import CATALOG_DIR, load_catalog
 
 CATALOG = load_catalog()
 SESSION = load_catalog([CATALOG_DIR / "session.yaml"])

@@ -1,8 +1,8 @@
-"""The scheduler catalog (invariants/catalog/sched.yaml) and the view fields it reads: every
-rule holds on views built without a scheduler, the engine fills the new fields (placement
-flags, releases, row reuse, integrity failures) from real runs, and each rule fires on the
-engine state it describes. (Every rule's pass/fail fixtures run in test_memory_catalog.py,
-which is parametrized over the whole shipped catalog.)"""
+"""The scheduler catalog (invariants/checking/catalog/sched.yaml) and the view fields it reads:
+every rule holds on views built without a scheduler, the engine fills the new fields (placement
+flags, releases, row reuse, integrity failures) from real runs, and each rule fires on the engine
+state it describes. (Every rule's pass/fail fixtures run in test_memory_catalog.py, which is
+parametrized over the whole shipped catalog.)"""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from engine.engine import Engine
 from engine.model.runner import ForwardBatch, ForwardOutput
 from engine.request import SamplingParams
 from engine.view import ReleasedView, ReuseView, StateView
-from invariants.checker import Checker, CheckerHook, InvariantViolation, Level, run_fixture
-from invariants.loader import CATALOG_DIR, load_catalog
+from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, run_fixture
+from invariants.checking.loader import CATALOG_DIR, load_catalog
 
 CATALOG = load_catalog()
 SCHED = load_catalog([CATALOG_DIR / "sched.yaml"])

@@ -9,8 +9,8 @@ from engine.config import MemoryConfig
 from engine.memory import KVMemory
 from engine.request import Req
 from engine.snapshot import memory_view
-from invariants.checker import Checker, Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, Level
+from invariants.checking.loader import load_catalog
 
 
 def two_running_requests(page_size: int) -> tuple[KVMemory, Req, Req]:

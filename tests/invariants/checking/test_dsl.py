@@ -9,7 +9,7 @@ import types
 import pytest
 
 from engine.view import PageOwners, PoolView, ReqView, StateView, view_field_names
-from invariants.dsl import (
+from invariants.checking.dsl import (
     FUNCTIONS,
     DslError,
     compile_expr,
@@ -17,8 +17,8 @@ from invariants.dsl import (
     make_env,
     render_value,
 )
-from invariants.loader import CatalogError, load_text
-from invariants.rule import BASE_NAMES
+from invariants.checking.loader import CatalogError, load_text
+from invariants.checking.rule import BASE_NAMES
 
 NAMES = BASE_NAMES | {"x"}  # `x`: a declared for_each variable
 

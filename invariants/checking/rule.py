@@ -15,7 +15,7 @@ from types import CodeType, MappingProxyType
 from typing import Any, TypeVar
 
 from engine.view import StateView
-from invariants.dsl import (
+from invariants.checking.dsl import (
     FUNCTIONS,
     STATE_NAMES,
     DslError,
@@ -25,7 +25,7 @@ from invariants.dsl import (
     compile_template,
     compile_tree,
 )
-from invariants.schema import InvariantSpec
+from invariants.checking.schema import InvariantSpec
 
 T = TypeVar("T")
 BASE_NAMES: frozenset[str] = frozenset(STATE_NAMES) | {"prev"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from invariants.loader import CATALOG_DIR, CatalogError, lint, load_catalog, load_text
+from invariants.checking.loader import CATALOG_DIR, CatalogError, lint, load_catalog, load_text
 
 GOOD = """version: 1
 invariants:
@@ -233,7 +233,7 @@ def test_load_text_reports_label() -> None:
 
 
 def test_default_catalog_is_the_shipped_folder() -> None:
-    """Without paths, load_catalog reads invariants/catalog/*.yaml."""
+    """Without paths, load_catalog reads invariants/checking/catalog/*.yaml."""
     catalog = load_catalog()
     assert catalog.paths == tuple(str(p) for p in sorted(CATALOG_DIR.glob("*.yaml")))
     assert len(catalog) > 0
