@@ -22,8 +22,8 @@ from engine.memory import KVMemory
 from engine.snapshot import memory_view
 from invariants.checking.checker import Checker, Level
 from invariants.checking.loader import load_catalog
-from invariants.memory_exercise import MemoryExercise
-from invariants.workload import TraceShape, make_trace
+from invariants.scenarios.memory_exercise import MemoryExercise
+from invariants.scenarios.workload import TraceShape, make_trace
 
 SHAPE = TraceShape()  # the anchor's: 8 × 256-token prompts, suffix U[32, 512], G U[16, 64]
 MAX_PREFILL_TOKENS = 16384

@@ -30,7 +30,7 @@ from invariants.checking.checker import Checker, InvariantViolation, Level, View
 from invariants.checking.loader import load_catalog
 from invariants.checking.rule import Rule
 from invariants.machine import machine_info
-from invariants.workload import TraceRequest, TraceShape, make_trace
+from invariants.scenarios.workload import TraceRequest, TraceShape, make_trace
 
 MODES: tuple[str, ...] = ("off", "sums", "full")
 SUMS_EXCLUDED: tuple[str, ...] = ("census.", "kv.integrity")  # id prefixes left out of `sums`

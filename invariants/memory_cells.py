@@ -1,5 +1,5 @@
 """Memory-layer cells of the report: the seeded anchor-style exercise
-(invariants/memory_exercise.py) over page sizes, caches and SWA, checked after every step.
+(invariants/scenarios/memory_exercise.py) over page sizes, caches and SWA, checked after every step.
 
 Keeps: a cell is a pure function of its fields, so `kvspec explore memory …` replays it.
 """
@@ -19,8 +19,8 @@ from engine.snapshot import memory_view
 from engine.view import StateView
 from invariants.checking.checker import Checker, InvariantViolation, Level, Violation
 from invariants.checking.loader import Catalog
-from invariants.memory_exercise import ExerciseStats, MemoryExercise
-from invariants.workload import TraceShape, make_trace
+from invariants.scenarios.memory_exercise import ExerciseStats, MemoryExercise
+from invariants.scenarios.workload import TraceShape, make_trace
 
 MEMORY_SHAPE = TraceShape().scaled(8)  # 32-token system prompts, suffix 4..64, 2..8 generated
 

@@ -21,7 +21,6 @@ from rich.table import Table
 
 from invariants.checking.checker import Level
 from invariants.checking.loader import lint, shipped_catalog
-from invariants.matrix import Exclusion, report_exclusions
 from invariants.memory_cells import MemoryCell
 from invariants.report_backends import import_ray, run_cells
 from invariants.report_files import ReportHeader, write_report
@@ -41,6 +40,7 @@ from invariants.report_target import (
 )
 from invariants.report_target_view import print_target_failures, side_by_side_table
 from invariants.report_text import goals_text, violation_line
+from invariants.scenarios.matrix import Exclusion, report_exclusions
 
 __all__ = ["default_specs", "default_workers", "run_report"]
 

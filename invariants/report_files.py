@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from invariants.checking.checker import Level
-from invariants.matrix import Exclusion
 from invariants.report_run import CellResult
 from invariants.report_target import SideBySide, sglang_document, verdict
 from invariants.report_text import goals_text, md_cell, violation_line
+from invariants.scenarios.matrix import Exclusion
 
 LISTED_IN_TEXT = 10  # violations written per failing cell in junit.xml and report.md
 

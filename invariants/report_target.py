@@ -20,7 +20,7 @@ from invariants.checking.checker import Level
 from invariants.checking.loader import shipped_catalog
 from invariants.report_run import MAX_LISTED, CellResult, ReportCell
 from invariants.report_text import first_violation, goals_text, relative, violation_line
-from invariants.spec import load_spec
+from invariants.scenarios.spec import load_spec
 
 TARGETS = ("kvspec", "sglang", "both")
 GOALS_NOTE = (

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from invariants.matrix_axes import ROOT
+from invariants.scenarios.matrix_axes import ROOT
 
 
 def violation_line(v: Mapping[str, Any], *, event: bool = True) -> str:

@@ -90,7 +90,7 @@ def replay_command(
     """Replay TRACE to its first violation: the violation, its witnesses, and the state-view
     diff from the last step before it; exit 1 when a failure reproduces, 0 otherwise."""
     from invariants.explore import replay
-    from invariants.ops import Trace, TraceError
+    from invariants.scenarios.ops import Trace, TraceError
 
     try:
         loaded = Trace.load(trace)

@@ -13,8 +13,8 @@ from invariants.checking.loader import load_catalog
 from invariants.cli.app import app
 
 if TYPE_CHECKING:
-    from invariants.matrix import Cell
-    from invariants.spec import Spec
+    from invariants.scenarios.matrix import Cell
+    from invariants.scenarios.spec import Spec
 
 
 class Target(str, Enum):
@@ -59,8 +59,8 @@ def run_command(
 ) -> None:
     """Run one scenario spec with the checker after every event; exit 1 on a violation,
     an unmet goal, a failed response oracle or an engine error (2: the spec is invalid)."""
-    from invariants.runner import run_spec
-    from invariants.spec import SpecError, load_spec, parse_overrides
+    from invariants.scenarios.runner import run_spec
+    from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
 
     level = 2 if strict else 1
     if matrix:
@@ -105,9 +105,9 @@ def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
 def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:
     """The spec's cells (pairwise, or the product) whose value on every filtered axis is the
     one asked for (a cell's value on an axis its spec does not vary is the spec's own)."""
-    from invariants.matrix import spec_cells
-    from invariants.matrix_axes import AXIS_NAMES, axis_label, axis_values
-    from invariants.spec import SpecError, load_spec, parse_overrides
+    from invariants.scenarios.matrix import spec_cells
+    from invariants.scenarios.matrix_axes import AXIS_NAMES, axis_label, axis_values
+    from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
 
     filters = {key: axis_label(value) for key, value in parse_overrides(sets).items()}
     unknown = sorted(set(filters) - set(AXIS_NAMES))
@@ -130,8 +130,8 @@ def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:
 def _run_matrix(path: Path, sets: list[str], full: bool, level: int) -> int:
     """Each matching cell checked, one line each, failures with their replay command:
     0 all passed, 1 one failed, 2 invalid spec or filter, or no cell matches."""
-    from invariants.runner import run_spec
-    from invariants.spec import SpecError
+    from invariants.scenarios.runner import run_spec
+    from invariants.scenarios.spec import SpecError
 
     try:
         cells = _matching_cells(path, sets, full)

@@ -22,9 +22,9 @@ from invariants.explore.coverage import SlotReuseObserver, coverage, goals_met
 from invariants.explore.ddmin import SHRINK_BUDGET, shrink_counted
 from invariants.explore.generate import generate_trace
 from invariants.explore.swarm import sample_swarm
-from invariants.ops import Idle, Trace
 from invariants.parallel import map_in_order
-from invariants.trace_run import TraceOutcome, run_trace
+from invariants.scenarios.ops import Idle, Trace
+from invariants.scenarios.trace_run import TraceOutcome, run_trace
 
 DEFAULT_SEEDS = 200
 DEFAULT_STEPS = 300

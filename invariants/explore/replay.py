@@ -18,8 +18,8 @@ from engine.view import StateView, view_to_dict
 from invariants.checking.checker import Checker, InvariantViolation, Level, Violation
 from invariants.checking.loader import Catalog
 from invariants.explore.explorer import default_catalog, failure_key
-from invariants.ops import Trace, op_label
-from invariants.trace_run import TraceOutcome, run_trace
+from invariants.scenarios.ops import Trace, op_label
+from invariants.scenarios.trace_run import TraceOutcome, run_trace
 
 KEYS = ("rid", "name", "session_id", "id", "page")  # what identifies a record in a list
 MAX_DIFF_LINES = 40

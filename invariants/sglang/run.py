@@ -15,13 +15,13 @@ from typing import Any
 
 from invariants.checking.checker import Checker, Level, Violation
 from invariants.checking.loader import Catalog
-from invariants.ops import Submit, Trace, op_label
-from invariants.runner import spec_catalog
-from invariants.scenario import build_trace
+from invariants.scenarios.ops import Submit, Trace, op_label
+from invariants.scenarios.runner import spec_catalog
+from invariants.scenarios.scenario import build_trace
+from invariants.scenarios.spec import Spec
 from invariants.sglang.target import DriverError, SGLangDriver
 from invariants.sglang.trace_driver import TraceDriver, driver_config, unsupported
 from invariants.sglang.views import to_state_view
-from invariants.spec import Spec
 
 MAX_STEPS = 200_000
 # spec counter names (kvspec's SchedulerStats) -> the driver's counts

@@ -19,7 +19,7 @@ from invariants.checking.loader import Catalog, lint, load_catalog
 from invariants.cli import app
 from invariants.mutants import BUGS_DIR, ZOO, FalsePositive, Mutant, Planted, entry
 from invariants.mutants.hunt import check_views, hunt, load_trigger, run_rules
-from invariants.trace_run import run_trace
+from invariants.scenarios.trace_run import run_trace
 
 CATALOG = load_catalog()
 MUTANTS = [e for e in ZOO if isinstance(e, Mutant)]

@@ -23,8 +23,8 @@ from invariants.explore import (
 from invariants.explore.coverage import GOALS, SlotReuseObserver, goals_met
 from invariants.explore.explorer import check_trace, default_catalog
 from invariants.explore.swarm import SKIPPED_VALUES, sample_swarm
-from invariants.matrix_axes import axis_values, load_matrix, violations
-from invariants.ops import (
+from invariants.scenarios.matrix_axes import axis_values, load_matrix, violations
+from invariants.scenarios.ops import (
     Abort,
     CloseSession,
     FlushCache,
@@ -36,8 +36,8 @@ from invariants.ops import (
     Trace,
     WaitFor,
 )
-from invariants.spec import EngineSpec
-from invariants.trace_run import run_trace
+from invariants.scenarios.spec import EngineSpec
+from invariants.scenarios.trace_run import run_trace
 
 SEEDS = range(120)
 

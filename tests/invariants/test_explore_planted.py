@@ -22,7 +22,7 @@ from engine.request import Req
 from invariants.cli import app
 from invariants.explore import DEFAULT_SEEDS, explore, failure_key, replay
 from invariants.explore.explorer import check_trace
-from invariants.ops import Trace
+from invariants.scenarios.ops import Trace
 
 
 def leaky_cache_finished_req(self: ChunkCache, req: Req, is_insert: bool = True) -> None:

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from engine.view import PoolView, ReqView, StateView
 from invariants.cli import app
 from invariants.explore import replay, view_diff
-from invariants.ops import Idle, Step, Submit, Trace
-from invariants.spec import EngineSpec
+from invariants.scenarios.ops import Idle, Step, Submit, Trace
+from invariants.scenarios.spec import EngineSpec
 
 BEFORE = StateView(
     step=4,

@@ -20,14 +20,14 @@ from engine.mem.req_to_token import ReqToTokenPool
 from engine.view import POOL_BUCKETS
 from invariants.checking.checker import Level
 from invariants.cli import app
-from invariants.matrix import ROOT
 from invariants.memory_cells import MemoryCell
 from invariants.report import default_workers, run_report
 from invariants.report_backends import BackendError, run_cells
 from invariants.report_files import junit_xml
 from invariants.report_run import CellResult, ReportCell, memory_report_cells, run_cell
 from invariants.report_svg import VIOLATION_COLOUR, thin
-from invariants.spec import load_spec
+from invariants.scenarios.matrix import ROOT
+from invariants.scenarios.spec import load_spec
 from invariants.timeline import Timeline
 
 SWA_SPEC = ROOT / "specs" / "swa-hybrid.yaml"

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 import invariants.report as report_module
 from invariants.cli import app
-from invariants.matrix import ROOT
 from invariants.report import _target_cells, run_report
 from invariants.report_run import CellResult, ReportCell
 from invariants.report_target import GOALS_NOTE, TargetRow, sglang_text, side_by_side, verdict
 from invariants.report_target_view import target_markdown
+from invariants.scenarios.matrix import ROOT
 
 SMALL = [
     ("chunked-prefill-paged", ROOT / "specs" / "chunked-prefill-paged.yaml"),

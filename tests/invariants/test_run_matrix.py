@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from engine.mem.req_to_token import ReqToTokenPool
 from invariants.cli import app
-from invariants.matrix import spec_cells
-from invariants.matrix_axes import axis_values
-from invariants.spec import load_spec
+from invariants.scenarios.matrix import spec_cells
+from invariants.scenarios.matrix_axes import axis_values
+from invariants.scenarios.spec import load_spec
 
 SPEC = "specs/abort-storm.yaml"
 

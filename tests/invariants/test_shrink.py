@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from invariants.explore import shrink
 from invariants.explore.ddmin import ddmin, simpler
-from invariants.ops import Abort, FlushCache, Op, Step, Submit, Trace
+from invariants.scenarios.ops import Abort, FlushCache, Op, Step, Submit, Trace
 
 
 def noise(n: int) -> list[Op]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from invariants.matrix import ROOT
 from invariants.report import run_report
+from invariants.scenarios.matrix import ROOT
 
 pytestmark = pytest.mark.sglang
 SPECS = [

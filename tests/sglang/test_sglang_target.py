@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from invariants.ops import Idle, Submit
+from invariants.scenarios.ops import Idle, Submit
+from invariants.scenarios.spec import load_spec
 from invariants.sglang import differential as differential_module
 from invariants.sglang import gaps
 from invariants.sglang.differential import differential
@@ -13,7 +14,6 @@ from invariants.sglang.run import run_spec_on_sglang, run_trace_on_sglang
 from invariants.sglang.scenarios import prefix_scenario, sessions_scenario
 from invariants.sglang.target import SGLangDriver
 from invariants.sglang.views import buckets
-from invariants.spec import load_spec
 
 pytestmark = pytest.mark.sglang
 DIFF_SPEC = "specs/sglang-diff-sessions.yaml"

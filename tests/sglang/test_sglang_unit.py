@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from invariants.ops import FlushCache, ForceRetract, Step, Submit, Trace
+from invariants.scenarios.ops import FlushCache, ForceRetract, Step, Submit, Trace
+from invariants.scenarios.spec import EngineSpec, load_spec
 from invariants.sglang.gaps import declared
 from invariants.sglang.run import run_spec_on_sglang
 from invariants.sglang.target import ENV_VAR, SGLangDriver, SGLangUnavailable, sglang_python
 from invariants.sglang.trace_driver import output_rng, submit_op, unsupported
 from invariants.sglang.views import to_state_view
-from invariants.spec import EngineSpec, load_spec
 
 
 def test_interpreter_order_is_flag_then_env_then_default(monkeypatch):

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from invariants.checking.loader import read_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MATRIX_PATH = ROOT / "ci" / "matrix.yaml"
 AXIS_NAMES = ("page_size", "attention", "speculative", "retract", "mixed_chunk", "overlap", "cache")
 DEFAULT_WINDOW = 64

@@ -1,4 +1,4 @@
-"""Runs an op trace (invariants/ops.py) through the engine with the checker attached.
+"""Runs an op trace (ops.py) through the engine with the checker attached.
 
 Keeps: a run is a pure function of the trace (its seed drives the engine, the clock is
 simulated), so the same trace replays the same violations at the same op and step; every
@@ -21,7 +21,7 @@ from engine.sched.sessions import SessionError
 from engine.sched.stats import SchedulerStats
 from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
 from invariants.checking.loader import Catalog
-from invariants.ops import (
+from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
     CloseSession,

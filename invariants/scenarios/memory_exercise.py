@@ -15,7 +15,7 @@ import numpy as np
 from engine.mem import paging
 from engine.memory import KVMemory
 from engine.request import Req
-from invariants.workload import TraceRequest
+from invariants.scenarios.workload import TraceRequest
 
 Observer = Callable[[str, int, list[Req]], None]  # (event, step, live requests)
 

@@ -13,7 +13,7 @@ import pytest
 from engine.mem.req_to_token import ReqToTokenPool
 from invariants.checking.checker import Level
 from invariants.checking.loader import load_catalog
-from invariants.ops import (
+from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
     CloseSession,
@@ -28,8 +28,8 @@ from invariants.ops import (
     TraceError,
     WaitFor,
 )
-from invariants.spec import EngineSpec
-from invariants.trace_run import run_trace
+from invariants.scenarios.spec import EngineSpec
+from invariants.scenarios.trace_run import run_trace
 
 CATALOG = load_catalog()
 ENGINE = EngineSpec(

@@ -10,15 +10,15 @@ import shlex
 
 import pytest
 
-from invariants.matrix import (
+from invariants.scenarios.matrix import (
     default_spec_paths,
     excluded_cells,
     report_exclusions,
     spec_axes,
     spec_cells,
 )
-from invariants.matrix_axes import apply_axes, axis_values, load_matrix, violations
-from invariants.spec import EngineSpec, SpecError, load_spec, parse_overrides
+from invariants.scenarios.matrix_axes import apply_axes, axis_values, load_matrix, violations
+from invariants.scenarios.spec import EngineSpec, SpecError, load_spec, parse_overrides
 
 SPECS = [load_spec(p) for p in default_spec_paths()]
 

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from engine.sched import sessions as session_module
 from invariants.checking.checker import Level
 from invariants.checking.loader import load_catalog
-from invariants.matrix import ROOT, default_spec_paths
-from invariants.ops import Submit
-from invariants.runner import run_spec
-from invariants.scenario import BAD_PARAM, TOO_LONG, build_trace
-from invariants.spec import SpecError, load_spec
-from invariants.trace_run import run_trace
-from invariants.workload import TraceShape, make_trace
+from invariants.scenarios.matrix import ROOT, default_spec_paths
+from invariants.scenarios.ops import Submit
+from invariants.scenarios.runner import run_spec
+from invariants.scenarios.scenario import BAD_PARAM, TOO_LONG, build_trace
+from invariants.scenarios.spec import SpecError, load_spec
+from invariants.scenarios.trace_run import run_trace
+from invariants.scenarios.workload import TraceShape, make_trace
 
 CATALOG = load_catalog()
 SPECS = ROOT / "specs"

@@ -1,5 +1,5 @@
-"""Runs a scenario spec: its workload as an op trace (invariants/scenario.py) through
-``run_trace`` with the spec's invariant set, then its ``expect`` goals and response oracles.
+"""Runs a scenario spec: its workload as an op trace (scenario.py) through ``run_trace`` with the
+spec's invariant set, then its ``expect`` goals and response oracles.
 
 Keeps: the run is a pure function of the spec (one seed drives the trace and the engine),
 so a failing cell replays exactly with `kvspec run SPEC`; nothing found is hidden — a
@@ -16,11 +16,11 @@ from engine.hooks import Observer
 from engine.sched.stats import SchedulerStats
 from invariants.checking.checker import Level, Violation
 from invariants.checking.loader import Catalog
-from invariants.ops import Trace
-from invariants.scenario import build_trace
-from invariants.scenario_oracles import check_oracles
-from invariants.spec import Spec
-from invariants.trace_run import TraceOutcome, run_trace
+from invariants.scenarios.ops import Trace
+from invariants.scenarios.scenario import build_trace
+from invariants.scenarios.scenario_oracles import check_oracles
+from invariants.scenarios.spec import Spec
+from invariants.scenarios.trace_run import TraceOutcome, run_trace
 
 
 @dataclass(frozen=True, slots=True)

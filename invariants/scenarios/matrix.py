@@ -18,7 +18,8 @@ from typing import Any
 
 from allpairspy import AllPairs
 
-from invariants.matrix_axes import (
+from invariants.report_text import relative
+from invariants.scenarios.matrix_axes import (
     ROOT,
     Constraint,
     axis_label,
@@ -26,8 +27,7 @@ from invariants.matrix_axes import (
     load_matrix,
     violations,
 )
-from invariants.report_text import relative
-from invariants.spec import Spec, load_spec
+from invariants.scenarios.spec import Spec, load_spec
 
 SPEC_DIR = ROOT / "specs"
 SHORT = {"page_size": "ps", "retract": "retract", "mixed_chunk": "mixed", "overlap": "overlap"}

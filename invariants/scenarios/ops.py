@@ -7,7 +7,7 @@ valid trace is a valid trace (a shrinker may delete any op): an op whose target 
 or has finished is a recorded no-op, a submit whose rid was used before is skipped, and an
 engine rejection (HTTP 400: closed or unknown session, too-long prompt, rejected session
 parameters, duplicate session id) is the engine's answer, recorded, never a crash. The runner
-(invariants/trace_run.py) executes them.
+(trace_run.py) executes them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from invariants.spec import EngineSpec
+from invariants.scenarios.spec import EngineSpec
 
 AbortPhase = Literal["waiting", "running", "chunked", "any"]
 

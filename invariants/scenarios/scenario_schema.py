@@ -1,6 +1,6 @@
-"""The workload part of a scenario spec (specs/*.yaml ``workload:``): plain traffic, streaming
-and non-streaming sessions, length distributions and faults. invariants/scenario.py turns
-one into ops, deterministically from the spec's seed.
+"""The workload part of a scenario spec (specs/*.yaml ``workload:``): plain traffic, streaming and
+non-streaming sessions, length distributions and faults. scenario.py turns one into ops,
+deterministically from the spec's seed.
 
 Keeps: a workload that validates is generatable — lengths are positive ranges, fault rates
 are probabilities, a non-streaming session's branch weights are not all zero. Plain-traffic

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from engine.model.tokenizer import BOS_ID
-from invariants.ops import OpenSession, Submit, Trace
-from invariants.scenario import BAD_PARAM, TOO_LONG
-from invariants.trace_run import Response, TraceOutcome
+from invariants.scenarios.ops import OpenSession, Submit, Trace
+from invariants.scenarios.scenario import BAD_PARAM, TOO_LONG
+from invariants.scenarios.trace_run import Response, TraceOutcome
 
 MAX_REPORTED = 5
 

@@ -1,9 +1,9 @@
-"""Scenario → op trace: turns a spec's workload (invariants/scenario_schema.py) into the ops of
-invariants/ops.py, deterministically from the spec's seed.
+"""Scenario → op trace: turns a spec's workload (scenario_schema.py) into the ops of ops.py,
+deterministically from the spec's seed.
 
 Keeps: the trace is a pure function of the spec (seeded sub-streams: plain traffic, session
 tokens, faults), so a spec replays exactly; plain traffic is drawn exactly as before
-sessions existed (invariants/workload.py's anchor order), so old specs run the same trace.
+sessions existed (workload.py's anchor order), so old specs run the same trace.
 A request the workload means to be rejected carries its reason in its rid (``…!long``,
 ``…!param``): the rejection oracle reads it from the trace alone.
 
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from engine.model.tokenizer import BOS_ID, NUM_BYTES
-from invariants.ops import (
+from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
     CloseSession,
@@ -39,8 +39,8 @@ from invariants.ops import (
     Trace,
     WaitFor,
 )
-from invariants.scenario_schema import Dist
-from invariants.spec import Spec
+from invariants.scenarios.scenario_schema import Dist
+from invariants.scenarios.spec import Spec
 
 TOO_LONG, BAD_PARAM = "!long", "!param"  # rid marks of intended rejections (HTTP 400)
 BRANCH_KINDS = ("append", "branch", "backtrack", "drop_output", "new_root")

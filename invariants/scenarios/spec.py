@@ -18,8 +18,8 @@ from engine.errors import ConfigError
 from engine.model.tiny_config import TinyConfig
 from engine.speculative.config import SpecConfig
 from invariants.checking.loader import LineDict, locate, read_yaml, shipped_catalog
-from invariants.matrix_axes import AXIS_NAMES, apply_axes, load_matrix
-from invariants.scenario_schema import ORACLES, OracleName, WorkloadSpec
+from invariants.scenarios.matrix_axes import AXIS_NAMES, apply_axes, load_matrix
+from invariants.scenarios.scenario_schema import ORACLES, OracleName, WorkloadSpec
 
 
 class _Strict(BaseModel):
@@ -102,7 +102,7 @@ class Spec(_Strict):
     workload: WorkloadSpec = WorkloadSpec()
     invariants: list[str] = ["*"]  # catalog ids or fnmatch globs (session.*)
     matrix: MatrixAxes = {}  # axis -> values (or "all") this spec runs over (ci/matrix.yaml)
-    oracles: list[OracleName] = list(ORACLES)  # response oracles (invariants/scenario_oracles.py)
+    oracles: list[OracleName] = list(ORACLES)  # response oracles (scenario_oracles.py)
     expect: dict[str, int] = {}  # scheduler counter -> minimum ("sometimes" goals)
     path: str = Field(default="", exclude=True)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from invariants.checking.loader import load_catalog
-from invariants.matrix import ROOT, default_spec_paths
-from invariants.runner import run_spec
-from invariants.spec import SpecError, load_spec, parse_overrides
+from invariants.scenarios.matrix import ROOT, default_spec_paths
+from invariants.scenarios.runner import run_spec
+from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
 
 
 def test_every_shipped_spec_loads() -> None:
