@@ -71,7 +71,7 @@ def explore_memory(
     strict: Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")] = False,
 ) -> None:
     """Run one memory-layer cell checked after every step; exit 1 on a violation."""
-    from invariants.memory_cells import MemoryCell, memory_table, run_memory_cell
+    from invariants.report.memory_cells import MemoryCell, memory_table, run_memory_cell
 
     catalog = load_catalog()
     result = run_memory_cell(

@@ -53,8 +53,8 @@ def report(
     violation recorded); print the summary table, write the report files; exit 1 on any failure
     (on the sglang target: a violation or crash), 2 when a backend or the sglang target is
     missing."""
-    from invariants.report import default_workers, run_report
-    from invariants.report_backends import BackendError
+    from invariants.report.backends import BackendError
+    from invariants.report.run import default_workers, run_report
     from invariants.sglang.target import SGLangUnavailable
 
     try:

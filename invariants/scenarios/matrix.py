@@ -18,7 +18,7 @@ from typing import Any
 
 from allpairspy import AllPairs
 
-from invariants.report_text import relative
+from invariants.report.text import relative
 from invariants.scenarios.matrix_axes import (
     ROOT,
     Constraint,

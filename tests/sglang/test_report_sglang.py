@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from invariants.report import run_report
+from invariants.report.run import run_report
 from invariants.scenarios.matrix import ROOT
 
 pytestmark = pytest.mark.sglang

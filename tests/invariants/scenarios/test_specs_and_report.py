@@ -1,5 +1,5 @@
 """Scenario specs and the configuration matrix: specs load or fail with file:line, the
-matrix covers every pair of axis values. (The report itself: tests/invariants/test_report*.py.)"""
+matrix covers every pair of axis values. (The report itself: tests/invariants/report/.)"""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from invariants.report_files import LISTED_IN_TEXT, ReportHeader, failing_first
-from invariants.report_run import CellResult
-from invariants.report_svg import legend, pool_plot
-from invariants.report_target import SideBySide, verdict
-from invariants.report_text import goals_text, violation_line
+from invariants.report.cells import CellResult
+from invariants.report.files import LISTED_IN_TEXT, ReportHeader, failing_first
+from invariants.report.svg import legend, pool_plot
+from invariants.report.targets import SideBySide, verdict
+from invariants.report.text import goals_text, violation_line
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #1d2430; background: #fff; }
@@ -47,7 +47,7 @@ def render_html(
     sglang: list[SideBySide] | None = None,
 ) -> str:
     """The whole page (``sglang``: with the side-by-side section after the summary)."""
-    from invariants.report_target_view import target_html
+    from invariants.report.target_view import target_html
 
     ordered = failing_first(results)
     anchors = {id(r): f"cell-{i}" for i, r in enumerate(results)}

@@ -14,13 +14,13 @@ from typing import Any
 
 from invariants.checking.checker import Level
 from invariants.checking.loader import shipped_catalog
-from invariants.memory_cells import MemoryCell, default_memory_cells, run_memory_cell
-from invariants.report_text import first_violation, relative
+from invariants.report.memory_cells import MemoryCell, default_memory_cells, run_memory_cell
+from invariants.report.text import first_violation, relative
+from invariants.report.timeline import Timeline
 from invariants.scenarios.matrix import default_spec_paths
 from invariants.scenarios.matrix import report_cells as matrix_report_cells
 from invariants.scenarios.runner import SpecOutcome, run_spec
 from invariants.scenarios.spec import Spec, load_spec
-from invariants.timeline import Timeline
 
 MAX_LISTED = 50  # violations kept per cell in the files (all are counted)
 

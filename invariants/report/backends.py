@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from types import ModuleType
 
-from invariants.report_run import CellResult, ReportCell, run_cell
+from invariants.report.cells import CellResult, ReportCell, run_cell
 
 Progress = Callable[[CellResult], None]  # called as each cell finishes
 

@@ -14,10 +14,10 @@ from PIL import Image
 from rich.console import Console
 
 from engine.mem.req_to_token import ReqToTokenPool
-from invariants.memory_cells import MemoryCell
-from invariants.report import run_report
-from invariants.report_run import ReportCell, memory_report_cells
-from invariants.report_svg import COLOURS, VIOLATION_COLOUR
+from invariants.report.cells import ReportCell, memory_report_cells
+from invariants.report.memory_cells import MemoryCell
+from invariants.report.run import run_report
+from invariants.report.svg import COLOURS, VIOLATION_COLOUR
 from invariants.scenarios.matrix import ROOT
 from invariants.scenarios.spec import load_spec
 

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape as escape_markup
 from rich.table import Table
 
-from invariants.report_files import LISTED_IN_TEXT
-from invariants.report_target import (
+from invariants.report.files import LISTED_IN_TEXT
+from invariants.report.targets import (
     GOALS_NOTE,
     SideBySide,
     TargetRow,
@@ -26,7 +26,7 @@ from invariants.report_target import (
     sglang_text,
     sglang_version,
 )
-from invariants.report_text import md_cell, violation_line
+from invariants.report.text import md_cell, violation_line
 
 COLUMNS = (
     "spec",

@@ -20,15 +20,15 @@ from engine.mem.req_to_token import ReqToTokenPool
 from engine.view import POOL_BUCKETS
 from invariants.checking.checker import Level
 from invariants.cli import app
-from invariants.memory_cells import MemoryCell
-from invariants.report import default_workers, run_report
-from invariants.report_backends import BackendError, run_cells
-from invariants.report_files import junit_xml
-from invariants.report_run import CellResult, ReportCell, memory_report_cells, run_cell
-from invariants.report_svg import VIOLATION_COLOUR, thin
+from invariants.report.backends import BackendError, run_cells
+from invariants.report.cells import CellResult, ReportCell, memory_report_cells, run_cell
+from invariants.report.files import junit_xml
+from invariants.report.memory_cells import MemoryCell
+from invariants.report.run import default_workers, run_report
+from invariants.report.svg import VIOLATION_COLOUR, thin
+from invariants.report.timeline import Timeline
 from invariants.scenarios.matrix import ROOT
 from invariants.scenarios.spec import load_spec
-from invariants.timeline import Timeline
 
 SWA_SPEC = ROOT / "specs" / "swa-hybrid.yaml"
 FILES = ("report.json", "junit.xml", "report.md", "report.html")
@@ -117,8 +117,8 @@ def test_row_leak_fails_every_file_with_the_replay(
 
 def test_failing_cells_come_first_in_markdown_and_html() -> None:
     """Failing cells lead the summary table and the plots; passing ones follow in order."""
-    from invariants.report_files import ReportHeader, report_markdown, summary
-    from invariants.report_html import render_html
+    from invariants.report.files import ReportHeader, report_markdown, summary
+    from invariants.report.html import render_html
 
     ok = CellResult("a-ok", "spec", "kvspec run a", 3, 9, 0, (), (), None, 0.1)
     bad = CellResult(
@@ -136,7 +136,7 @@ def test_crash_is_a_junit_error_with_the_replay() -> None:
     crashed = CellResult(
         "c", "spec", "kvspec run c.yaml", 5, 10, 0, (), (), "SchedulerStall: stuck", 0.1
     )
-    from invariants.report_files import ReportHeader
+    from invariants.report.files import ReportHeader
 
     root = ET.fromstring(
         junit_xml(ReportHeader.for_run(1, Level.RECORD, False, 1, None), [crashed])

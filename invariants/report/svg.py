@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from invariants.timeline import Mark, PoolSeries
+from invariants.report.timeline import Mark, PoolSeries
 
 COLOURS = {
     "request_owned": "#2a9d8f",

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from invariants.checking.checker import Level
-from invariants.report_run import CellResult
-from invariants.report_target import SideBySide, sglang_document, verdict
-from invariants.report_text import goals_text, md_cell, violation_line
+from invariants.report.cells import CellResult
+from invariants.report.targets import SideBySide, sglang_document, verdict
+from invariants.report.text import goals_text, md_cell, violation_line
 from invariants.scenarios.matrix import Exclusion
 
 LISTED_IN_TEXT = 10  # violations written per failing cell in junit.xml and report.md
@@ -98,7 +98,7 @@ def write_report(
     """Write the four files into ``out`` (created); return their paths. ``sglang``: the
     side-by-side rows of `--target sglang|both` (report.json, report.md, report.html);
     ``excluded``: the matrix cells constraints rule out (report.json, report.md)."""
-    from invariants.report_html import render_html
+    from invariants.report.html import render_html
 
     out.mkdir(parents=True, exist_ok=True)
     files = {
@@ -190,7 +190,7 @@ def report_markdown(
 ) -> str:
     """The summary table (failing cells first), each failure with its replay command, the
     matrix cells constraints exclude, and the side-by-side section when the sglang target ran."""
-    from invariants.report_target_view import target_markdown
+    from invariants.report.target_view import target_markdown
 
     totals = summary(results)
     lines = [

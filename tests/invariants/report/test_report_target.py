@@ -12,12 +12,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-import invariants.report as report_module
+import invariants.report.run as report_module
 from invariants.cli import app
-from invariants.report import _target_cells, run_report
-from invariants.report_run import CellResult, ReportCell
-from invariants.report_target import GOALS_NOTE, TargetRow, sglang_text, side_by_side, verdict
-from invariants.report_target_view import target_markdown
+from invariants.report.cells import CellResult, ReportCell
+from invariants.report.run import _target_cells, run_report
+from invariants.report.target_view import target_markdown
+from invariants.report.targets import GOALS_NOTE, TargetRow, sglang_text, side_by_side, verdict
 from invariants.scenarios.matrix import ROOT
 
 SMALL = [

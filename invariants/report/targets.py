@@ -18,8 +18,8 @@ from typing import Any
 
 from invariants.checking.checker import Level
 from invariants.checking.loader import shipped_catalog
-from invariants.report_run import MAX_LISTED, CellResult, ReportCell
-from invariants.report_text import first_violation, goals_text, relative, violation_line
+from invariants.report.cells import MAX_LISTED, CellResult, ReportCell
+from invariants.report.text import first_violation, goals_text, relative, violation_line
 from invariants.scenarios.spec import load_spec
 
 TARGETS = ("kvspec", "sglang", "both")
