@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from types import ModuleType
 
-from invariants.report.cells import CellResult, ReportCell, run_cell
+from invariants.report.cells import ReportCell, run_cell
+from invariants.report.model import CellResult
 
 Progress = Callable[[CellResult], None]  # called as each cell finishes
 

@@ -8,21 +8,19 @@ the replay command of every cell runs exactly that cell again.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from invariants.checking.checker import Level
 from invariants.checking.loader import shipped_catalog
 from invariants.report.memory_cells import MemoryCell, default_memory_cells, run_memory_cell
-from invariants.report.text import first_violation, relative
+from invariants.report.model import MAX_LISTED, CellResult
 from invariants.report.timeline import Timeline
-from invariants.scenarios.matrix import default_spec_paths
+from invariants.scenarios.matrix import default_spec_paths, relative
 from invariants.scenarios.matrix import report_cells as matrix_report_cells
 from invariants.scenarios.runner import SpecOutcome, run_spec
 from invariants.scenarios.spec import Spec, load_spec
-
-MAX_LISTED = 50  # violations kept per cell in the files (all are counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,43 +35,6 @@ class ReportCell:
     @property
     def kind(self) -> str:
         return "spec" if self.spec is not None else "memory"
-
-
-@dataclass(frozen=True, slots=True)
-class CellResult:
-    """What one cell did and found, as plain data."""
-
-    name: str
-    kind: str  # spec | memory
-    replay: str
-    steps: int
-    checks: int
-    num_violations: int
-    violations: tuple[dict[str, Any], ...]  # the first MAX_LISTED, as Violation fields
-    unmet: tuple[str, ...]
-    error: str | None
-    seconds: float
-    counters: dict[str, int] = field(default_factory=dict)
-    timeline: Timeline = field(default_factory=Timeline)
-
-    @property
-    def ok(self) -> bool:
-        return not self.num_violations and not self.unmet and self.error is None
-
-    @property
-    def first_violation(self) -> str:
-        return first_violation(self.violations)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "timeline"}
-        return {
-            **data,
-            "ok": self.ok,
-            "first_violation": self.first_violation,
-            "violations": list(self.violations),
-            "unmet": list(self.unmet),
-            "timeline": self.timeline.to_dict(),
-        }
 
 
 def default_specs() -> list[tuple[str, Path]]:

@@ -8,84 +8,25 @@ cell carries its violations and the command that replays it in every format.
 from __future__ import annotations
 
 import json
-import platform
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from importlib import metadata
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from invariants.checking.checker import Level
-from invariants.report.cells import CellResult
-from invariants.report.targets import SideBySide, sglang_document, verdict
+from invariants.report.html import render_html
+from invariants.report.model import (
+    LISTED_IN_TEXT,
+    CellResult,
+    ReportHeader,
+    SideBySide,
+    failing_first,
+    summary,
+)
+from invariants.report.target_view import target_markdown
+from invariants.report.targets import sglang_document, verdict
 from invariants.report.text import goals_text, md_cell, violation_line
 from invariants.scenarios.matrix import Exclusion
-
-LISTED_IN_TEXT = 10  # violations written per failing cell in junit.xml and report.md
-
-
-@dataclass(frozen=True, slots=True)
-class ReportHeader:
-    """What was checked, how, and where it ran."""
-
-    title: str
-    evaluation: str
-    level: int
-    num_invariants: int
-    matrix: str  # pairwise | product
-    backend: str
-    version: str
-    python: str
-
-    @classmethod
-    def for_run(
-        cls, num_invariants: int, level: int, full: bool, workers: int, ray_address: str | None
-    ) -> ReportHeader:
-        how = (
-            "record: each violation is recorded and the run goes on"
-            if level == Level.RECORD
-            else "strict: each cell stops at its first violation"
-            if level == Level.STRICT
-            else "off"
-        )
-        evaluation = (
-            f"level {int(level)} ({how}); each invariant at every event it subscribes "
-            "to — counter sums, exact ownership census, KV integrity"
-        )
-        backend = f"ray {ray_address}" if ray_address else f"local, {workers} worker(s)"
-        try:
-            version = metadata.version("kvspec")
-        except metadata.PackageNotFoundError:
-            version = "unknown"
-        return cls(
-            f"{num_invariants} invariants checked at every scheduler event",
-            evaluation,
-            int(level),
-            num_invariants,
-            "product" if full else "pairwise",
-            backend,
-            version,
-            platform.python_version(),
-        )
-
-
-def summary(results: list[CellResult]) -> dict[str, Any]:
-    """Totals over the cells; ``ok`` is the report's verdict (exit status 0)."""
-    return {
-        "cells": len(results),
-        "failed": sum(not r.ok for r in results),
-        "violations": sum(r.num_violations for r in results),
-        "unmet_goals": sum(len(r.unmet) for r in results),
-        "crashed": sum(r.error is not None for r in results),
-        "checks": sum(r.checks for r in results),
-        "ok": all(r.ok for r in results),
-    }
-
-
-def failing_first(results: list[CellResult]) -> list[CellResult]:
-    """Failing cells first, each group in report order."""
-    return [r for r in results if not r.ok] + [r for r in results if r.ok]
 
 
 def write_report(
@@ -98,8 +39,6 @@ def write_report(
     """Write the four files into ``out`` (created); return their paths. ``sglang``: the
     side-by-side rows of `--target sglang|both` (report.json, report.md, report.html);
     ``excluded``: the matrix cells constraints rule out (report.json, report.md)."""
-    from invariants.report.html import render_html
-
     out.mkdir(parents=True, exist_ok=True)
     files = {
         "report.json": json.dumps(report_document(header, results, sglang, excluded), indent=1)
@@ -190,8 +129,6 @@ def report_markdown(
 ) -> str:
     """The summary table (failing cells first), each failure with its replay command, the
     matrix cells constraints exclude, and the side-by-side section when the sglang target ran."""
-    from invariants.report.target_view import target_markdown
-
     totals = summary(results)
     lines = [
         f"# kvspec report: {verdict(totals, sglang)}",

@@ -11,10 +11,16 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from invariants.report.cells import CellResult
-from invariants.report.files import LISTED_IN_TEXT, ReportHeader, failing_first
+from invariants.report.model import (
+    LISTED_IN_TEXT,
+    CellResult,
+    ReportHeader,
+    SideBySide,
+    failing_first,
+)
 from invariants.report.svg import legend, pool_plot
-from invariants.report.targets import SideBySide, verdict
+from invariants.report.target_view import target_html
+from invariants.report.targets import verdict
 from invariants.report.text import goals_text, violation_line
 
 STYLE = """
@@ -47,8 +53,6 @@ def render_html(
     sglang: list[SideBySide] | None = None,
 ) -> str:
     """The whole page (``sglang``: with the side-by-side section after the summary)."""
-    from invariants.report.target_view import target_html
-
     ordered = failing_first(results)
     anchors = {id(r): f"cell-{i}" for i, r in enumerate(results)}
     text = verdict(totals, sglang)

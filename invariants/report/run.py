@@ -22,23 +22,12 @@ from rich.table import Table
 from invariants.checking.checker import Level
 from invariants.checking.loader import lint, shipped_catalog
 from invariants.report.backends import import_ray, run_cells
-from invariants.report.cells import (
-    CellResult,
-    ReportCell,
-    default_specs,
-    memory_report_cells,
-    spec_cells,
-)
-from invariants.report.files import ReportHeader, write_report
+from invariants.report.cells import ReportCell, default_specs, memory_report_cells, spec_cells
+from invariants.report.files import write_report
 from invariants.report.memory_cells import MemoryCell
+from invariants.report.model import CellResult, ReportHeader, TargetRow
 from invariants.report.target_view import print_target_failures, side_by_side_table
-from invariants.report.targets import (
-    TARGETS,
-    TargetRow,
-    as_written_cells,
-    run_sglang_rows,
-    side_by_side,
-)
+from invariants.report.targets import TARGETS, as_written_cells, run_sglang_rows, side_by_side
 from invariants.report.text import goals_text, violation_line
 from invariants.scenarios.matrix import Exclusion, report_exclusions
 

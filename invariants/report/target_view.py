@@ -14,11 +14,9 @@ from rich.console import Console
 from rich.markup import escape as escape_markup
 from rich.table import Table
 
-from invariants.report.files import LISTED_IN_TEXT
+from invariants.report.model import LISTED_IN_TEXT, SideBySide, TargetRow
 from invariants.report.targets import (
     GOALS_NOTE,
-    SideBySide,
-    TargetRow,
     failing_rows,
     kvspec_text,
     sglang_detail,

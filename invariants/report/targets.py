@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from invariants.checking.checker import Level
 from invariants.checking.loader import shipped_catalog
-from invariants.report.cells import MAX_LISTED, CellResult, ReportCell
-from invariants.report.text import first_violation, goals_text, relative, violation_line
+from invariants.report.cells import ReportCell
+from invariants.report.model import MAX_LISTED, CellResult, SideBySide, TargetRow
+from invariants.report.text import goals_text, violation_line
+from invariants.scenarios.matrix import relative
 from invariants.scenarios.spec import load_spec
 
 TARGETS = ("kvspec", "sglang", "both")
@@ -27,44 +29,6 @@ GOALS_NOTE = (
     "expect goals were tuned on kvspec's schedule: on the sglang target an unmet goal is "
     "shown, not a failure; an unsupported spec is shown with its reason"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class TargetRow:
-    """One spec, as written, on the sglang target, as plain data."""
-
-    name: str
-    replay: str
-    steps: int = 0
-    checks: int = 0
-    num_violations: int = 0
-    violations: tuple[dict[str, Any], ...] = ()
-    unmet: tuple[str, ...] = ()
-    error: str | None = None  # a crash (driver refused an op, or died)
-    unsupported: str | None = None  # why the adapter cannot run this spec
-    seconds: float = 0.0
-    counters: dict[str, int] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    version: str = ""
-
-    @property
-    def ok(self) -> bool:
-        """Violations and crashes fail; unmet goals and unsupported specs do not."""
-        return not self.num_violations and self.error is None
-
-    @property
-    def first_violation(self) -> str:
-        return first_violation(self.violations)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {
-            **data,
-            "ok": self.ok,
-            "violations": list(self.violations),
-            "unmet": list(self.unmet),
-            "notes": list(self.notes),
-        }
 
 
 def target_row(name: str, path: Path, outcome: Any) -> TargetRow:
@@ -172,15 +136,6 @@ def as_written_cells(specs: list[tuple[str, Path]], have: Collection[str] = ()) 
         for name, path in specs
         if name not in have
     ]
-
-
-@dataclass(frozen=True, slots=True)
-class SideBySide:
-    """One spec on both targets (``kvspec`` None: no kvspec cell ran it as written)."""
-
-    name: str
-    kvspec: CellResult | None
-    sglang: TargetRow
 
 
 def side_by_side(kvspec: list[CellResult], sglang: list[TargetRow]) -> list[SideBySide]:

@@ -1,6 +1,6 @@
 """The report's small texts, written once for every format (the printed table, report.md,
-report.html, junit.xml, the sglang side by side): a violation line, the goals cell, a
-Markdown table cell and a spec path relative to the repository.
+report.html, junit.xml, the sglang side by side): a violation line, the goals cell and a
+Markdown table cell.
 
 Keeps: a cell or row reads the same in every format (tests pin these strings).
 """
@@ -8,10 +8,7 @@ Keeps: a cell or row reads the same in every format (tests pin these strings).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
-
-from invariants.scenarios.matrix_axes import ROOT
 
 
 def violation_line(v: Mapping[str, Any], *, event: bool = True) -> str:
@@ -40,10 +37,3 @@ def goals_text(error: str | None, unmet: tuple[str, ...], met: str = "met") -> s
 def md_cell(text: object) -> str:
     """Text that stays inside one Markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def relative(path: str | Path) -> str:
-    """``path`` relative to the repository (as a replay command names it); as given when it
-    lies outside."""
-    p = Path(path).resolve()
-    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(path)

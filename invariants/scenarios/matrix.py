@@ -18,7 +18,6 @@ from typing import Any
 
 from allpairspy import AllPairs
 
-from invariants.report.text import relative
 from invariants.scenarios.matrix_axes import (
     ROOT,
     Constraint,
@@ -123,6 +122,13 @@ def _top_up(rows: list[tuple[Any, ...]], product: list[tuple[Any, ...]]) -> list
         extra.append(best)
         missing -= _pairs(best)
     return extra
+
+
+def relative(path: str | Path) -> str:
+    """``path`` relative to the repository (as a replay command names it); as given when it
+    lies outside."""
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(path)
 
 
 def spec_cells(spec: Spec, full: bool = False) -> list[Cell]:

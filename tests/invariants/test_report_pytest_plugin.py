@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from invariants.checking.checker import Level
-from invariants.report.cells import CellResult
-from invariants.report.files import ReportHeader, junit_xml
+from invariants.report.files import junit_xml
+from invariants.report.model import CellResult, ReportHeader
 
 pytest_plugins = ["pytester"]
 PLUGIN = ("-p", "invariants.pytest_plugin")  # also fine when the entry point loaded it already

@@ -21,9 +21,10 @@ from engine.view import POOL_BUCKETS
 from invariants.checking.checker import Level
 from invariants.cli import app
 from invariants.report.backends import BackendError, run_cells
-from invariants.report.cells import CellResult, ReportCell, memory_report_cells, run_cell
+from invariants.report.cells import ReportCell, memory_report_cells, run_cell
 from invariants.report.files import junit_xml
 from invariants.report.memory_cells import MemoryCell
+from invariants.report.model import CellResult
 from invariants.report.run import default_workers, run_report
 from invariants.report.svg import VIOLATION_COLOUR, thin
 from invariants.report.timeline import Timeline
@@ -117,8 +118,9 @@ def test_row_leak_fails_every_file_with_the_replay(
 
 def test_failing_cells_come_first_in_markdown_and_html() -> None:
     """Failing cells lead the summary table and the plots; passing ones follow in order."""
-    from invariants.report.files import ReportHeader, report_markdown, summary
+    from invariants.report.files import report_markdown
     from invariants.report.html import render_html
+    from invariants.report.model import ReportHeader, summary
 
     ok = CellResult("a-ok", "spec", "kvspec run a", 3, 9, 0, (), (), None, 0.1)
     bad = CellResult(
@@ -136,7 +138,7 @@ def test_crash_is_a_junit_error_with_the_replay() -> None:
     crashed = CellResult(
         "c", "spec", "kvspec run c.yaml", 5, 10, 0, (), (), "SchedulerStall: stuck", 0.1
     )
-    from invariants.report.files import ReportHeader
+    from invariants.report.model import ReportHeader
 
     root = ET.fromstring(
         junit_xml(ReportHeader.for_run(1, Level.RECORD, False, 1, None), [crashed])

@@ -14,10 +14,11 @@ from typer.testing import CliRunner
 
 import invariants.report.run as report_module
 from invariants.cli import app
-from invariants.report.cells import CellResult, ReportCell
+from invariants.report.cells import ReportCell
+from invariants.report.model import CellResult, TargetRow
 from invariants.report.run import _target_cells, run_report
 from invariants.report.target_view import target_markdown
-from invariants.report.targets import GOALS_NOTE, TargetRow, sglang_text, side_by_side, verdict
+from invariants.report.targets import GOALS_NOTE, sglang_text, side_by_side, verdict
 from invariants.scenarios.matrix import ROOT
 
 SMALL = [
