@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from invariants.bench import MODES, bench_shape, bench_sim, select_rules
+from invariants.bench.sim import MODES, bench_shape, bench_sim, select_rules
 from invariants.checking.loader import load_catalog
 from invariants.cli import app
 

@@ -26,10 +26,10 @@ from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.model.tokenizer import NUM_BYTES
 from engine.request import SamplingParams
+from invariants.bench.machine import machine_info
 from invariants.checking.checker import Checker, InvariantViolation, Level, ViewSource
 from invariants.checking.loader import load_catalog
 from invariants.checking.rule import Rule
-from invariants.machine import machine_info
 from invariants.scenarios.workload import TraceRequest, TraceShape, make_trace
 
 MODES: tuple[str, ...] = ("off", "sums", "full")

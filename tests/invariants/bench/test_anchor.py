@@ -3,7 +3,7 @@ counts (timed steps, prefix hits, evicted tokens) equal the anchor's published o
 
 from __future__ import annotations
 
-from invariants.anchor import compare, run_once
+from invariants.bench.anchor import compare, run_once
 
 
 def test_anchor_replay_matches_sglang_counts_at_page_size_1() -> None:
