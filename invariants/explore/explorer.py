@@ -21,8 +21,8 @@ from invariants.checking.loader import Catalog, shipped_catalog
 from invariants.explore.coverage import SlotReuseObserver, coverage, goals_met
 from invariants.explore.ddmin import SHRINK_BUDGET, shrink_counted
 from invariants.explore.generate import generate_trace
+from invariants.explore.parallel import map_in_order
 from invariants.explore.swarm import sample_swarm
-from invariants.parallel import map_in_order
 from invariants.scenarios.ops import Idle, Trace
 from invariants.scenarios.trace_run import TraceOutcome, run_trace
 

@@ -1,4 +1,6 @@
-"""Process pools for the seed and cell loops: one start method for the whole project.
+"""The explorer's process pool (``kvspec explore --workers``): seeds mapped over spawned
+workers, results in seed order. (The report's cells use their own spawn pool,
+invariants/report/backends.py, which hands each result over as it finishes.)
 
 Keeps: every pool starts its workers with ``spawn`` — a fresh interpreter that imports what
 it needs — never ``fork``, which copies a parent holding threads (a server, torch's pools)
