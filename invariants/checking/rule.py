@@ -20,11 +20,10 @@ from invariants.checking.dsl import (
     STATE_NAMES,
     DslError,
     Expr,
-    Template,
     compile_expr,
-    compile_template,
     compile_tree,
 )
+from invariants.checking.message import Template, compile_template
 from invariants.checking.schema import InvariantSpec
 
 T = TypeVar("T")

@@ -15,8 +15,8 @@ from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.snapshot import ReqViewCache
 from engine.view import ReqView, StateView, is_record, record_fields, view_field_names, view_to_dict
-from invariants.checking.dsl import render_value
 from invariants.checking.loader import CatalogError, load_catalog
+from invariants.checking.message import render_value
 
 # The dataclass-era contract: every field, in order, with its default (fixtures name only
 # the fields they test and rely on the rest).

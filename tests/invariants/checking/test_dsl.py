@@ -9,15 +9,9 @@ import types
 import pytest
 
 from engine.view import PageOwners, PoolView, ReqView, StateView, view_field_names
-from invariants.checking.dsl import (
-    FUNCTIONS,
-    DslError,
-    compile_expr,
-    compile_template,
-    make_env,
-    render_value,
-)
+from invariants.checking.dsl import FUNCTIONS, DslError, compile_expr, make_env
 from invariants.checking.loader import CatalogError, load_text
+from invariants.checking.message import compile_template, render_value
 from invariants.checking.rule import BASE_NAMES
 
 NAMES = BASE_NAMES | {"x"}  # `x`: a declared for_each variable
