@@ -17,8 +17,8 @@ from engine.engine import Engine
 from engine.request import SamplingParams
 from invariants.checking.checker import Checker, CheckerHook, Level
 from invariants.checking.dsl import make_env
-from invariants.checking.fastpath import SetMemo
 from invariants.checking.loader import load_catalog
+from invariants.checking.memos import SetMemo
 from tests.engine.mem.census_ops import OPS, apply_op
 
 CATALOG = load_catalog()
