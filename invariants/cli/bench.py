@@ -26,7 +26,8 @@ def bench_sim_command(
     out: OutPath = None,
 ) -> None:
     """Scheduler steps/s of the sim-model engine with the checker off, sums only, and full."""
-    from invariants.bench.sim import MODES, bench_sim, summary_table
+    from invariants.bench.sim import MODES, bench_sim
+    from invariants.bench.summary import summary_table
 
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = sorted(set(mode_list) - set(MODES))
