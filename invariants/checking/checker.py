@@ -80,6 +80,32 @@ class InvariantViolation(Exception):
         self.violation = violation
 
 
+def _view_parts(
+    rules: tuple[Rule, ...], by_event: dict[str, tuple[Rule, ...]], tracks_prev: bool
+) -> dict[str, frozenset[str]]:
+    """Per event, the optional view parts and the sections its rules read."""
+    # prev may be read at any later event, so transition rules want every part always,
+    # and every section (a rule reading prev.reqs needs reqs in the view before)
+    always = frozenset().union(*(r.attrs for r in rules if r.uses_prev))
+    sections = SECTIONS if tracks_prev else frozenset()
+    return {
+        event: (OPTIONAL_PARTS & always.union(*(r.attrs for r in event_rules)))
+        | {SELECTIVE}
+        | (SECTIONS & sections.union(*(r.names for r in event_rules)))
+        for event, event_rules in by_event.items()
+    }
+
+
+def _fast_paths(by_event: dict[str, tuple[Rule, ...]]) -> dict[str, EventFastPath]:
+    """Per event with rules, the fast path of those not reading ``prev`` (when one is built)."""
+    fast_paths: dict[str, EventFastPath] = {}
+    for event, rules in by_event.items():
+        fast = build_fast_path([r for r in rules if not r.uses_prev], event) if rules else None
+        if fast is not None:
+            fast_paths[event] = fast
+    return fast_paths
+
+
 class Checker:
     """Per-event invariant evaluation with `prev`, `for_steps` grace, records and stats."""
 
@@ -100,27 +126,10 @@ class Checker:
             event: tuple(r for r in self.rules if event in r.events) for event in EVENTS
         }
         self._tracks_prev = any(r.uses_prev for r in self.rules)
-        # prev may be read at any later event, so transition rules want every part always,
-        # and every section (a rule reading prev.reqs needs reqs in the view before)
-        always = frozenset().union(*(r.attrs for r in self.rules if r.uses_prev))
-        sections = SECTIONS if self._tracks_prev else frozenset()
-        self._parts: dict[str, frozenset[str]] = {
-            event: (OPTIONAL_PARTS & always.union(*(r.attrs for r in rules)))
-            | {SELECTIVE}
-            | (SECTIONS & sections.union(*(r.names for r in rules)))
-            for event, rules in self._by_event.items()
-        }
+        self._parts = _view_parts(self.rules, self._by_event, self._tracks_prev)
         # fast_path: one fused test per event, node rules over changed nodes (fastpath.py);
         # the rules reading prev are always evaluated on their own
-        self._fast: dict[str, EventFastPath] = {}
-        for event, rules in self._by_event.items():
-            fast = (
-                build_fast_path([r for r in rules if not r.uses_prev], event)
-                if fast_path and rules
-                else None
-            )
-            if fast is not None:
-                self._fast[event] = fast
+        self._fast = _fast_paths(self._by_event) if fast_path else {}
         self._with_prev: dict[str, tuple[Rule, ...]] = {
             event: tuple(r for r in rules if r.uses_prev) for event, rules in self._by_event.items()
         }
