@@ -1,6 +1,6 @@
 """`kvspec report`: lint the catalog, run every report cell (scenario specs, the configuration
 matrix, the memory-layer exercise) checked at level 1 with a progress bar, print the summary
-table, and write report.json, junit.xml, report.md and report.html.
+table (console.py), and write report.json, junit.xml, report.md and report.html (files.py).
 
 Keeps: the report never hides a failure — every violation, unmet `expect` goal and crash is
 counted in its row, the first few are printed with the command that replays the row, and the
@@ -17,19 +17,17 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from invariants.checking.checker import Level
 from invariants.checking.loader import lint, shipped_catalog
 from invariants.report.backends import import_ray, run_cells
 from invariants.report.cells import ReportCell, default_specs, memory_report_cells, spec_cells
+from invariants.report.console import print_report
 from invariants.report.files import write_report
 from invariants.report.memory_cells import MemoryCell
 from invariants.report.model import CellResult, ReportHeader, TargetRow
-from invariants.report.target_view import print_target_failures, side_by_side_table
 from invariants.report.targets import TARGETS, as_written_cells, run_sglang_rows, side_by_side
-from invariants.report.text import goals_text, violation_line
-from invariants.scenarios.matrix import Exclusion, report_exclusions
+from invariants.scenarios.matrix import report_exclusions
 
 __all__ = ["default_specs", "default_workers", "run_report"]
 
@@ -75,22 +73,11 @@ def run_report(
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
     excluded = report_exclusions() if cells is None and with_matrix and target != "sglang" else []
     cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
-    rows = (
-        _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver)
-        if sglang_specs
-        else None
-    )
+    rows = _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver)
     results = _run_with_progress(console, cells, level, workers, ray_address)
     pairs = None if rows is None else side_by_side(results, rows)
     header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
-    if target != "sglang":
-        console.print(summary_table(header, results))
-    if excluded:
-        console.print(exclusions_table(excluded))
-    failed = print_failures(console, results)
-    if pairs is not None:
-        console.print(side_by_side_table(pairs))
-        failed += print_target_failures(console, pairs)
+    failed = print_report(console, header, results, pairs, excluded, table=target != "sglang")
     if out is not None:
         for path in write_report(out, header, results, pairs, excluded):
             console.print(f"wrote {path}", markup=False)
@@ -121,8 +108,11 @@ def _target_cells(
 
 def _sglang_rows(
     console: Console, specs: list[tuple[str, Path]], level: int, python: str | None, driver: Any
-) -> list[TargetRow]:
-    """Every spec on the sglang target, one driver, with a progress bar."""
+) -> list[TargetRow] | None:
+    """Every spec on the sglang target, one driver, with a progress bar (no specs: None, the
+    sglang target does not run)."""
+    if not specs:
+        return None
     columns = (
         TextColumn("[bold]sglang[/bold]"),
         BarColumn(),
@@ -165,81 +155,3 @@ def _run_with_progress(
             progress.update(task, advance=1, description=f"{where} · {mark} {result.name}")
 
         return run_cells(cells, level, workers, ray_address, advance)
-
-
-def summary_table(header: ReportHeader, results: list[CellResult]) -> Table:
-    """Spec × cell: steps, checks evaluated, violations, the first violation, goals, counters."""
-    table = Table(title=f"kvspec report — {header.title}", caption=header.evaluation)
-    for column in (
-        "spec / cell",
-        "steps",
-        "finished",
-        "cached",
-        "evicted",
-        "retracts",
-        "checks",
-        "violations",
-        "first violation",
-        "goals",
-        "time",
-    ):
-        text = column in ("spec / cell", "first violation")
-        table.add_column(
-            column, justify="left" if text else "right", no_wrap=not text, overflow="fold"
-        )
-    kind = None
-    for r in results:
-        if kind is not None and r.kind != kind:
-            table.add_section()
-        kind = r.kind
-        verdict = f"[red]{r.num_violations}[/red]" if r.num_violations else "[green]0[/green]"
-        table.add_row(
-            r.name,
-            str(r.steps),
-            *(str(r.counters.get(c, "")) for c in ("finished", "cached", "evicted", "retracts")),
-            str(r.checks),
-            verdict,
-            r.first_violation,
-            _goals(r),
-            f"{r.seconds:.2f}s",
-        )
-    return table
-
-
-def _goals(r: CellResult) -> str:
-    text = goals_text(r.error, r.unmet, "met" if r.kind == "spec" else "")
-    colour = "red" if r.error or r.unmet else "green"
-    return f"[{colour}]{text}[/{colour}]" if text else ""
-
-
-def exclusions_table(exclusions: list[Exclusion]) -> Table:
-    """Per spec, the matrix cells a declared constraint rules out: how many, which
-    constraint, and its reason (ci/matrix.yaml; report.json lists every cell)."""
-    total = sum(len(x.cells) for x in exclusions)
-    table = Table(title=f"excluded by constraints: {total} product cells (never run, never hidden)")
-    for column in ("spec", "cells", "constraint", "reason"):
-        table.add_column(
-            column,
-            justify="right" if column == "cells" else "left",
-            overflow="fold",
-            no_wrap=column != "reason",
-        )
-    spec = None
-    for x in exclusions:
-        table.add_row("" if x.spec == spec else x.spec, str(len(x.cells)), x.constraint, x.reason)
-        spec = x.spec
-    return table
-
-
-def print_failures(console: Console, results: list[CellResult]) -> int:
-    """The first violations, unmet goals and crash of each failing cell, with its replay."""
-    failed = [r for r in results if not r.ok]
-    for r in failed:
-        console.print(f"[red]{r.name}[/red]: replay with `{r.replay}`", highlight=False)
-        for violation in r.violations[:3]:
-            console.print(f"  {violation_line(violation)}", markup=False)
-        for goal in r.unmet:
-            console.print(f"  expected {goal}", markup=False)
-        if r.error:
-            console.print(f"  engine error: {r.error}", markup=False)
-    return len(failed)
