@@ -24,38 +24,44 @@ class Target(str, Enum):
     sglang = "sglang"
 
 
+SpecPath = Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="Override an engine field or a matrix axis: KEY=VALUE (attention=mla)."
+    ),
+]
+Strict = Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")]
+SaveTrace = Annotated[
+    Path | None,
+    typer.Option(help="Write the op trace the spec ran as JSON (replayable, shrinkable)."),
+]
+TargetOption = Annotated[
+    Target, typer.Option(help="kvspec's engine, or real SGLang's memory classes.")
+]
+SGLangPython = Annotated[
+    Path | None,
+    typer.Option(help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."),
+]
+Matrix = Annotated[
+    bool,
+    typer.Option(
+        help="Run the spec's matrix cells instead; each --set AXIS=VALUE then filters them."
+    ),
+]
+Full = Annotated[bool, typer.Option(help="With --matrix: the full product, not all pairs.")]
+
+
 @app.command("run")
 def run_command(
-    spec: Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set", help="Override an engine field or a matrix axis: KEY=VALUE (attention=mla)."
-        ),
-    ] = None,
-    strict: Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")] = False,
-    save_trace: Annotated[
-        Path | None,
-        typer.Option(help="Write the op trace the spec ran as JSON (replayable, shrinkable)."),
-    ] = None,
-    target: Annotated[
-        Target, typer.Option(help="kvspec's engine, or real SGLang's memory classes.")
-    ] = Target.kvspec,
-    sglang_python: Annotated[
-        Path | None,
-        typer.Option(
-            help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."
-        ),
-    ] = None,
-    matrix: Annotated[
-        bool,
-        typer.Option(
-            help="Run the spec's matrix cells instead; each --set AXIS=VALUE then filters them."
-        ),
-    ] = False,
-    full: Annotated[
-        bool, typer.Option(help="With --matrix: the full product, not all pairs.")
-    ] = False,
+    spec: SpecPath,
+    set_: Sets = None,
+    strict: Strict = False,
+    save_trace: SaveTrace = None,
+    target: TargetOption = Target.kvspec,
+    sglang_python: SGLangPython = None,
+    matrix: Matrix = False,
+    full: Full = False,
 ) -> None:
     """Run one scenario spec with the checker after every event; exit 1 on a violation,
     an unmet goal, a failed response oracle or an engine error (2: the spec is invalid)."""
