@@ -141,18 +141,12 @@ def run_trace_on_sglang(
         stats, views, error = _drive(live, trace, checker, keep_views, fault)
         version, faults = live.version, tuple(live.faults)
     seconds = time.perf_counter() - start
-    goals = spec.expect if spec is not None else {}
-    unmet = tuple(
-        f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
-        for name, least in goals.items()
-        if name in GOALS and getattr(stats, GOALS[name]) < least
-    )
     checks = sum(s.evaluations for s in checker.stats().values())
     return SGLangOutcome(
         spec,
         stats,
         tuple(checker.violations),
-        unmet,
+        _unmet(spec, stats),
         checks,
         seconds,
         error,
@@ -160,6 +154,16 @@ def run_trace_on_sglang(
         faults,
         tuple(views),
         tuple(chunking_note(trace)),
+    )
+
+
+def _unmet(spec: Spec | None, stats: SGLangStats) -> tuple[str, ...]:
+    """The spec's ``expect`` goals (those the driver counts) that the run fell short of."""
+    goals = spec.expect if spec is not None else {}
+    return tuple(
+        f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
+        for name, least in goals.items()
+        if name in GOALS and getattr(stats, GOALS[name]) < least
     )
 
 
