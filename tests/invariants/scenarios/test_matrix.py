@@ -87,9 +87,9 @@ def test_report_lists_every_excluded_cell_with_its_reason() -> None:
     from rich.console import Console
 
     from invariants.checking.checker import Level
+    from invariants.report.console import exclusions_table
     from invariants.report.files import report_document, report_markdown
     from invariants.report.model import ReportHeader
-    from invariants.report.console import exclusions_table
 
     listed = report_exclusions()
     for spec in SPECS:
