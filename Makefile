@@ -47,7 +47,7 @@ sglang-env:
 # (real SGLang under the catalog, fault injection, one differential spec)
 test-sglang: $(STAMP)
 	test -x .sglang-venv/bin/python || bash ci/sglang_env.sh
-	$(PY) -m pytest -p no:cacheprovider -m sglang tests/sglang
+	$(PY) -m pytest -p no:cacheprovider -m sglang tests/invariants/sglang
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis report

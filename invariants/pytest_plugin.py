@@ -22,10 +22,10 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from invariants.checker import Checker, CheckerHook, Level
-from invariants.loader import load_catalog
-from invariants.runner import SpecOutcome, run_spec
-from invariants.spec import EngineSpec, SpecError, load_spec
+from invariants.checking.checker import Checker, CheckerHook, Level
+from invariants.checking.loader import load_catalog
+from invariants.scenarios.runner import SpecOutcome, run_spec
+from invariants.scenarios.spec import EngineSpec, SpecError, load_spec
 
 MARKER = "kvspec_spec"
 _OUTCOME = pytest.StashKey[SpecOutcome]()

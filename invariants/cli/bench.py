@@ -26,7 +26,8 @@ def bench_sim_command(
     out: OutPath = None,
 ) -> None:
     """Scheduler steps/s of the sim-model engine with the checker off, sums only, and full."""
-    from invariants.bench import MODES, bench_sim, summary_table
+    from invariants.bench.sim import MODES, bench_sim
+    from invariants.bench.summary import summary_table
 
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = sorted(set(mode_list) - set(MODES))
@@ -95,7 +96,7 @@ def bench_anchor_command(
     out: OutPath = None,
 ) -> None:
     """The anchor workload through kvspec's memory path (and real SGLang's, with --sglang)."""
-    from invariants.anchor import bench_kvspec, bench_sglang, compare
+    from invariants.bench.anchor import bench_kvspec, bench_sglang, compare
 
     sizes, batch_list = int_list(page_sizes), int_list(batches)
     result: dict[str, object] = {"kvspec": bench_kvspec(sizes, batch_list, runs, warmup, seed)}

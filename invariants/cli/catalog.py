@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from invariants.checking.loader import CatalogError, catalog_files, lint, load_catalog
 from invariants.cli.app import invariants_app
-from invariants.loader import CatalogError, catalog_files, lint, load_catalog
 
 Paths = Annotated[
     list[Path] | None,

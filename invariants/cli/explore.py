@@ -15,10 +15,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from invariants.checking.loader import load_catalog
 from invariants.cli.app import app
 from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
 from invariants.explore.report import print_report
-from invariants.loader import load_catalog
 
 UNMET_COVERAGE = 3
 
@@ -71,7 +71,7 @@ def explore_memory(
     strict: Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")] = False,
 ) -> None:
     """Run one memory-layer cell checked after every step; exit 1 on a violation."""
-    from invariants.memory_cells import MemoryCell, memory_table, run_memory_cell
+    from invariants.report.memory_cells import MemoryCell, memory_table, run_memory_cell
 
     catalog = load_catalog()
     result = run_memory_cell(
@@ -90,7 +90,7 @@ def replay_command(
     """Replay TRACE to its first violation: the violation, its witnesses, and the state-view
     diff from the last step before it; exit 1 when a failure reproduces, 0 otherwise."""
     from invariants.explore import replay
-    from invariants.ops import Trace, TraceError
+    from invariants.scenarios.ops import Trace, TraceError
 
     try:
         loaded = Trace.load(trace)

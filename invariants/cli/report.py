@@ -17,44 +17,50 @@ class ReportTarget(str, Enum):
     both = "both"
 
 
+OutDir = Annotated[
+    Path, typer.Option(help="Folder for report.json, junit.xml, report.md, report.html.")
+]
+Full = Annotated[
+    bool, typer.Option(help="Every combination of the matrix axes, not just every pair.")
+]
+Workers = Annotated[
+    int | None, typer.Option(min=1, help="Local worker processes (default: one per CPU).")
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        help="Run the cells on Ray instead: a cluster address, or 'local' "
+        "(needs the kvspec\\[ray] extra)."
+    ),
+]
+Target = Annotated[
+    ReportTarget,
+    typer.Option(
+        help="kvspec's engine; sglang: every spec as written on kvspec and on real SGLang, "
+        "side by side; both: the kvspec report plus that."
+    ),
+]
+SGLangPython = Annotated[
+    str | None,
+    typer.Option(help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."),
+]
+
+
 @app.command()
 def report(
-    out: Annotated[
-        Path, typer.Option(help="Folder for report.json, junit.xml, report.md, report.html.")
-    ] = Path("report"),
-    full: Annotated[
-        bool, typer.Option(help="Every combination of the matrix axes, not just every pair.")
-    ] = False,
-    workers: Annotated[
-        int | None, typer.Option(min=1, help="Local worker processes (default: one per CPU).")
-    ] = None,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            help="Run the cells on Ray instead: a cluster address, or 'local' "
-            "(needs the kvspec\\[ray] extra)."
-        ),
-    ] = None,
-    target: Annotated[
-        ReportTarget,
-        typer.Option(
-            help="kvspec's engine; sglang: every spec as written on kvspec and on real SGLang, "
-            "side by side; both: the kvspec report plus that."
-        ),
-    ] = ReportTarget.kvspec,
-    sglang_python: Annotated[
-        str | None,
-        typer.Option(
-            help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."
-        ),
-    ] = None,
+    out: OutDir = Path("report"),
+    full: Full = False,
+    workers: Workers = None,
+    ray_address: RayAddress = None,
+    target: Target = ReportTarget.kvspec,
+    sglang_python: SGLangPython = None,
 ) -> None:
     """Run every spec, matrix cell and memory-layer cell under the checker (level 1: every
     violation recorded); print the summary table, write the report files; exit 1 on any failure
     (on the sglang target: a violation or crash), 2 when a backend or the sglang target is
     missing."""
-    from invariants.report import default_workers, run_report
-    from invariants.report_backends import BackendError
+    from invariants.report.backends import BackendError
+    from invariants.report.run import default_workers, run_report
     from invariants.sglang.target import SGLangUnavailable
 
     try:

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from invariants.checking.loader import load_catalog
 from invariants.cli.app import app
-from invariants.loader import load_catalog
 
 if TYPE_CHECKING:
-    from invariants.matrix import Cell
-    from invariants.spec import Spec
+    from invariants.scenarios.matrix import Cell
+    from invariants.scenarios.spec import Spec
 
 
 class Target(str, Enum):
@@ -24,43 +24,49 @@ class Target(str, Enum):
     sglang = "sglang"
 
 
+SpecPath = Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="Override an engine field or a matrix axis: KEY=VALUE (attention=mla)."
+    ),
+]
+Strict = Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")]
+SaveTrace = Annotated[
+    Path | None,
+    typer.Option(help="Write the op trace the spec ran as JSON (replayable, shrinkable)."),
+]
+TargetOption = Annotated[
+    Target, typer.Option(help="kvspec's engine, or real SGLang's memory classes.")
+]
+SGLangPython = Annotated[
+    Path | None,
+    typer.Option(help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."),
+]
+Matrix = Annotated[
+    bool,
+    typer.Option(
+        help="Run the spec's matrix cells instead; each --set AXIS=VALUE then filters them."
+    ),
+]
+Full = Annotated[bool, typer.Option(help="With --matrix: the full product, not all pairs.")]
+
+
 @app.command("run")
 def run_command(
-    spec: Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set", help="Override an engine field or a matrix axis: KEY=VALUE (attention=mla)."
-        ),
-    ] = None,
-    strict: Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")] = False,
-    save_trace: Annotated[
-        Path | None,
-        typer.Option(help="Write the op trace the spec ran as JSON (replayable, shrinkable)."),
-    ] = None,
-    target: Annotated[
-        Target, typer.Option(help="kvspec's engine, or real SGLang's memory classes.")
-    ] = Target.kvspec,
-    sglang_python: Annotated[
-        Path | None,
-        typer.Option(
-            help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."
-        ),
-    ] = None,
-    matrix: Annotated[
-        bool,
-        typer.Option(
-            help="Run the spec's matrix cells instead; each --set AXIS=VALUE then filters them."
-        ),
-    ] = False,
-    full: Annotated[
-        bool, typer.Option(help="With --matrix: the full product, not all pairs.")
-    ] = False,
+    spec: SpecPath,
+    set_: Sets = None,
+    strict: Strict = False,
+    save_trace: SaveTrace = None,
+    target: TargetOption = Target.kvspec,
+    sglang_python: SGLangPython = None,
+    matrix: Matrix = False,
+    full: Full = False,
 ) -> None:
     """Run one scenario spec with the checker after every event; exit 1 on a violation,
     an unmet goal, a failed response oracle or an engine error (2: the spec is invalid)."""
-    from invariants.runner import run_spec
-    from invariants.spec import SpecError, load_spec, parse_overrides
+    from invariants.scenarios.runner import run_spec
+    from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
 
     level = 2 if strict else 1
     if matrix:
@@ -105,9 +111,9 @@ def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
 def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:
     """The spec's cells (pairwise, or the product) whose value on every filtered axis is the
     one asked for (a cell's value on an axis its spec does not vary is the spec's own)."""
-    from invariants.matrix import spec_cells
-    from invariants.matrix_axes import AXIS_NAMES, axis_label, axis_values
-    from invariants.spec import SpecError, load_spec, parse_overrides
+    from invariants.scenarios.matrix import spec_cells
+    from invariants.scenarios.matrix_axes import AXIS_NAMES, axis_label, axis_values
+    from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
 
     filters = {key: axis_label(value) for key, value in parse_overrides(sets).items()}
     unknown = sorted(set(filters) - set(AXIS_NAMES))
@@ -130,8 +136,8 @@ def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:
 def _run_matrix(path: Path, sets: list[str], full: bool, level: int) -> int:
     """Each matching cell checked, one line each, failures with their replay command:
     0 all passed, 1 one failed, 2 invalid spec or filter, or no cell matches."""
-    from invariants.runner import run_spec
-    from invariants.spec import SpecError
+    from invariants.scenarios.runner import run_spec
+    from invariants.scenarios.spec import SpecError
 
     try:
         cells = _matching_cells(path, sets, full)

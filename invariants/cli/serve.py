@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from engine.server.args import ServerArgs
-from invariants.checker import Checker, CheckerHook, Level, summarize
+from invariants.checking.checker import Checker, CheckerHook, Level, summarize
 from invariants.cli.app import app
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def serve_app(args: ServerArgs) -> FastAPI:
     from engine.hooks import WallClock
     from engine.server.app import build_app
     from engine.server.monitor import NullMonitor
-    from invariants.loader import shipped_catalog
+    from invariants.checking.loader import shipped_catalog
 
     engine = Engine(args.engine_config(), clock=WallClock())
     if engine.strict_level == 0:
@@ -108,59 +108,52 @@ Opt = typer.Option
 DEFAULTS = ServerArgs()  # the flags' defaults are the engine's own (engine/server/args.py)
 
 
+Host = Annotated[str, Opt(help="Address to bind (loopback by default).")]
+Port = Annotated[int, Opt(help="TCP port.")]
+Model = Annotated[str, Opt(help="sim | tiny")]
+Seed = Annotated[int, Opt(help="The one seed of the engine.")]
+PageSize = Annotated[int, Opt(help="Tokens per KV page.")]
+ChunkedPrefillSize = Annotated[int, Opt(help="Chunk size; -1 turns chunked prefill off.")]
+EnableMixedChunk = Annotated[bool, Opt(help="Decodes ride in prefill batches.")]
+DisableOverlapSchedule = Annotated[bool, Opt(help="Turn the overlap scheduler off.")]
+EnableStreamingSession = Annotated[bool, Opt(help="Allow streaming sessions.")]
+SpeculativeAlgorithm = Annotated[str | None, Opt(help="EAGLE (v1) | EAGLE_V2.")]
+SpeculativeNumSteps = Annotated[int, Opt(help="EAGLE draft steps.")]
+SpeculativeEagleTopk = Annotated[int, Opt(help="EAGLE top-k (1: a chain).")]
+SpeculativeNumDraftTokens = Annotated[int, Opt(help="Tokens one verify checks.")]
+Attention = Annotated[str, Opt(help="mha | swa | mla")]
+SlidingWindow = Annotated[int, Opt(help="Window of the SWA layers (--attention swa).")]
+MaxRunningRequests = Annotated[int | None, Opt(help="Running-request limit.")]
+ContextLength = Annotated[int, Opt(help="Longest prompt + completion.")]
+MaxTotalTokens = Annotated[int, Opt(help="KV pool size in tokens.")]
+TestRetract = Annotated[bool, Opt(help="Force a retract every 3 forwards (SGLANG_TEST_RETRACT).")]
+StrictMemCheck = Annotated[int, Opt(help="0 off, 1 record, 2 stop admitting on a violation.")]
+ApiKey = Annotated[str | None, Opt(help="Require 'Authorization: Bearer KEY'.")]
+
+
 @app.command()
 def serve(
-    host: Annotated[str, Opt(help="Address to bind (loopback by default).")] = DEFAULTS.host,
-    port: Annotated[int, Opt(help="TCP port.")] = DEFAULTS.port,
-    model: Annotated[str, Opt(help="sim | tiny")] = DEFAULTS.model,
-    seed: Annotated[int, Opt(help="The one seed of the engine.")] = DEFAULTS.seed,
-    page_size: Annotated[int, Opt(help="Tokens per KV page.")] = DEFAULTS.page_size,
-    chunked_prefill_size: Annotated[
-        int, Opt(help="Chunk size; -1 turns chunked prefill off.")
-    ] = DEFAULTS.chunked_prefill_size,
-    enable_mixed_chunk: Annotated[
-        bool, Opt(help="Decodes ride in prefill batches.")
-    ] = DEFAULTS.enable_mixed_chunk,
-    disable_overlap_schedule: Annotated[
-        bool, Opt(help="Turn the overlap scheduler off.")
-    ] = DEFAULTS.disable_overlap_schedule,
-    enable_streaming_session: Annotated[
-        bool, Opt(help="Allow streaming sessions.")
-    ] = DEFAULTS.enable_streaming_session,
-    speculative_algorithm: Annotated[
-        str | None, Opt(help="EAGLE (v1) | EAGLE_V2.")
-    ] = DEFAULTS.speculative_algorithm,
-    speculative_num_steps: Annotated[
-        int, Opt(help="EAGLE draft steps.")
-    ] = DEFAULTS.speculative_num_steps,
-    speculative_eagle_topk: Annotated[
-        int, Opt(help="EAGLE top-k (1: a chain).")
-    ] = DEFAULTS.speculative_eagle_topk,
-    speculative_num_draft_tokens: Annotated[
-        int, Opt(help="Tokens one verify checks.")
-    ] = DEFAULTS.speculative_num_draft_tokens,
-    attention: Annotated[str, Opt(help="mha | swa | mla")] = DEFAULTS.attention,
-    sliding_window: Annotated[
-        int, Opt(help="Window of the SWA layers (--attention swa).")
-    ] = DEFAULTS.sliding_window,
-    max_running_requests: Annotated[
-        int | None, Opt(help="Running-request limit.")
-    ] = DEFAULTS.max_running_requests,
-    context_length: Annotated[
-        int, Opt(help="Longest prompt + completion.")
-    ] = DEFAULTS.context_length,
-    max_total_tokens: Annotated[
-        int, Opt(help="KV pool size in tokens.")
-    ] = DEFAULTS.max_total_tokens,
-    test_retract: Annotated[
-        bool, Opt(help="Force a retract every 3 forwards (SGLANG_TEST_RETRACT).")
-    ] = DEFAULTS.test_retract,
-    strict_mem_check: Annotated[
-        int, Opt(help="0 off, 1 record, 2 stop admitting on a violation.")
-    ] = DEFAULTS.strict_mem_check,
-    api_key: Annotated[
-        str | None, Opt(help="Require 'Authorization: Bearer KEY'.")
-    ] = DEFAULTS.api_key,
+    host: Host = DEFAULTS.host,
+    port: Port = DEFAULTS.port,
+    model: Model = DEFAULTS.model,
+    seed: Seed = DEFAULTS.seed,
+    page_size: PageSize = DEFAULTS.page_size,
+    chunked_prefill_size: ChunkedPrefillSize = DEFAULTS.chunked_prefill_size,
+    enable_mixed_chunk: EnableMixedChunk = DEFAULTS.enable_mixed_chunk,
+    disable_overlap_schedule: DisableOverlapSchedule = DEFAULTS.disable_overlap_schedule,
+    enable_streaming_session: EnableStreamingSession = DEFAULTS.enable_streaming_session,
+    speculative_algorithm: SpeculativeAlgorithm = DEFAULTS.speculative_algorithm,
+    speculative_num_steps: SpeculativeNumSteps = DEFAULTS.speculative_num_steps,
+    speculative_eagle_topk: SpeculativeEagleTopk = DEFAULTS.speculative_eagle_topk,
+    speculative_num_draft_tokens: SpeculativeNumDraftTokens = DEFAULTS.speculative_num_draft_tokens,
+    attention: Attention = DEFAULTS.attention,
+    sliding_window: SlidingWindow = DEFAULTS.sliding_window,
+    max_running_requests: MaxRunningRequests = DEFAULTS.max_running_requests,
+    context_length: ContextLength = DEFAULTS.context_length,
+    max_total_tokens: MaxTotalTokens = DEFAULTS.max_total_tokens,
+    test_retract: TestRetract = DEFAULTS.test_retract,
+    strict_mem_check: StrictMemCheck = DEFAULTS.strict_mem_check,
+    api_key: ApiKey = DEFAULTS.api_key,
 ) -> None:
     """Serve SGLang's native HTTP API (/generate, sessions, abort, flush) with the checker
     behind /invariants, /metrics and /health."""

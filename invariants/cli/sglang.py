@@ -59,11 +59,11 @@ def run_command(
 ) -> None:
     """Run a spec (or a built-in scenario) on real SGLang with the checker; exit 1 on a finding,
     2 when there is no sglang interpreter or the spec is one the adapter does not model."""
-    from invariants.loader import load_catalog
+    from invariants.checking.loader import load_catalog
+    from invariants.scenarios.spec import SpecError, load_spec
     from invariants.sglang.run import run_spec_on_sglang, run_trace_on_sglang
     from invariants.sglang.scenarios import SCENARIOS
     from invariants.sglang.target import SGLangUnavailable
-    from invariants.spec import SpecError, load_spec
 
     try:
         if scenario is not None:
@@ -100,10 +100,10 @@ def diff_command(
     """The spec's trace on kvspec and on real SGLang in lockstep (kvspec's batches, overlap,
     mixed chunk and chunked prefill off), buckets compared per step; exit 1 on an undeclared
     difference (declared ones: invariants/sglang/gaps.py)."""
+    from invariants.scenarios.spec import SpecError, load_spec
     from invariants.sglang.differential import differential
     from invariants.sglang.gaps import GAPS
     from invariants.sglang.target import SGLangUnavailable
-    from invariants.spec import SpecError, load_spec
 
     try:
         result = differential(load_spec(spec), python=sglang_python)
@@ -125,7 +125,7 @@ def diff_command(
 def check_command(sglang_python: PythonOpt = None) -> None:
     """Fault injection on the real allocator (a skipped free, a double free): the census must
     name the slot ids; exit 1 if either fault goes unnoticed."""
-    from invariants.loader import load_catalog
+    from invariants.checking.loader import load_catalog
     from invariants.sglang.run import run_trace_on_sglang
     from invariants.sglang.scenarios import sessions_scenario
 

@@ -5,7 +5,8 @@ Keeps: one seed → one swarm configuration → one trace → one outcome; a fai
 (delta debugging, same failure key) and written as a JSON trace that `kvspec replay`
 reproduces. Modules: swarm.py (per-seed configuration and op mix), generate.py (the trace:
 safety → drain → idle), coverage.py (`sometimes` goals), ddmin.py (`shrink`), explorer.py
-(the seed loop, workers, findings), replay.py (first violation and the state-view diff).
+(the seed loop, workers, findings), parallel.py (the workers' spawn pool), replay.py (first
+violation and the state-view diff), report.py (the printed report).
 """
 
 from invariants.explore.ddmin import shrink

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from invariants.ops import Abort
-from invariants.trace_run import TraceOutcome
+from invariants.scenarios.ops import Abort
+from invariants.scenarios.trace_run import TraceOutcome
 
 GOALS: dict[str, str] = {
     "retract": "a running request was retracted (memory pressure or a forced retract)",

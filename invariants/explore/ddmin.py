@@ -3,7 +3,7 @@
 Keeps: the result still fails the caller's predicate (every accepted candidate was run and
 failed), the search is deterministic (no randomness: the same trace and predicate shrink to
 the same result), and it costs at most ``budget`` predicate runs. Ops are intents, so every
-candidate subsequence is a valid trace (invariants/ops.py).
+candidate subsequence is a valid trace (invariants/scenarios/ops.py).
 
     1. ddmin (Zeller & Hildebrandt 2002) over the op list: drop chunks, then complements,
        at doubling granularity, until no single op can be removed (1-minimal)
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from invariants.ops import Op, Step, Submit, Trace
+from invariants.scenarios.ops import Op, Step, Submit, Trace
 
 Predicate = Callable[[Trace], bool]
 SHRINK_BUDGET = 600

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ConfigError
+from invariants.checking.loader import Catalog, shipped_catalog
 from invariants.explore.coverage import SlotReuseObserver, coverage, goals_met
 from invariants.explore.ddmin import SHRINK_BUDGET, shrink_counted
 from invariants.explore.generate import generate_trace
+from invariants.explore.parallel import map_in_order
 from invariants.explore.swarm import sample_swarm
-from invariants.loader import Catalog, shipped_catalog
-from invariants.ops import Idle, Trace
-from invariants.parallel import map_in_order
-from invariants.trace_run import TraceOutcome, run_trace
+from invariants.scenarios.ops import Idle, Trace
+from invariants.scenarios.trace_run import TraceOutcome, run_trace
 
 DEFAULT_SEEDS = 200
 DEFAULT_STEPS = 300

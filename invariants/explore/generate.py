@@ -21,7 +21,7 @@ from typing import get_args
 import numpy as np
 
 from invariants.explore.swarm import Swarm, sample_swarm
-from invariants.ops import (
+from invariants.scenarios.ops import (
     Abort,
     AbortPhase,
     AdvanceClock,

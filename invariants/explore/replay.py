@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.view import StateView, view_to_dict
-from invariants.checker import Checker, InvariantViolation, Level, Violation
+from invariants.checking.checker import Checker, InvariantViolation, Level, Violation
+from invariants.checking.loader import Catalog
 from invariants.explore.explorer import default_catalog, failure_key
-from invariants.loader import Catalog
-from invariants.ops import Trace, op_label
-from invariants.trace_run import TraceOutcome, run_trace
+from invariants.scenarios.ops import Trace, op_label
+from invariants.scenarios.trace_run import TraceOutcome, run_trace
 
 KEYS = ("rid", "name", "session_id", "id", "page")  # what identifies a record in a list
 MAX_DIFF_LINES = 40

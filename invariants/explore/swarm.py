@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from engine.mem import paging
-from invariants.matrix_axes import apply_axes, load_matrix, violations
-from invariants.spec import EngineSpec
+from invariants.scenarios.matrix_axes import apply_axes, load_matrix, violations
+from invariants.scenarios.spec import EngineSpec
 
 SKIPPED_VALUES = {"attention": ("mla",)}  # the tiny model: see the module docstring
 # op kind -> base weight; the first two always run, the others a seed may switch off

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from invariants.checker import Checker, CheckerHook, Level, Violation
-from invariants.loader import Catalog, load_catalog
+from invariants.checking.checker import Checker, CheckerHook, Level, Violation
+from invariants.checking.loader import Catalog, load_catalog
 from invariants.mutants.base import Entry, FalsePositive, Mutant, Planted, PlantedViews
-from invariants.ops import Trace
-from invariants.runner import unmet_goals
-from invariants.scenario import build_trace
-from invariants.spec import load_spec
-from invariants.trace_run import TraceOutcome, run_trace
+from invariants.scenarios.ops import Trace
+from invariants.scenarios.runner import unmet_goals
+from invariants.scenarios.scenario import build_trace
+from invariants.scenarios.spec import load_spec
+from invariants.scenarios.trace_run import TraceOutcome, run_trace
 
 Shrinker = Callable[[Trace, Callable[[Trace], bool]], Trace]
 

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from invariants.checking.loader import load_catalog
 from invariants.explore.ddmin import shrink as shrink_trace
-from invariants.loader import load_catalog
 from invariants.mutants import ZOO, Planted, entry
 from invariants.mutants.hunt import Finding, Shrinker, hunt
 

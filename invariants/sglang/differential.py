@@ -23,7 +23,7 @@ from engine.hooks import SimClock
 from engine.request import SamplingParams
 from engine.sched.sessions import SessionError
 from engine.view import POOL_BUCKETS, SELECTIVE, StateView
-from invariants.ops import (
+from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
     CloseSession,
@@ -36,7 +36,8 @@ from invariants.ops import (
     WaitFor,
     op_label,
 )
-from invariants.scenario import build_trace
+from invariants.scenarios.scenario import build_trace
+from invariants.scenarios.spec import Spec
 from invariants.sglang.gaps import declared
 from invariants.sglang.target import DriverError, SGLangDriver
 from invariants.sglang.trace_driver import (
@@ -47,7 +48,6 @@ from invariants.sglang.trace_driver import (
     unsupported_engine,
 )
 from invariants.sglang.views import pool_buckets, to_state_view
-from invariants.spec import Spec
 
 POOL_PARTS = frozenset({SELECTIVE, "pools"})
 
@@ -144,7 +144,8 @@ class _Lockstep:
             self._both(op)
 
     def _both(self, op: Op) -> None:
-        """A non-stepping op on kvspec (as invariants/trace_run.py does) and on the driver."""
+        """A non-stepping op on kvspec (as invariants/scenarios/trace_run.py does) and on the
+        driver."""
         engine = self.engine
         if isinstance(op, Submit):
             if op.rid not in engine.requests:

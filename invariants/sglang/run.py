@@ -13,15 +13,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.checker import Checker, Level, Violation
-from invariants.loader import Catalog
-from invariants.ops import Submit, Trace, op_label
-from invariants.runner import spec_catalog
-from invariants.scenario import build_trace
+from invariants.checking.checker import Checker, Level, Violation
+from invariants.checking.loader import Catalog
+from invariants.scenarios.ops import Submit, Trace, op_label
+from invariants.scenarios.runner import spec_catalog
+from invariants.scenarios.scenario import build_trace
+from invariants.scenarios.spec import Spec
 from invariants.sglang.target import DriverError, SGLangDriver
 from invariants.sglang.trace_driver import TraceDriver, driver_config, unsupported
 from invariants.sglang.views import to_state_view
-from invariants.spec import Spec
 
 MAX_STEPS = 200_000
 # spec counter names (kvspec's SchedulerStats) -> the driver's counts
@@ -141,18 +141,12 @@ def run_trace_on_sglang(
         stats, views, error = _drive(live, trace, checker, keep_views, fault)
         version, faults = live.version, tuple(live.faults)
     seconds = time.perf_counter() - start
-    goals = spec.expect if spec is not None else {}
-    unmet = tuple(
-        f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
-        for name, least in goals.items()
-        if name in GOALS and getattr(stats, GOALS[name]) < least
-    )
     checks = sum(s.evaluations for s in checker.stats().values())
     return SGLangOutcome(
         spec,
         stats,
         tuple(checker.violations),
-        unmet,
+        _unmet(spec, stats),
         checks,
         seconds,
         error,
@@ -160,6 +154,16 @@ def run_trace_on_sglang(
         faults,
         tuple(views),
         tuple(chunking_note(trace)),
+    )
+
+
+def _unmet(spec: Spec | None, stats: SGLangStats) -> tuple[str, ...]:
+    """The spec's ``expect`` goals (those the driver counts) that the run fell short of."""
+    goals = spec.expect if spec is not None else {}
+    return tuple(
+        f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
+        for name, least in goals.items()
+        if name in GOALS and getattr(stats, GOALS[name]) < least
     )
 
 

@@ -1,5 +1,5 @@
-"""Built-in op traces for the sglang target (invariants/ops.py format), for the checks that
-plain specs do not pin down: a prefix hit then eviction with exact counts (research/
+"""Built-in op traces for the sglang target (invariants/scenarios/ops.py format), for the checks
+that plain specs do not pin down: a prefix hit then eviction with exact counts (research/
 sglang_cpu.md §6), and streaming sessions with aborts and closes under pressure.
 
 Keeps: each trace is a pure function of its seed (token ids drawn from one generator), so a
@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from invariants.ops import Abort, CloseSession, Op, OpenSession, SessionRef, Step, Submit, Trace
-from invariants.spec import EngineSpec
+from invariants.scenarios.ops import (
+    Abort,
+    CloseSession,
+    Op,
+    OpenSession,
+    SessionRef,
+    Step,
+    Submit,
+    Trace,
+)
+from invariants.scenarios.spec import EngineSpec
 
 
 def _ids(rng: np.random.Generator, n: int) -> list[int]:

@@ -1,13 +1,14 @@
-"""kvspec's op trace (invariants/ops.py) on the sglang driver: each op as the driver's JSON op.
+"""kvspec's op trace (invariants/scenarios/ops.py) on the sglang driver: each op as the driver's
+JSON op.
 
-Keeps: the same ``Trace`` kvspec's runner executes (``invariants/scenario.build_trace``) is
-what the sglang target executes — submit with its session parameters, open/close session,
-abort (by rid, or by phase and pick, resolved by the driver against SGLang's own queues),
-step, wait_for, idle, advance_clock (the driver's simulated clock, read by SGLang's session
-timeouts). An op or engine feature the glue cannot reproduce makes the whole trace
-unsupported, with the reason — never dropped. Output tokens: SGLang's classes run no model,
-so each request's output ids are a seeded draw (``output_rng``); the memory accounting reads
-only their count, and prefix matches over them are self-consistent on each side.
+Keeps: the same ``Trace`` kvspec's runner executes (``invariants/scenarios/scenario.build_trace``)
+is what the sglang target executes — submit with its session parameters, open/close session, abort
+(by rid, or by phase and pick, resolved by the driver against SGLang's own queues), step, wait_for,
+idle, advance_clock (the driver's simulated clock, read by SGLang's session timeouts). An op or
+engine feature the glue cannot reproduce makes the whole trace unsupported, with the reason — never
+dropped. Output tokens: SGLang's classes run no model, so each request's output ids are a seeded
+draw (``output_rng``); the memory accounting reads only their count, and prefix matches over them
+are self-consistent on each side.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine.model.tokenizer import BOS_ID, NUM_BYTES
-from invariants.ops import (
+from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
     CloseSession,
@@ -29,8 +30,8 @@ from invariants.ops import (
     Trace,
     WaitFor,
 )
+from invariants.scenarios.spec import EngineSpec
 from invariants.sglang.target import DriverError, SGLangDriver
-from invariants.spec import EngineSpec
 
 UNSUPPORTED_OPS = {
     "force_retract": (

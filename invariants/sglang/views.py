@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.observe.census import take_census
 from engine.view import POOL_BUCKETS, PoolView, StateView, view_to_dict
-from invariants.schema import build_view, unknown_view_keys
+from invariants.checking.schema import build_view, unknown_view_keys
 
 
 def _census(raw: dict[str, Any], page_size: int) -> dict[str, Any]:

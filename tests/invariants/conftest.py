@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from engine.view import Census, NodeView, PoolView, ReqPoolView, ReqView, StateView, TreeView
-from invariants.rule import Rule, compile_rule
-from invariants.schema import InvariantSpec
+from invariants.checking.rule import Rule, compile_rule
+from invariants.checking.schema import InvariantSpec
 
 TRIVIAL_FIXTURES = {"pass": {"event": "step", "view": {}}, "fail": {"event": "step", "view": {}}}
 

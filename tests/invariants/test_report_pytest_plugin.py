@@ -9,9 +9,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from invariants.checker import Level
-from invariants.report_files import ReportHeader, junit_xml
-from invariants.report_run import CellResult
+from invariants.checking.checker import Level
+from invariants.report.files import junit_xml
+from invariants.report.model import CellResult, ReportHeader
 
 pytest_plugins = ["pytester"]
 PLUGIN = ("-p", "invariants.pytest_plugin")  # also fine when the entry point loaded it already
@@ -67,7 +67,7 @@ def test_checked_engine_raises_at_the_first_violation(pytester: pytest.Pytester)
         test_kvspec_user_engine="""
         import pytest
         from engine.engine import SchedulerStall
-        from invariants.checker import InvariantViolation
+        from invariants.checking.checker import InvariantViolation
 
         PROMPTS = [[1 + i, 2, 3, 4, 5, 6] for i in range(12)]
 

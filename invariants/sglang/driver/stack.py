@@ -69,6 +69,23 @@ def _swa_allocator(page_size: int, tokens: int, swa_tokens: int) -> SWATokenToKV
     )
 
 
+def _tree_cache(rpool, alloc, page_size: int, window: int | None) -> UnifiedRadixCache:
+    """SGLang's unified radix tree over ``alloc``: FULL, plus SWA with ``window`` (hybrid
+    pools); on the Python TreeCore, whose nodes can be listed for the census."""
+    params = CacheInitParams(
+        disable=False,
+        req_to_token_pool=rpool,
+        token_to_kv_pool_allocator=alloc,
+        page_size=page_size,
+        sliding_window_size=window,
+    )
+    params.tree_components = (
+        (ComponentType.FULL, ComponentType.SWA) if window is not None else (ComponentType.FULL,)
+    )
+    params.tree_core_backend = "python"
+    return UnifiedRadixCache(params)
+
+
 class Stack:
     """The real pool, allocator, request-row pool and tree cache for one configuration."""
 
@@ -93,20 +110,15 @@ class Stack:
         self.rpool = ReqToTokenPool(
             size=max_reqs, max_context_len=max_context, device="cpu", enable_memory_saver=False
         )
-        params = CacheInitParams(
-            disable=False,
-            req_to_token_pool=self.rpool,
-            token_to_kv_pool_allocator=self.alloc,
-            page_size=page_size,
-            sliding_window_size=sliding_window if self.hybrid else None,
+        self.cache = _tree_cache(
+            self.rpool, self.alloc, page_size, sliding_window if self.hybrid else None
         )
-        params.tree_components = (
-            (ComponentType.FULL, ComponentType.SWA) if self.hybrid else (ComponentType.FULL,)
-        )
-        params.tree_core_backend = "python"
-        self.cache = UnifiedRadixCache(params)
         self.sessions = SessionController(self.cache)
         self.evicted_tokens = 0
+        self._count_evictions()
+
+    def _count_evictions(self) -> None:
+        """``evicted_tokens`` counts what the tree's ``evict_for_alloc`` evicts."""
         evict = self.cache.evict_for_alloc
 
         def counting_evict(*args, **kwargs):  # the entry the allocation path calls when short

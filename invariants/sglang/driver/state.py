@@ -46,21 +46,27 @@ def view(glue, event: str) -> dict:
         slots=[
             _slot(sid, s, any(r.kv is s.kv for r in glue.running)) for sid, s in holding.items()
         ],
-        sessions=[
-            _session(
-                s,
-                [r for r in live if r.rid not in glue.rejected or r.rid in glue.turn_rejected],
-                s.session_id in slots,
-            )
-            for s in stack.sessions.sessions.values()
-        ],
-        sched=dict(
-            num_waiting=len(glue.waiting),
-            num_running=len(glue.running),
-            batch_mode="decode" if glue.running else "idle",
-            batch_size=len(glue.running),
-            released=glue.released,
-        ),
+        sessions=_sessions(glue, live, slots),
+        sched=_sched(glue),
+    )
+
+
+def _sessions(glue, live: list, slots: dict) -> list[dict]:
+    """Every open session (``_session``: the requests refused at submission are left out)."""
+    accepted = [r for r in live if r.rid not in glue.rejected or r.rid in glue.turn_rejected]
+    return [
+        _session(s, accepted, s.session_id in slots) for s in glue.stack.sessions.sessions.values()
+    ]
+
+
+def _sched(glue) -> dict:
+    """The glue's FCFS loop as a scheduler view: every running request decodes."""
+    return dict(
+        num_waiting=len(glue.waiting),
+        num_running=len(glue.running),
+        batch_mode="decode" if glue.running else "idle",
+        batch_size=len(glue.running),
+        released=glue.released,
     )
 
 
@@ -68,14 +74,19 @@ def _row(req) -> int:
     return -1 if req.kv.req_pool_idx is None else int(req.kv.req_pool_idx)
 
 
+def _row_owners(owners: list, holding: dict) -> list:
+    """(census label, kv record) of every request row: session slots first, then requests."""
+    return [
+        *((f"session:{sid}@row{s.kv.req_pool_idx}", s.kv) for sid, s in holding.items()),
+        *((f"req:{r.rid}@row{r.kv.req_pool_idx}", r.kv) for r in owners),
+    ]
+
+
 def _full_pool(stack, owners: list, holding: dict) -> dict:
     """SGLang's counters plus the raw census input (page ids per owner)."""
     page, table = stack.page_size, stack.rpool.req_to_token
     owned, referenced = [], []
-    for label, kv in [
-        *((f"session:{sid}@row{s.kv.req_pool_idx}", s.kv) for sid, s in holding.items()),
-        *((f"req:{r.rid}@row{r.kv.req_pool_idx}", r.kv) for r in owners),
-    ]:
+    for label, kv in _row_owners(owners, holding):
         row = table[int(kv.req_pool_idx), : kv.kv_allocated_len].to("cpu").long()
         owned.append([label, (row[kv.cache_protected_len :] // page).tolist()])
         referenced.append([label, (row // page).tolist()])
@@ -112,19 +123,10 @@ def _swa_pool(stack, owners: list, holding: dict) -> dict:
     page, table, cache = stack.page_size, stack.rpool.req_to_token, stack.cache
     mapping, swa_alloc = stack.alloc.full_to_swa_index_mapping, stack.alloc.swa_attn_allocator
     owned, referenced = [], []
-    rows = [
-        *((f"session:{sid}@row{s.kv.req_pool_idx}", s.kv) for sid, s in holding.items()),
-        *((f"req:{r.rid}@row{r.kv.req_pool_idx}", r.kv) for r in owners),
-    ]
-    for label, kv in rows:
+    for label, kv in _row_owners(owners, holding):
         row = table[int(kv.req_pool_idx), : kv.kv_allocated_len].to("cpu").long()
-        evicted, dead_lo = kv.get_evicted_seqlen(SWA), kv.swa_dead_lo(page)
-        keep = (
-            [(kv.cache_protected_len, dead_lo), (max(evicted, dead_lo), len(row))]
-            if evicted > dead_lo
-            else [(kv.cache_protected_len, len(row))]
-        )
-        owned.append([label, _swa_pages(mapping, row, keep, page)])
+        evicted = kv.get_evicted_seqlen(SWA)
+        owned.append([label, _swa_pages(mapping, row, _swa_owned_spans(kv, page, len(row)), page)])
         referenced.append([label, _swa_pages(mapping, row, [(evicted, len(row))], page)])
     for node in _nodes(cache):
         value = node.component_data[SWA].value
@@ -146,6 +148,17 @@ def _swa_pool(stack, owners: list, holding: dict) -> dict:
             owned=owned,
             referenced=referenced,
         ),
+    )
+
+
+def _swa_owned_spans(kv, page: int, row_len: int) -> list[tuple[int, int]]:
+    """The positions of a row whose SWA slots the row still owns: past its protected prefix,
+    minus the out-of-window gap [dead_lo, evicted) when one has opened."""
+    evicted, dead_lo = kv.get_evicted_seqlen(SWA), kv.swa_dead_lo(page)
+    return (
+        [(kv.cache_protected_len, dead_lo), (max(evicted, dead_lo), row_len)]
+        if evicted > dead_lo
+        else [(kv.cache_protected_len, row_len)]
     )
 
 
@@ -193,29 +206,7 @@ def _session_locks(cache, slots: dict, hybrid: bool) -> tuple[dict[int, int], di
 def _tree(stack, slots: dict) -> dict:
     cache, hybrid = stack.cache, stack.hybrid
     session_full, session_swa = _session_locks(cache, slots, hybrid)
-    nodes = []
-    for node in _nodes(cache):
-        data, parent = node.component_data[FULL], node.parent
-        fields = dict(
-            id=node.id,
-            parent=-1 if parent is None else parent.id,
-            is_root=parent is None,
-            is_leaf=not node.children,
-            key_len=0 if node.key is None else len(node.key),
-            value_len=0 if data.value is None else len(data.value),
-            lock_ref=data.lock_ref,
-            parent_lock_ref=0 if parent is None else parent.component_data[FULL].lock_ref,
-            session_lock_ref=session_full.get(node.id, 0),
-        )
-        if hybrid:
-            swa = node.component_data[SWA]
-            fields.update(
-                swa_lock_ref=swa.lock_ref,
-                swa_tombstone=parent is not None and swa.value is None,
-                parent_swa_lock_ref=0 if parent is None else parent.component_data[SWA].lock_ref,
-                session_swa_lock_ref=session_swa.get(node.id, 0),
-            )
-        nodes.append(fields)
+    nodes = [_node(node, hybrid, session_full, session_swa) for node in _nodes(cache)]
     sizes = (
         dict(
             swa_evictable_size=cache.swa_evictable_size(),
@@ -232,6 +223,31 @@ def _tree(stack, slots: dict) -> dict:
         nodes=nodes,
         **sizes,
     )
+
+
+def _node(node, hybrid: bool, session_full: dict[int, int], session_swa: dict[int, int]) -> dict:
+    """One tree node's view: its full part, and its SWA part when the pools are hybrid."""
+    data, parent = node.component_data[FULL], node.parent
+    fields = dict(
+        id=node.id,
+        parent=-1 if parent is None else parent.id,
+        is_root=parent is None,
+        is_leaf=not node.children,
+        key_len=0 if node.key is None else len(node.key),
+        value_len=0 if data.value is None else len(data.value),
+        lock_ref=data.lock_ref,
+        parent_lock_ref=0 if parent is None else parent.component_data[FULL].lock_ref,
+        session_lock_ref=session_full.get(node.id, 0),
+    )
+    if hybrid:
+        swa = node.component_data[SWA]
+        fields.update(
+            swa_lock_ref=swa.lock_ref,
+            swa_tombstone=parent is not None and swa.value is None,
+            parent_swa_lock_ref=0 if parent is None else parent.component_data[SWA].lock_ref,
+            session_swa_lock_ref=session_swa.get(node.id, 0),
+        )
+    return fields
 
 
 def _req(req, running: bool, borrows: bool) -> dict:

@@ -12,8 +12,8 @@ from engine.errors import KVOutOfMemory
 from engine.memory import KVMemory
 from engine.observe.memory_view import memory_view
 from engine.request import Req
-from invariants.checker import Checker, Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, Level
+from invariants.checking.loader import load_catalog
 
 CATALOG = load_catalog()
 SHARED_PREFIXES = ([7] * 9, [1, 2, 3, 4, 5, 6, 7, 8], [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12])

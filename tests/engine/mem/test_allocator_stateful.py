@@ -11,8 +11,8 @@ from engine.mem import paging
 from engine.mem.allocator import PagedAllocator, SWAAllocator, TokenAllocator
 from engine.observe.census import take_census
 from engine.view import PoolView, StateView
-from invariants.checker import Checker, Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, Level
+from invariants.checking.loader import load_catalog
 
 CATALOG = load_catalog()
 

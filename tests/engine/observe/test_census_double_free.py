@@ -11,8 +11,8 @@ import pytest
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
-from invariants.checker import Checker
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker
+from invariants.checking.loader import load_catalog
 
 CATALOG = load_catalog()
 

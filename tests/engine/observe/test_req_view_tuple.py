@@ -16,8 +16,8 @@ from engine.engine import Engine
 from engine.observe.req_views import ReqViewCache
 from engine.request import SamplingParams
 from engine.view import ReqView, StateView, is_record, record_fields, view_field_names, view_to_dict
-from invariants.dsl import render_value
-from invariants.loader import CatalogError, load_catalog
+from invariants.checking.loader import CatalogError, load_catalog
+from invariants.checking.message import render_value
 
 # The dataclass-era contract: every field with its default (fixtures name only the fields
 # they test and rely on the rest), in the order of the one field list (engine/view.py).

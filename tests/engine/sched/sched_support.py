@@ -2,7 +2,7 @@
 accounting check, seeded prompts, the workload of the feature grid, and an all-pairs
 generator for configuration matrices.
 
-Keeps: ``strict_hook()`` runs the whole shipped catalog (invariants/catalog/*.yaml: memory
+Keeps: ``strict_hook()`` runs the whole shipped catalog (invariants/checking/catalog/*.yaml: memory
 and scheduler rules) at level 2 at every engine event, so the first violation raises
 ``InvariantViolation`` naming the invariant; ``check_accounting`` is the bare ownership law
 (each pool balances, empty census, <= 1 chunk in flight) for tests that call the memory
@@ -24,8 +24,8 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.view import StateView
-from invariants.checker import Checker, CheckerHook, Level
-from invariants.loader import Catalog, load_catalog
+from invariants.checking.checker import Checker, CheckerHook, Level
+from invariants.checking.loader import Catalog, load_catalog
 
 CATALOG: Catalog = load_catalog()
 

@@ -14,7 +14,7 @@ from typing import Any
 from session_support import CATALOG, encode, session_config, sp, turn
 
 from engine.engine import Engine
-from invariants.checker import Checker, CheckerHook, Level, Violation
+from invariants.checking.checker import Checker, CheckerHook, Level, Violation
 
 Scenario = Callable[[Engine], None]
 TEXTS = ("Let me tell you something about France.", "The capital of France is", "The population is")

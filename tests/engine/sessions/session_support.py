@@ -17,8 +17,8 @@ from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine, GenerateResult
 from engine.model.tokenizer import ByteTokenizer
 from engine.request import SamplingParams
-from invariants.checker import Checker, CheckerHook, Level
-from invariants.loader import load_catalog
+from invariants.checking.checker import Checker, CheckerHook, Level
+from invariants.checking.loader import load_catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sched"))
 from sched_support import all_pairs

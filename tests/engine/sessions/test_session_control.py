@@ -12,7 +12,7 @@ from session_support import BOS, CATALOG, checked_engine, encode, finish, sessio
 from engine.engine import Engine
 from engine.hooks import SimClock
 from engine.sched.sessions import SessionError
-from invariants.checker import Checker, CheckerHook, Level
+from invariants.checking.checker import Checker, CheckerHook, Level
 
 CHUNKS = [
     "Let me tell you something about France.",

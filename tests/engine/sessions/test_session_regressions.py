@@ -18,8 +18,8 @@ from session_support import CATALOG, checked_engine, encode, session_config, sp,
 from engine.cache.streaming_session import SessionSlot
 from engine.engine import Engine
 from engine.request import Req
-from invariants.checker import Checker, CheckerHook, Level
-from invariants.loader import load_text
+from invariants.checking.checker import Checker, CheckerHook, Level
+from invariants.checking.loader import load_text
 from invariants.mutants import mutant
 
 # ---- #20070: cache_protected_len page alignment ----

@@ -12,7 +12,7 @@ import pytest
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.speculative import accounting
-from invariants.checker import InvariantViolation
+from invariants.checking.checker import InvariantViolation
 from tests.engine.sched.sched_support import strict_hook
 from tests.engine.speculative.spec_support import small_config
 

@@ -1,0 +1,157 @@
+"""`kvspec report`: lint the catalog, run every report cell (scenario specs, the configuration
+matrix, the memory-layer exercise) checked at level 1 with a progress bar, print the summary
+table (console.py), and write report.json, junit.xml, report.md and report.html (files.py).
+
+Keeps: the report never hides a failure — every violation, unmet `expect` goal and crash is
+counted in its row, the first few are printed with the command that replays the row, and the
+exit code is 1 if any row has one (DESIGN.md decision 3). Every invariant of the catalog is
+evaluated at every event it subscribes to (census and KV integrity included); level 1 records
+each violation and runs on, so a cell reports all of them, not just the first.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from invariants.checking.checker import Level
+from invariants.checking.loader import lint, shipped_catalog
+from invariants.report.backends import import_ray, run_cells
+from invariants.report.cells import ReportCell, default_specs, memory_report_cells, spec_cells
+from invariants.report.console import print_report
+from invariants.report.files import write_report
+from invariants.report.memory_cells import MemoryCell
+from invariants.report.model import CellResult, ReportHeader, TargetRow
+from invariants.report.targets import TARGETS, as_written_cells, run_sglang_rows, side_by_side
+from invariants.scenarios.matrix import report_exclusions
+
+__all__ = ["default_specs", "default_workers", "run_report"]
+
+
+def default_workers() -> int:
+    """One worker per CPU this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def report_console() -> Console:
+    """The terminal as it is; a wide console for logs, so table rows stay one line each."""
+    console = Console()
+    return console if console.is_terminal else Console(width=220)
+
+
+def run_report(
+    level: int = Level.RECORD,
+    console: Console | None = None,
+    with_matrix: bool = True,
+    memory_cells: list[MemoryCell] | None = None,
+    *,
+    out: Path | None = None,
+    full: bool = False,
+    workers: int = 1,
+    ray_address: str | None = None,
+    cells: list[ReportCell] | None = None,
+    target: str = "kvspec",
+    sglang_python: str | None = None,
+    specs: list[tuple[str, Path]] | None = None,
+    sglang_driver: Any = None,
+) -> int:
+    """Run the report; write its files into ``out`` (none when None); return the exit code
+    (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set.
+    ``target`` sglang: every spec of ``specs`` (default: every default spec) as written on
+    kvspec and on real SGLang, side by side; both: the kvspec report plus that; no sglang
+    interpreter raises ``SGLangUnavailable`` before any run (``sglang_driver``: reuse one)."""
+    if ray_address:
+        import_ray()  # fail before any work when the extra is missing
+    console = console or report_console()
+    errors = lint()
+    for error in errors:
+        console.print(f"lint: {error}", markup=False)
+    sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
+    excluded = report_exclusions() if cells is None and with_matrix and target != "sglang" else []
+    cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
+    rows = _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver)
+    results = _run_with_progress(console, cells, level, workers, ray_address)
+    pairs = None if rows is None else side_by_side(results, rows)
+    header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
+    failed = print_report(console, header, results, pairs, excluded, table=target != "sglang")
+    if out is not None:
+        for path in write_report(out, header, results, pairs, excluded):
+            console.print(f"wrote {path}", markup=False)
+    return 1 if errors or failed else 0
+
+
+def _target_cells(
+    cells: list[ReportCell] | None,
+    target: str,
+    specs: list[tuple[str, Path]],
+    full: bool,
+    with_matrix: bool,
+    memory_cells: list[MemoryCell] | None,
+) -> list[ReportCell]:
+    """The kvspec cells a target runs: the report's own (kvspec), each spec as written
+    (sglang), or both — the report's own plus any spec as written that is not among them."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
+    if target == "sglang":
+        return as_written_cells(specs)
+    own = (
+        cells
+        if cells is not None
+        else spec_cells(full, with_matrix) + memory_report_cells(memory_cells)
+    )
+    return own + as_written_cells(specs, {c.name for c in own})
+
+
+def _sglang_rows(
+    console: Console, specs: list[tuple[str, Path]], level: int, python: str | None, driver: Any
+) -> list[TargetRow] | None:
+    """Every spec on the sglang target, one driver, with a progress bar (no specs: None, the
+    sglang target does not run)."""
+    if not specs:
+        return None
+    columns = (
+        TextColumn("[bold]sglang[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("starting the driver", total=len(specs))
+
+        def advance(row: TargetRow) -> None:
+            mark = (
+                "[red]FAIL[/red]"
+                if not row.ok
+                else "[yellow]unsupported[/yellow]"
+                if row.unsupported
+                else "[green]ok[/green]"
+            )
+            progress.update(task, advance=1, description=f"{mark} {row.name}")
+
+        return run_sglang_rows(specs, level, python, advance, driver=driver)
+
+
+def _run_with_progress(
+    console: Console, cells: list[ReportCell], level: int, workers: int, ray_address: str | None
+) -> list[CellResult]:
+    where = f"ray {ray_address}" if ray_address else f"{workers} worker{'s' if workers > 1 else ''}"
+    columns = (
+        TextColumn("[bold]cells[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(where, total=len(cells))
+
+        def advance(result: CellResult) -> None:
+            mark = "[green]ok[/green]" if result.ok else "[red]FAIL[/red]"
+            progress.update(task, advance=1, description=f"{where} · {mark} {result.name}")
+
+        return run_cells(cells, level, workers, ray_address, advance)

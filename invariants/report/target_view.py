@@ -1,0 +1,144 @@
+"""The side-by-side view of `kvspec report --target sglang|both`: the printed table and its
+failures, the report.md section and the report.html section.
+
+Keeps: every format shows the same pairs in the same order (kvspec steps / violations /
+goals beside SGLang's, or the reason a spec is unsupported there) under the same note on
+goals; a failing sglang row carries its first violations and its replay command.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from rich.console import Console
+from rich.markup import escape as escape_markup
+from rich.table import Table
+
+from invariants.report.model import LISTED_IN_TEXT, SideBySide, TargetRow
+from invariants.report.targets import (
+    GOALS_NOTE,
+    failing_rows,
+    kvspec_text,
+    sglang_detail,
+    sglang_summary,
+    sglang_text,
+    sglang_version,
+)
+from invariants.report.text import md_cell, violation_line
+
+COLUMNS = (
+    "spec",
+    "kvspec: steps / violations / goals",
+    "sglang: steps / violations / goals",
+    "sglang: first finding",
+    "sglang time",
+)
+
+
+def _title(pairs: list[SideBySide]) -> str:
+    version = sglang_version([p.sglang for p in pairs]) or "(not run)"
+    return f"kvspec and SGLang {version} side by side — each spec as written"
+
+
+def side_by_side_table(pairs: list[SideBySide]) -> Table:
+    """The printed side-by-side table."""
+    table = Table(title=_title(pairs), caption=GOALS_NOTE)
+    for column in COLUMNS:
+        table.add_column(
+            column,
+            justify="right" if column == "sglang time" else "left",
+            no_wrap=column == "spec",
+            overflow="fold",
+        )
+    for p in pairs:
+        row = p.sglang
+        colour = "red" if not row.ok else "yellow" if row.unsupported or row.unmet else "green"
+        table.add_row(
+            p.name,
+            kvspec_text(p.kvspec),
+            f"[{colour}]{escape_markup(sglang_text(row))}[/{colour}]",
+            escape_markup(sglang_detail(row)),
+            "" if row.unsupported else f"{row.seconds:.2f}s",
+        )
+    return table
+
+
+def failure_lines(row: TargetRow) -> list[str]:
+    """A failing row's first violations and crash, then its replay command."""
+    lines = [violation_line(v) for v in row.violations[:LISTED_IN_TEXT]]
+    if row.num_violations > LISTED_IN_TEXT:
+        lines.append(f"... {row.num_violations - LISTED_IN_TEXT} more violations")
+    if row.error:
+        lines.append(f"sglang error: {row.error}")
+    return [*lines, f"replay: {row.replay}"]
+
+
+def print_target_failures(console: Console, pairs: list[SideBySide]) -> int:
+    """Each failing sglang row with its findings; the number of them."""
+    failed = list(failing_rows(pairs))
+    for row in failed:
+        console.print(f"[red]{row.name} on sglang[/red]:", highlight=False)
+        for line in failure_lines(row):
+            console.print(f"  {line}", markup=False)
+    return len(failed)
+
+
+def target_markdown(pairs: list[SideBySide]) -> list[str]:
+    """report.md's side-by-side section (lines)."""
+    totals = sglang_summary([p.sglang for p in pairs])
+    counts = (
+        f"{totals['ran']} of {totals['rows']} specs ran, {totals['violations']} violations, "
+        f"{totals['unmet_goals']} unmet goals, {totals['crashed']} crashes"
+    )
+    lines = [
+        "",
+        f"## {_title(pairs)}",
+        "",
+        f"{GOALS_NOTE.capitalize()}. {counts}.",
+        "",
+        "| | " + " | ".join(COLUMNS) + " |",
+        "|---|---|---|---|---|--:|",
+    ]
+    for p in pairs:
+        row = p.sglang
+        mark = "❌" if not row.ok else "➖" if row.unsupported else "✅"
+        lines.append(
+            f"| {mark} | {md_cell(p.name)} | {md_cell(kvspec_text(p.kvspec))} | "
+            f"{md_cell(sglang_text(row))} | {md_cell(sglang_detail(row))} | "
+            f"{'' if row.unsupported else f'{row.seconds:.2f}s'} |"
+        )
+    for row in failing_rows(pairs):
+        lines += ["", f"### {row.name} on sglang", "", "```", *failure_lines(row), "```"]
+    return lines
+
+
+def target_html(pairs: list[SideBySide]) -> str:
+    """report.html's side-by-side section."""
+    head = "".join(f'<th class="name">{escape(c)}</th>' for c in ("", *COLUMNS))
+    body = []
+    for p in pairs:
+        row = p.sglang
+        mark = (
+            '<span class="fail">✘</span>'
+            if not row.ok
+            else "–"
+            if row.unsupported
+            else '<span class="pass">✔</span>'
+        )
+        findings = (
+            "".join(f"<li>{escape(line)}</li>" for line in failure_lines(row)) if not row.ok else ""
+        )
+        detail = (
+            f'<ul class="violations">{findings}</ul>' if findings else escape(sglang_detail(row))
+        )
+        body.append(
+            f'<tr class="{"ok" if row.ok else "failed"}"><td>{mark}</td>'
+            f'<td class="name">{escape(p.name)}</td>'
+            f'<td class="first">{escape(kvspec_text(p.kvspec))}</td>'
+            f'<td class="first">{escape(sglang_text(row))}</td><td class="first">{detail}</td>'
+            f"<td>{'' if row.unsupported else f'{row.seconds:.2f}s'}</td></tr>"
+        )
+    return (
+        f"<h2>{escape(_title(pairs))}</h2><p>{escape(GOALS_NOTE.capitalize())}.</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )

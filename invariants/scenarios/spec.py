@@ -1,0 +1,211 @@
+"""Scenario specs: YAML files under specs/ → validated Spec objects, errors with file:line.
+
+Keeps: a spec that loads is runnable — unknown keys, bad types and values the engine's own
+config rejects are reported as `path:line: reason` before anything runs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.config import EngineConfig, MemoryConfig
+from engine.config.model import TinyConfig
+from engine.config.speculative import SpecConfig
+from engine.errors import ConfigError
+from invariants.checking.loader import LineDict, locate, read_yaml, shipped_catalog
+from invariants.scenarios.matrix_axes import AXIS_NAMES, apply_axes, load_matrix
+from invariants.scenarios.scenario_schema import ORACLES, OracleName, WorkloadSpec
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSpec(_Strict):
+    """Engine knobs (SGLang's server-argument names where one exists)."""
+
+    page_size: int = 1
+    max_total_tokens: int = 4096
+    max_num_reqs: int = 32
+    context_len: int = 2048
+    cache: Literal["radix", "chunk"] = "radix"
+    swa_tokens: int | None = None
+    sliding_window: int | None = None
+    chunked_prefill_size: int | None = 8192
+    enable_overlap: bool = True
+    enable_mixed_chunk: bool = False
+    enable_streaming_session: bool = False  # --enable-streaming-session
+    test_retract: bool = False
+    max_running_requests: int | None = None
+    eos_prob: float = 0.0
+    model: Literal["sim", "tiny"] = "sim"
+    tiny: dict[str, Any] = {}  # TinyConfig fields (engine/config/model.py)
+    speculative: dict[str, Any] | None = None  # SpecConfig fields (engine/config/speculative.py)
+
+    def engine_config(self, seed: int) -> EngineConfig:
+        memory = MemoryConfig(
+            page_size=self.page_size,
+            max_total_tokens=self.max_total_tokens,
+            max_num_reqs=self.max_num_reqs,
+            context_len=self.context_len,
+            cache=self.cache,
+            swa_tokens=self.swa_tokens,
+            sliding_window=self.sliding_window,
+        )
+        return EngineConfig(
+            memory=memory,
+            seed=seed,
+            eos_prob=self.eos_prob,
+            chunked_prefill_size=self.chunked_prefill_size,
+            enable_overlap=self.enable_overlap,
+            enable_mixed_chunk=self.enable_mixed_chunk,
+            test_retract=self.test_retract,
+            enable_streaming_session=self.enable_streaming_session,
+            max_running_requests=self.max_running_requests,
+            model=self.model,
+            tiny=_tiny_config(self.tiny),
+            speculative=_spec_config(self.speculative),
+        )
+
+
+def _spec_config(fields: dict[str, Any] | None) -> SpecConfig | None:
+    try:
+        return None if fields is None else SpecConfig(**fields)
+    except TypeError as exc:  # an unknown field name
+        raise ConfigError(f"speculative: {exc}") from None
+
+
+def _tiny_config(fields: dict[str, Any]) -> TinyConfig:
+    try:
+        return TinyConfig(**fields)
+    except TypeError as exc:  # an unknown field name
+        raise ConfigError(f"tiny: {exc}") from None
+
+
+MatrixAxes = dict[str, list[Any] | Literal["all"]]
+
+
+class Spec(_Strict):
+    """One scenario: an engine, a workload, the seed, the invariants it is checked against,
+    the matrix axes it runs over, the response oracles, and what must have happened."""
+
+    version: Literal[1] = 1
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    description: str = ""
+    seed: int = 0
+    engine: EngineSpec = EngineSpec()
+    workload: WorkloadSpec = WorkloadSpec()
+    invariants: list[str] = ["*"]  # catalog ids or fnmatch globs (session.*)
+    matrix: MatrixAxes = {}  # axis -> values (or "all") this spec runs over (ci/matrix.yaml)
+    oracles: list[OracleName] = list(ORACLES)  # response oracles (scenario_oracles.py)
+    expect: dict[str, int] = {}  # scheduler counter -> minimum ("sometimes" goals)
+    path: str = Field(default="", exclude=True)
+
+    def selects(self, invariant_id: str) -> bool:
+        return any(fnmatch.fnmatchcase(invariant_id, pattern) for pattern in self.invariants)
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; one `path:line: reason` line per problem."""
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs (values parsed as YAML scalars: 4, true, on, radix) → overrides of
+    engine fields or matrix axes (``attention=mla``, ``speculative=eagle_v2``)."""
+    result: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set {item!r}: expected KEY=VALUE")
+        result[key.strip()] = yaml.safe_load(value)
+    return result
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
+    """Load one spec file, optionally overriding engine fields or matrix axes (the matrix
+    does); every problem is reported as ``path:line: field: reason``."""
+    path = Path(path)
+    try:
+        raw = read_yaml(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: YAML error: {exc}") from None
+    data = dict(raw or {})
+    if overrides:
+        data["engine"] = _overridden(path, dict(data.get("engine") or {}), overrides)
+    try:
+        spec = Spec.model_validate({**data, "path": str(path)})
+    except ValidationError as exc:
+        lines = [
+            f"{path}:{locate(raw, err['loc'])}: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        raise SpecError("\n".join(lines)) from None
+    try:
+        spec.engine.engine_config(spec.seed)
+    except ConfigError as exc:
+        raise SpecError(f"{path}:{locate(raw, ('engine',))}: engine: {exc}") from None
+    problems = _semantic_errors(spec, raw if isinstance(raw, LineDict) else LineDict(1))
+    if problems:
+        raise SpecError("\n".join(f"{path}:{line}: {what}" for line, what in problems))
+    return spec
+
+
+def _overridden(path: Path, engine: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Engine fields with ``overrides`` applied: axis names through the matrix's meaning,
+    anything else as an engine field."""
+    axes = {k: v for k, v in overrides.items() if k in AXIS_NAMES}
+    known = load_matrix().axes
+    for axis, value in axes.items():
+        if value not in known[axis]:
+            raise SpecError(
+                f"{path}: --set {axis}={value}: not a value of the axis (values: {known[axis]})"
+            )
+    fields = {
+        **EngineSpec().model_dump(),
+        **engine,
+        **{k: v for k, v in overrides.items() if k not in axes},
+    }
+    return apply_axes(fields, axes)
+
+
+def _semantic_errors(spec: Spec, raw: LineDict) -> list[tuple[int, str]]:
+    """What the schema cannot see: unknown invariant ids, unknown matrix axes and values,
+    sessions the engine cannot open, faults without what they need."""
+    problems = []
+    ids = shipped_catalog().ids
+    for i, pattern in enumerate(spec.invariants):
+        if not fnmatch.filter(ids, pattern):
+            problems.append(
+                (
+                    locate(raw, ("invariants", i)),
+                    f"invariants.{i}: {pattern!r} matches no invariant",
+                )
+            )
+    known = load_matrix().axes
+    for axis, values in spec.matrix.items():
+        line = locate(raw, ("matrix", axis))
+        if axis not in known:
+            problems.append((line, f"matrix.{axis}: unknown axis (axes: {', '.join(known)})"))
+        elif values != "all" and (bad := [v for v in values if v not in known[axis]]):
+            problems.append((line, f"matrix.{axis}: {bad} not among the axis values {known[axis]}"))
+    sessions, faults = spec.workload.sessions, spec.workload.faults
+    if sessions.streaming and not spec.engine.enable_streaming_session:
+        problems.append(
+            (
+                locate(raw, ("workload", "sessions", "streaming")),
+                "workload.sessions.streaming: needs engine.enable_streaming_session: true",
+            )
+        )
+    if faults.timeout and sessions.timeout is None:
+        problems.append(
+            (
+                locate(raw, ("workload", "faults", "timeout")),
+                "workload.faults.timeout: needs workload.sessions.timeout",
+            )
+        )
+    return problems

@@ -1,0 +1,108 @@
+"""`kvspec bench sim` at tiny sizes: the JSON carries the documented keys (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from invariants.bench.sim import MODES, bench_shape, bench_sim, select_rules
+from invariants.checking.loader import load_catalog
+from invariants.cli import app
+
+CELL_KEYS = {
+    "batch",
+    "pool_tokens",
+    "mode",
+    "runs",
+    "timed_steps",
+    "steps_per_s",
+    "steps_per_s_min",
+    "steps_per_s_max",
+    "us_per_step",
+    "us_per_step_runs",
+    "p99_us_per_step",
+    "checker_us_per_step",
+    "views_per_step",
+    "view_us_per_step",
+    "census_us_per_step",
+    "rules_us_per_step",
+    "mean_running",
+    "mean_launched",
+    "decode_share",
+    "tree_nodes_at_end",
+    "starved",
+    "integrity_failures",
+    "error",
+}
+TARGET_KEYS = {
+    "off_batch32_ge_1000_steps_per_s",
+    "full_le_2x_off_at_64k",
+    "census_at_most_linear_in_pool",
+}
+
+
+def test_bench_sim_json_has_documented_keys() -> None:
+    """Every (batch, pool, mode) cell is reported with the documented keys, plus machine,
+    settings, workloads, ratios and targets; the checked modes build views, off builds none."""
+    result = bench_sim([2], [256, 512], MODES, steps=4, warmup=2, runs=1)
+    assert {"benchmark", "machine", "settings", "workloads", "cells", "ratios", "targets"} <= set(
+        result
+    )
+    assert {"platform", "cpu_model", "cpu_count", "python", "torch", "numpy"} <= set(
+        result["machine"]
+    )
+    assert len(result["cells"]) == 2 * len(MODES)
+    for cell in result["cells"]:
+        assert cell["error"] is None, cell["error"]
+        assert set(cell) == CELL_KEYS
+        assert (cell["views_per_step"] == 0) == (cell["mode"] == "off")
+    assert {"batch", "pool_tokens", "sums_over_off", "full_over_off"} <= set(result["ratios"][0])
+    assert set(result["targets"]) == TARGET_KEYS
+    json.dumps(result)  # plain data only
+
+
+def test_sums_mode_leaves_out_census_and_integrity() -> None:
+    """`sums` checks every rule except census.* and kv.integrity; `full` checks the whole
+    catalog."""
+    rules = load_catalog().rules
+    sums = {r.id for r in select_rules(rules, "sums")}
+    assert not any(rid.startswith(("census.", "kv.integrity")) for rid in sums)
+    assert {r.id for r in select_rules(rules, "full")} == {r.id for r in rules}
+    assert select_rules(rules, "off") == ()
+
+
+def test_bench_shape_fits_a_full_batch_in_the_pool() -> None:
+    """A full batch of the longest requests fits the pool the shape was sized for."""
+    for batch in (8, 32, 128):
+        shape = bench_shape(batch, 4096)
+        longest = shape.system_prompt_len + shape.suffix_max + shape.gen_max
+        assert batch * longest <= 4096 and shape.gen_min >= 1
+
+
+def test_cli_bench_sim_writes_json_file(tmp_path: Path) -> None:
+    """`kvspec bench sim --out FILE` writes the JSON to FILE and exits 0."""
+    out = tmp_path / "sim.json"
+    args = [
+        "bench",
+        "sim",
+        "--batch",
+        "2",
+        "--pool",
+        "256",
+        "--modes",
+        "off,full",
+        "--runs",
+        "1",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert [c["mode"] for c in data["cells"]] == ["off", "full"]

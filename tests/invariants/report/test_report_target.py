@@ -1,0 +1,211 @@
+"""`kvspec report --target sglang|both` without sglang: which kvspec cells each target runs,
+how the sglang rows pair with them, what fails the report (a violation or a crash on the
+sglang target) and what does not (an unmet goal there, an unsupported spec), the files'
+side-by-side section, and exit 2 when the sglang interpreter is missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import invariants.report.run as report_module
+from invariants.cli import app
+from invariants.report.cells import ReportCell
+from invariants.report.model import CellResult, TargetRow
+from invariants.report.run import _target_cells, run_report
+from invariants.report.target_view import target_markdown
+from invariants.report.targets import GOALS_NOTE, sglang_text, side_by_side, verdict
+from invariants.scenarios.matrix import ROOT
+
+SMALL = [
+    ("chunked-prefill-paged", ROOT / "specs" / "chunked-prefill-paged.yaml"),
+    ("swa-hybrid", ROOT / "specs" / "swa-hybrid.yaml"),
+]
+VIOLATION = {
+    "invariant": "pool.busy_sum",
+    "step": 7,
+    "event": "step",
+    "message": "free + busy != capacity",
+}
+
+
+def cell(name: str, **fields) -> CellResult:
+    base = {
+        "name": name,
+        "kind": "spec",
+        "replay": f"kvspec run specs/{name}.yaml",
+        "steps": 10,
+        "checks": 100,
+        "num_violations": 0,
+        "violations": (),
+        "unmet": (),
+        "error": None,
+        "seconds": 0.1,
+    }
+    return CellResult(**{**base, **fields})
+
+
+def row(name: str, **fields) -> TargetRow:
+    base = {
+        "name": name,
+        "replay": f"kvspec run specs/{name}.yaml --target sglang",
+        "steps": 8,
+        "checks": 90,
+        "version": "0.5.23",
+    }
+    return TargetRow(**{**base, **fields})
+
+
+def test_each_target_runs_its_own_kvspec_cells():
+    """kvspec: the report's cells as before; sglang: each spec as written; both: the report's
+    cells plus each spec as written that is not already one of them (by name)."""
+    own = [
+        ReportCell("chunked-prefill-paged", "kvspec run specs/chunked-prefill-paged.yaml"),
+        ReportCell("swa-hybrid ps1 mha", "kvspec run specs/swa-hybrid.yaml --set page_size=1"),
+    ]
+    as_written = _target_cells(None, "sglang", SMALL, False, False, None)
+    assert [(c.name, c.spec.name) for c in as_written] == [
+        ("chunked-prefill-paged", "chunked-prefill-paged"),
+        ("swa-hybrid", "swa-hybrid"),
+    ]
+    both = [c.name for c in _target_cells(own, "both", SMALL, False, True, None)]
+    assert both == ["chunked-prefill-paged", "swa-hybrid ps1 mha", "swa-hybrid"]
+    assert _target_cells(own, "kvspec", [], False, True, None) == own
+    with pytest.raises(ValueError, match="choose one of kvspec, sglang, both"):
+        _target_cells(None, "vllm", SMALL, False, False, None)
+
+
+def test_rows_pair_by_spec_name_and_say_why_a_spec_is_unsupported():
+    """Each sglang row sits beside the kvspec cell of the same name; an unsupported spec
+    shows its reason instead of counts; a spec no kvspec cell ran says so."""
+    pairs = side_by_side(
+        [cell("a", steps=12), cell("b")],
+        [row("a", unmet=("finished_reqs >= 40 (got 38)",)), row("c", unsupported="model: tiny")],
+    )
+    assert [(p.name, p.kvspec and p.kvspec.steps) for p in pairs] == [("a", 12), ("c", None)]
+    assert sglang_text(pairs[0].sglang) == "8 / 0 / 1 unmet"
+    assert sglang_text(pairs[1].sglang) == "unsupported: model: tiny"
+
+
+def test_violations_and_crashes_fail_unmet_goals_and_unsupported_do_not():
+    """On the sglang target a violation or a crash fails its row; an unmet goal (tuned on
+    kvspec's schedule) or an unsupported spec is shown and passes."""
+    assert not row("a", num_violations=1, violations=(VIOLATION,)).ok
+    assert not row("a", error="sglang driver died").ok
+    assert (
+        row("a", unmet=("aborted_reqs >= 20 (got 19)",)).ok
+        and row("a", unsupported="speculative").ok
+    )
+    totals = {"ok": True, "failed": 0, "cells": 2}
+    pairs = side_by_side([cell("a")], [row("a", num_violations=1, violations=(VIOLATION,))])
+    assert verdict(totals, pairs) == "FAIL — 0 of 2 cells, 1 of 1 sglang rows"
+    assert verdict(totals, None) == "PASS"
+
+
+def test_markdown_section_lists_every_pair_and_each_failure_with_its_replay():
+    """report.md's section: the note on goals, one line per spec, and a failing row's
+    violation and replay command."""
+    pairs = side_by_side(
+        [cell("a")],
+        [row("a", num_violations=1, violations=(VIOLATION,)), row("b", unsupported="flush_cache")],
+    )
+    text = "\n".join(target_markdown(pairs))
+    assert (
+        GOALS_NOTE.capitalize() in text
+        and "| ➖ | b |" in text
+        and "unsupported: flush_cache" in text
+    )
+    assert (
+        "[pool.busy_sum] step 7" in text
+        and "replay: kvspec run specs/a.yaml --target sglang" in text
+    )
+
+
+@pytest.mark.parametrize(
+    "rows, code",
+    [
+        (
+            [
+                row("chunked-prefill-paged", unmet=("finished_reqs >= 99 (got 3)",)),
+                row("swa-hybrid", unsupported="x"),
+            ],
+            0,
+        ),
+        (
+            [
+                row("chunked-prefill-paged"),
+                row("swa-hybrid", num_violations=1, violations=(VIOLATION,)),
+            ],
+            1,
+        ),
+        ([row("chunked-prefill-paged", error="op #3 (step): KeyError"), row("swa-hybrid")], 1),
+    ],
+)
+def test_report_exit_status_and_files_with_the_sglang_rows(monkeypatch, tmp_path: Path, rows, code):
+    """run_report(target="sglang") runs each spec as written on kvspec, pairs the sglang rows
+    (stubbed here) with them, exits 1 only on an sglang violation or crash, and writes the
+    pairs into report.json, report.md and report.html."""
+    monkeypatch.setattr(
+        report_module, "run_sglang_rows", lambda specs, level, python, progress, driver: rows
+    )
+    console = Console(record=True, width=250)
+    assert run_report(console=console, out=tmp_path, target="sglang", specs=SMALL) == code
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert [c["name"] for c in document["cells"]] == ["chunked-prefill-paged", "swa-hybrid"]
+    side = document["sglang"]["side_by_side"]
+    assert [p["spec"] for p in side] == ["chunked-prefill-paged", "swa-hybrid"]
+    assert document["sglang"]["summary"]["ok"] is (code == 0)
+    assert "side by side" in (tmp_path / "report.md").read_text()
+    assert "side by side" in (tmp_path / "report.html").read_text()
+    assert "kvspec: steps / violations / goals" in console.export_text()
+
+
+def test_missing_sglang_interpreter_exits_2_with_the_reason(tmp_path: Path):
+    """`kvspec report --target sglang` without an sglang python exits 2 and says how to get
+    one, before any cell runs."""
+    result = CliRunner().invoke(
+        app,
+        [
+            "report",
+            "--target",
+            "both",
+            "--out",
+            str(tmp_path),
+            "--sglang-python",
+            str(tmp_path / "none" / "python"),
+        ],
+    )
+    assert result.exit_code == 2 and "make sglang-env" in result.output
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_both_sglang_commands_share_one_exit_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvspec run --target sglang` and `kvspec sglang run` answer through one helper: an
+    unsupported spec exits 2 and says why (never passed silently), a finding 1, clean 0."""
+    from invariants.cli.sglang import print_outcome
+    from invariants.sglang.run import SGLangOutcome, SGLangStats
+
+    unsupported = SGLangOutcome(
+        None,
+        SGLangStats(),
+        (),
+        (),
+        0,
+        0.0,
+        "not supported by the sglang target: x",
+        unsupported=("speculative decoding",),
+    )
+    assert print_outcome("a", unsupported) == 2
+    assert "not supported by the sglang target: speculative decoding" in capsys.readouterr().err
+    assert (
+        print_outcome(
+            "a", SGLangOutcome(None, SGLangStats(steps=3), (), ("finished >= 2 (got 1)",), 5, 0.1)
+        )
+        == 1
+    )
+    assert "expected finished >= 2 (got 1)" in capsys.readouterr().out
+    assert print_outcome("a", SGLangOutcome(None, SGLangStats(steps=3), (), (), 5, 0.1)) == 0
