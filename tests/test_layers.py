@@ -27,7 +27,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.observe",),  # the state view: reads everything below, writes nothing
     ("engine.session_api", "engine.engine"),  # the facade that wires the components
     ("engine.server",),
-    ("invariants",),
+    ("=invariants", "invariants.checking"),  # catalog → compiled rules → per-event checker
+    ("invariants.scenarios",),  # specs → op traces → checked runs
+    ("invariants.sglang", "invariants.explore", "invariants.bench"),  # targets, search, speed
+    ("invariants.report", "invariants.mutants"),  # report → sglang rows; mutants → explore
+    ("invariants.cli",),
+    ("invariants.pytest_plugin",),
 )
 # Runs in the sglang venv: imports nothing of the project.
 ISOLATED = ("invariants.sglang.driver",)

@@ -14,7 +14,7 @@ Keeps the checker's results unchanged; only the cost of a passing event drops:
   failing or broken rule is reported exactly as without the fast path. Inside its loops,
   what reads no loop variable is evaluated once per event (``fusion.py``).
 - **Tree-node rules, node sums and node sets over the changed nodes only** (memos.py:
-  ``NodeMemo``, ``SumMemo``, ``SetMemo``). What a rule reads of ``tree.nodes`` node by node
+  ``NodeMemo``, ``TermMemo``). What a rule reads of ``tree.nodes`` node by node
   (the node and its context, nothing else) is decided from the nodes changed since the tuple
   it last saw; in every other case, over every node.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 from invariants.checking.dsl import compile_tree
 from invariants.checking.fusion import Hoister, fuse
-from invariants.checking.memos import NodeMemo, SetMemo, SumMemo, SumTerms, node_memo
+from invariants.checking.memos import NodeMemo, SumTerms, TermMemo, node_memo
 from invariants.checking.rule import Rule, RuleShape
 
 MAX_BUILT = 64  # fast paths kept compiled (per rule objects and event)
@@ -45,7 +45,7 @@ class EventFastPath:
 
     fused: CodeType | None
     memos: dict[str, NodeMemo] = field(default_factory=dict)
-    sums: tuple[SumMemo | SetMemo, ...] = ()
+    sums: tuple[TermMemo, ...] = ()  # the node sums and sets of the fused test
     rule_ids: tuple[str, ...] = ()
     graced: tuple[str, ...] = ()  # rules with a for_steps grace (their streak ends on a pass)
     hoisted: tuple[tuple[str, ...], CodeType] | None = None  # the fused test's loop invariants

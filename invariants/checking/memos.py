@@ -15,13 +15,13 @@ Keeps the fast path's answers exact — each memo gives the value a full evaluat
   kept nodes are the very views it accepted. Anything else — another tuple than the one the
   rule last saw (a fixture, a view the checker did not see), a changed context, a failure
   last time — evaluates the rule over every node.
-- **Node sums kept up to date** (``SumMemo``). A term ``sum(E for v in tree.nodes if C)``
+- **Node sums kept up to date** (``TermMemo``). A term ``sum(E for v in tree.nodes if C)``
   of a rule, E and C node-local as above, is replaced in the fused test by a name whose
   value is the last total minus the terms of ``gone`` plus those of ``fresh`` (the tuple
   is ``prior`` - ``gone`` + ``fresh``, as multisets of view objects). Integer addition is
   exact, so this is the sum itself; a total that is not an int (a float term) or any
   other case than above is summed over every node.
-- **Node sets kept up to date** (``SetMemo``). A term ``{E for v in tree.nodes if C}``, E
+- **Node sets kept up to date** (``TermMemo``, as a set). A term ``{E for v in tree.nodes if C}``, E
   and C node-local, is likewise a name whose value is the set of the keys of a count of E
   over the nodes where C holds, counts moved by ``gone`` and ``fresh``: an element is in
   the set iff some node of the tuple yields it, which is the comprehension's set.
@@ -93,74 +93,45 @@ def _context_values(context: CodeType, env: dict[str, Any]) -> tuple[Any, ...] |
 
 
 @dataclass(slots=True, eq=False)
-class SumMemo:
-    """One node sum of a rule, kept up to date from the node tuples' changes."""
+class TermMemo:
+    """One node term of a rule — ``sum(E for v in tree.nodes if C)``, or the set
+    ``{E for v in tree.nodes if C}`` — kept up to date from the node tuples' changes: the
+    elements ``gone`` yields are taken out of the kept fold, those ``fresh`` yields put in."""
 
     name: str  # what stands for it in the fused test
+    is_set: bool
     context: CodeType
-    full: CodeType  # the sum over tree.nodes
-    over: CodeType  # the same sum over FRESH
+    elements: CodeType  # [E for v in tree.nodes if C]
+    over: CodeType  # the same list over FRESH
     seen: Any = None
     values: tuple[Any, ...] | None = None
-    total: int = 0
+    total: Any = 0  # a sum's
+    counts: dict[Any, int] = field(default_factory=dict)  # a set's: element -> nodes yielding it
 
-    def fresh(self) -> SumMemo:
-        return SumMemo(self.name, self.context, self.full, self.over)
+    def fresh(self) -> TermMemo:
+        return TermMemo(self.name, self.is_set, self.context, self.elements, self.over)
 
     def value(self, env: dict[str, Any]) -> Any:
         nodes, values = env["tree"].nodes, _context_values(self.context, env)
         if self.seen is not None and values is not None and values == self.values:
-            if nodes is self.seen:
-                return self.total
-            if getattr(nodes, "prior", None) is self.seen:
-                total = self.total - self._over(env, nodes.gone) + self._over(env, nodes.fresh)
-                if type(total) is int:
-                    self.seen, self.total = nodes, total
-                    return total
-        total = eval(self.full, env)
-        exact = type(total) is int and values is not None
-        self.seen, self.values, self.total = (nodes if exact else None), values, total
-        return total
-
-    def _over(self, env: dict[str, Any], views: tuple[Any, ...]) -> Any:
-        env[FRESH] = views
-        try:
-            return eval(self.over, env)
-        finally:
-            del env[FRESH]
-
-
-@dataclass(slots=True, eq=False)
-class SetMemo:
-    """One node set of a rule, kept as counts of its elements over the node tuples' changes."""
-
-    name: str
-    context: CodeType
-    full: CodeType  # the list of elements over tree.nodes
-    over: CodeType  # the same list over FRESH
-    seen: Any = None
-    values: tuple[Any, ...] | None = None
-    counts: dict[Any, int] = field(default_factory=dict)
-
-    def fresh(self) -> SetMemo:
-        return SetMemo(self.name, self.context, self.full, self.over)
-
-    def value(self, env: dict[str, Any]) -> set[Any]:
-        nodes, values = env["tree"].nodes, _context_values(self.context, env)
-        if self.seen is not None and values is not None and values == self.values:
             if nodes is not self.seen and getattr(nodes, "prior", None) is self.seen:
                 self.seen = None  # until both moves are done (an element may raise)
-                self._move(self._over(env, nodes.gone), -1)
-                self._move(self._over(env, nodes.fresh), 1)
-                self.seen = nodes
+                gone, fresh = self._over(env, nodes.gone), self._over(env, nodes.fresh)
+                self._move(gone, -1)
+                self._move(fresh, 1)
+                self.seen = nodes if self._exact() else None
             if nodes is self.seen:
-                return set(self.counts)
-        self.counts, self.seen = {}, None
-        self._move(eval(self.full, env), 1)
-        self.seen, self.values = (nodes if values is not None else None), values
-        return set(self.counts)
+                return self._result()
+        self.total, self.counts, self.seen = 0, {}, None
+        self._move(eval(self.elements, env), 1)
+        exact = values is not None and self._exact()
+        self.seen, self.values = (nodes if exact else None), values
+        return self._result()
 
     def _move(self, elements: list[Any], step: int) -> None:
+        if not self.is_set:
+            self.total += sum(elements) if step > 0 else -sum(elements)
+            return
         counts = self.counts
         for element in elements:
             left = counts.get(element, 0) + step
@@ -168,6 +139,13 @@ class SetMemo:
                 counts[element] = left
             else:
                 del counts[element]
+
+    def _exact(self) -> bool:
+        """A set is kept exactly; a sum only while it is an int (float terms: summed anew)."""
+        return self.is_set or type(self.total) is int
+
+    def _result(self) -> Any:
+        return set(self.counts) if self.is_set else self.total
 
     def _over(self, env: dict[str, Any], views: tuple[Any, ...]) -> list[Any]:
         env[FRESH] = views
@@ -178,8 +156,8 @@ class SetMemo:
 
 
 class SumTerms(ast.NodeTransformer):
-    """Replaces each node-local ``sum(E for v in tree.nodes if C)`` by a SumMemo's name, and
-    each node-local ``{E for v in tree.nodes if C}`` by a SetMemo's."""
+    """Replaces each node-local ``sum(E for v in tree.nodes if C)`` and each node-local
+    ``{E for v in tree.nodes if C}`` by the name of its TermMemo."""
 
     def __init__(self, label: str) -> None:
         self.label, self.memos = label, []
@@ -199,7 +177,7 @@ class SumTerms(ast.NodeTransformer):
         return ast.Name(memo.name, ast.Load())
 
 
-def _sum_memo(node: ast.Call, name: str, label: str) -> SumMemo | None:
+def _sum_memo(node: ast.Call, name: str, label: str) -> TermMemo | None:
     if not (
         isinstance(node.func, ast.Name)
         and node.func.id == "sum"
@@ -209,45 +187,36 @@ def _sum_memo(node: ast.Call, name: str, label: str) -> SumMemo | None:
     ):
         return None
     gen = node.args[0]
-    if len(gen.generators) != 1 or not _is_tree_nodes(gen.generators[0].iter):
+    return _term_memo(name, label, gen.elt, gen.generators, is_set=False)
+
+
+def _set_memo(node: ast.SetComp, name: str, label: str) -> TermMemo | None:
+    return _term_memo(name, label, node.elt, node.generators, is_set=True)
+
+
+def _term_memo(
+    name: str, label: str, elt: ast.expr, generators: list[ast.comprehension], is_set: bool
+) -> TermMemo | None:
+    """The memo of a node term over ``for v in tree.nodes if C`` yielding ``elt``, when
+    ``elt`` and ``C`` read the node and its context only; None otherwise."""
+    loop = generators[0]
+    if len(generators) != 1 or not _is_tree_nodes(loop.iter):
         return None
-    loop = gen.generators[0]
     if not isinstance(loop.target, ast.Name):
         return None
-    parts = ast.Tuple([gen.elt, *loop.ifs], ast.Load())
-    context = _context_chains(parts, loop.target.id)
+    context = _context_chains(ast.Tuple([elt, *loop.ifs], ast.Load()), loop.target.id)
     if context is None:
         return None
-    over = copy.deepcopy(node)
-    over.args[0].generators[0].iter = ast.Name(FRESH, ast.Load())
-    return SumMemo(
-        name,
-        compile_tree(ast.Tuple([_copy(c) for c in context], ast.Load()), f"context:{label}"),
-        compile_tree(copy.deepcopy(node), f"sum:{label}"),
-        compile_tree(over, f"sum:{label}"),
-    )
-
-
-def _set_memo(node: ast.SetComp, name: str, label: str) -> SetMemo | None:
-    loop = node.generators[0]
-    if (
-        len(node.generators) != 1
-        or not _is_tree_nodes(loop.iter)
-        or not isinstance(loop.target, ast.Name)
-    ):
-        return None
-    context = _context_chains(ast.Tuple([node.elt, *loop.ifs], ast.Load()), loop.target.id)
-    if context is None:
-        return None
-    full = ast.ListComp(copy.deepcopy(node.elt), [copy.deepcopy(loop)])
-    over = copy.deepcopy(full)
+    elements = ast.ListComp(copy.deepcopy(elt), [copy.deepcopy(loop)])
+    over = copy.deepcopy(elements)
     over.generators[0].iter = ast.Name(FRESH, ast.Load())
-    values = ast.Tuple([_copy(c) for c in context], ast.Load())
-    return SetMemo(
+    kind = "set" if is_set else "sum"
+    return TermMemo(
         name,
-        compile_tree(values, f"context:{label}"),
-        compile_tree(full, f"set:{label}"),
-        compile_tree(over, f"set:{label}"),
+        is_set,
+        compile_tree(ast.Tuple([_copy(c) for c in context], ast.Load()), f"context:{label}"),
+        compile_tree(elements, f"{kind}:{label}"),
+        compile_tree(over, f"{kind}:{label}"),
     )
 
 

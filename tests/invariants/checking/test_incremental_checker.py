@@ -1,8 +1,8 @@
 """The checker's fast path (invariants/checking/fastpath.py) changes no result: on every catalog
 fixture and on random engine runs broken on purpose, a checker with it records exactly the
-violations of one without it; on a clean run it is the path actually taken; and the node tuples it
-relies on are their prior tuple minus ``gone`` plus ``fresh``; node sets kept by ``SetMemo`` equal
-their comprehensions."""
+violations of one without it; on a clean run it is the path actually taken; and the node tuples
+it relies on are their prior tuple minus ``gone`` plus ``fresh``; node sets kept by a
+``TermMemo`` equal their comprehensions."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from engine.request import SamplingParams
 from invariants.checking.checker import Checker, CheckerHook, Level
 from invariants.checking.dsl import make_env
 from invariants.checking.loader import load_catalog
-from invariants.checking.memos import SetMemo
+from invariants.checking.memos import TermMemo
 from tests.engine.observe.census_ops import OPS, apply_op
 
 CATALOG = load_catalog()
@@ -143,10 +143,10 @@ def test_node_tuples_are_prior_minus_gone_plus_fresh() -> None:
 
 
 def test_node_sets_are_kept_by_set_memos() -> None:
-    """tree.locked_ancestors' two node sets are kept by SetMemos at ``step``, and each memo's
+    """tree.locked_ancestors' two node sets are kept by set TermMemos at ``step``, and each memo's
     set equals its comprehension over every tuple the registry hands out."""
     checker = Checker(CATALOG, Level.STRICT)
-    memos = [m for m in checker._fast["step"].sums if isinstance(m, SetMemo)]
+    memos = [m for m in checker._fast["step"].sums if isinstance(m, TermMemo) and m.is_set]
     assert len(memos) >= 2
     engine = Engine(EngineConfig(memory=MemoryConfig(max_total_tokens=512), enable_overlap=False))
     for prompt in ([5] * 40, [5] * 20 + [6] * 10, [7] * 12, [5] * 20 + [8] * 6):
@@ -156,7 +156,7 @@ def test_node_sets_are_kept_by_set_memos() -> None:
             env = make_env(engine.state_view(), None)
             for memo in memos:
                 assert memo.value(env) == set(
-                    eval(memo.full, env)
+                    eval(memo.elements, env)
                 )  # the memo's own compiled comprehension
     assert any(memo.value(env) for memo in memos)
 
