@@ -62,13 +62,13 @@ class PoolView:
     census: Census = field(default_factory=Census)
 
 
-@dataclass(frozen=True, slots=True)
-class NodeView:
+class NodeView(NamedTuple):
     """One radix-tree node. `lock_ref` is the full lock; SWA trees add the SWA fields.
 
     `parent_*lock_ref` (-1: not reported) are a target's copy of the parent's locks; kvspec's
     engine keeps each lock once, in its node's own view (a rule finds the parent by `parent`),
-    so that a lock taken on a node does not rebuild the views of all its children."""
+    so that a lock taken on a node does not rebuild the views of all its children. A
+    NamedTuple like ReqView (built by the hundred per step when the tree churns)."""
 
     id: int = 0
     parent: int = -1  # -1 for the root only

@@ -124,6 +124,7 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
     """The view of one node; ``lock_attr`` names its full lock (``lock_ref`` or
     ``full_lock_ref``), and SWA fields read 0/False on a full-attention tree's nodes."""
     parent = node.parent
+    swa = isinstance(node, SWATreeNode)  # (a full tree's node has no SWA fields to look up)
     return NodeView(  # the parent's locks: in its own view; session locks: added by observe/
         id=node.id,
         parent=-1 if parent is None else parent.id,
@@ -132,8 +133,8 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
         key_len=len(node.key),
         value_len=len(node.value),
         lock_ref=getattr(node, lock_attr),
-        swa_lock_ref=getattr(node, "swa_lock_ref", 0),
-        swa_tombstone=getattr(node, "swa_tombstone", False),
+        swa_lock_ref=node.swa_lock_ref if swa else 0,  # type: ignore[union-attr]
+        swa_tombstone=node.swa_tombstone if swa else False,  # type: ignore[union-attr]
     )
 
 

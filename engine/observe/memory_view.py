@@ -8,7 +8,7 @@ maintains them, and the census is computed separately from the index references
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -33,6 +33,8 @@ from engine.view import (
 )
 
 NOT_TAKEN = Census(taken=False)
+# every section of a StateView at its default, built once (frozen: shared by every view)
+_SECTIONS = {f.name: getattr(StateView(), f.name) for f in fields(StateView)[3:]}
 
 
 def memory_view(
@@ -66,7 +68,7 @@ def memory_view(
         built["tree"] = _tree_view(mem, nodes="nodes" in parts)
     if "reqs" in sections:
         built["reqs"] = (memo.req_views if memo is not None else ReqViewCache()).views(reqs, places)
-    return StateView(event, step, mem.page_size, **built)  # type: ignore[arg-type]
+    return StateView(event, step, mem.page_size, **{**_SECTIONS, **built})  # type: ignore[arg-type]
 
 
 def _pool_views(

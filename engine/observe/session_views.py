@@ -157,7 +157,7 @@ def with_session_locks(view: TreeView, cache: StreamingSession) -> TreeView:
     if not full:
         return view
     nodes = tuple(
-        replace(n, session_lock_ref=full.get(n.id, 0), session_swa_lock_ref=swa.get(n.id, 0))
+        n._replace(session_lock_ref=full.get(n.id, 0), session_swa_lock_ref=swa.get(n.id, 0))
         if n.id in full
         else n
         for n in view.nodes
