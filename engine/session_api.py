@@ -1,14 +1,14 @@
 """The Engine's session API (a mixin of ``engine.engine.Engine``): open/close sessions,
-session requests, reaping, the ``session`` and ``response`` events and their view parts.
+session requests, reaping, the ``session`` and ``response`` events.
 
 Keeps: with ``EngineConfig.enable_streaming_session`` the prefix cache is wrapped in the
-streaming-session cache (SGLang ``--enable-streaming-session``); without it only
-non-streaming sessions open. Every session request yields one result like any request (a
-rejection: an abort with status 400 and SGLang's message). The ``session`` event follows
-every open, close (immediate, deferred or timed out), abort and flush; the ``response``
-event follows every finished request, with its ``ResponseView``. A request whose row a
-restore lent it while it waits (not yet admitted) is not a row owner in the view: its
-session slot still owns the row (SGLang counts it in ``session_held``, not ``uncached``).
+streaming-session cache (SGLang ``--enable-streaming-session``; ``KVMemory.from_config``);
+without it only non-streaming sessions open. The controller decides session policy; the
+slots of the sessions it closes are released here, and a turn retired before it ran gives
+its slot's loan back (``StreamingSession.forget``). Every session request yields one result
+like any request (a rejection: an abort with status 400 and SGLang's message). The
+``session`` event follows every open, close (immediate, deferred or timed out), abort and
+flush; the ``response`` event follows every finished request, with its ``ResponseView``.
 """
 
 from __future__ import annotations

@@ -45,16 +45,16 @@ def memory_view(
     places: ReqPlaces = NOWHERE,
     parts: frozenset[str] = OPTIONAL_PARTS,
     memo: ViewMemo | None = None,
-    **fields: object,
+    **extra: object,
 ) -> StateView:
     """The snapshot of ``mem`` with ``reqs`` as the live requests, placed by ``places``;
     the census and the tree's nodes only when ``parts`` names them, and only the sections
     ``parts`` asks for (``view.wanted_sections``). ``memo`` (an engine's, kept between its
     views) reuses unchanged ReqViews and keeps the full pool's census incrementally;
-    ``fields`` are further StateView fields (the scheduler's parts)."""
+    ``extra`` are further StateView fields (the scheduler's parts)."""
     sections = wanted_sections(parts)
     reqs = list(reqs)
-    built = fields
+    built = extra
     if "pools" in sections or "req_pool" in sections:
         live = [r for r in reqs if r.req_pool_idx is not None and not r.kv_committed_freed]
         slots = mem.streaming.held_slots() if mem.streaming is not None else []  # idle slots
