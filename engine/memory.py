@@ -5,11 +5,12 @@ allocate, checkpoint, SWA eviction, release, the reset after a retract.
 Keeps: ``kv_committed_len <= kv_allocated_len`` and the ownership law across every
 operation; ``release_kv_cache`` is the single release entry point of a request's KV
 (research/sglang.md §2.4: finished — inserted; retracted — freed). A live request gives back
-part of its KV only at three named places, each freeing page-aligned from ``ceil``: the SWA
-window slide (``evict_swa``), EAGLE's trim of a reservation (speculative/accounting.py), and
-a streaming turn's stale tail and overshoot (cache/streaming_session.py); a session's slot
-is released with its session (``StreamingSession.release_session``). The scheduler decides
-*when*; these methods decide *which slots*.
+part of its KV only at four named places: a checkpoint (``cache_unfinished_req``: the slots
+the tree already held, replaced by the tree's), the SWA window slide (``evict_swa``), EAGLE's
+trim of a reservation (speculative/accounting.py), and a streaming turn's stale tail and
+overshoot (cache/streaming_session.py) — tails freed page-aligned from ``ceil``; a session's
+slot is released with its session (``StreamingSession.release_session``). The scheduler
+decides *when*; these methods decide *which slots*.
 """
 
 from __future__ import annotations

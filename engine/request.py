@@ -16,6 +16,7 @@ invariants transfer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -225,3 +226,6 @@ class Req:
 
 def _matches(token: int, stop_ids: Collection[int], eos_ids: Collection[int]) -> bool:
     return token in stop_ids or token in eos_ids
+
+
+Release = Callable[[Req], None]  # the scheduler's hand-back of a finished request's KV

@@ -68,8 +68,9 @@ class SessionAPI:
         return found
 
     def _reap(self) -> None:
-        if self.sessions.sessions and self.sessions.maybe_reap(self.clock.now()):
-            self._release_closed()
+        reaped = bool(self.sessions.sessions) and bool(self.sessions.maybe_reap(self.clock.now()))
+        self._release_closed()  # also a close made on the controller itself
+        if reaped:
             self._emit("session")
 
     def _release_closed(self) -> None:

@@ -89,7 +89,7 @@ class SessionSlot:
 
     def forget(self, req: Req) -> None:
         """Undo the loan on a turn that never ran on the row (aborted while waiting); the
-        slot is unchanged."""
+        slot keeps its row and lengths."""
         req.req_pool_idx = None
         req.kv_committed_len = req.kv_allocated_len = 0
         req.last_node = None

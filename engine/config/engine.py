@@ -79,11 +79,13 @@ class EngineConfig:
             yield "eos_prob", "must be in [0, 1]"
         if self.schedule_conservativeness <= 0:
             yield "schedule_conservativeness", "must be > 0"
-        for name in ("new_token_ratio_decay_steps", "test_retract_interval", "clip_max_new_tokens"):
+        for name in ("new_token_ratio_decay_steps", "test_retract_interval"):
             if getattr(self, name) < 1:
                 yield name, "must be >= 1"
         if self.retract_decode_steps < 0:
             yield "retract_decode_steps", "must be >= 0"
+        if self.clip_max_new_tokens < 1:
+            yield "clip_max_new_tokens", "must be >= 1"
         if self.strict_level not in (0, 1, 2):
             yield "strict_level", "must be 0, 1 or 2"
         if self.model not in ("sim", "tiny"):

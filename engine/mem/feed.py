@@ -58,6 +58,11 @@ class ChangeFeed(Generic[T]):
         self._logs.append(weakref.ref(log))
         return log
 
+    @property
+    def followed(self) -> bool:
+        """Whether a log may still read this feed (a publisher may skip building a change)."""
+        return bool(self._logs)
+
     def publish(self, change: T) -> None:
         for ref in self._logs:
             log = ref()

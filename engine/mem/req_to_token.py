@@ -4,32 +4,21 @@ Keeps: every row in ``1..size`` is either in ``free_rows`` exactly once or owned
 reserved (a padding row, never handed out). Free order: lowest rows first at start, freed
 rows reused first-in first-out. The table is written only through ``write`` and
 ``write_points`` (``req_to_token`` is a read-only view: any other write raises), which
-tell every ``WriteTracker`` the first position written per row — what lets a census
-recount only what changed (``engine/observe/census_rows.py``); with no tracker, nothing is kept.
+publish on the change feed ``changes`` (engine/mem/feed.py) the rows written and the first
+position written in each — what lets a census recount only what changed
+(``engine/observe/census_rows.py``).
 """
 
 from __future__ import annotations
 
-import weakref
 from collections import deque
 
 import numpy as np
 
 from engine.errors import KVAccountingError
+from engine.mem.feed import ChangeFeed
 
-NOT_DIRTY = np.iinfo(np.int64).max
-
-
-class WriteTracker:
-    """Per row of a table, the first position written since the last ``take``."""
-
-    def __init__(self, rows: int) -> None:
-        self.dirty_from = np.zeros(rows, dtype=np.int64)  # every row dirty at first
-
-    def take(self) -> np.ndarray:
-        """The positions since the last call (``NOT_DIRTY``: unwritten); then all clean."""
-        dirty, self.dirty_from = self.dirty_from, np.full(len(self.dirty_from), NOT_DIRTY, np.int64)
-        return dirty
+RowWrite = tuple[int | np.ndarray, int | np.ndarray]  # (row, start) or (rows, positions)
 
 
 class ReqToTokenPool:
@@ -39,7 +28,7 @@ class ReqToTokenPool:
         self.size = size
         self.max_context_len = max_context_len
         self.strict = strict
-        self._trackers: list[weakref.ref[WriteTracker]] = []
+        self.changes: ChangeFeed[RowWrite] = ChangeFeed()
         # int32 because kernels read it directly as a tensor
         self._table = np.zeros((size + 1, max_context_len), dtype=np.int32)
         self.req_to_token = self._table.view()
@@ -76,13 +65,10 @@ class ReqToTokenPool:
 
     def write(self, row: int, start: int, slots: np.ndarray) -> None:
         """Write ``slots`` into positions ``[start, start + len(slots))`` of ``row``."""
-        if start < 0:  # a slice would wrap around the row (and the trackers lose it)
+        if start < 0:  # a slice would wrap around the row (and the feed would misreport it)
             raise KVAccountingError(f"write at negative position {start} of request row {row}")
         self._table[row, start : start + len(slots)] = slots
-        for ref in self._trackers:
-            tracker = ref()
-            if tracker is not None and start < tracker.dirty_from[row]:
-                tracker.dirty_from[row] = start
+        self.changes.publish((row, start))
 
     def write_points(self, rows: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> None:
         """Write ``slots[i]`` at position ``positions[i]`` of ``rows[i]``."""
@@ -91,17 +77,8 @@ class ReqToTokenPool:
                 f"write at negative position {int(np.min(positions))} of a request row"
             )
         self._table[rows, positions] = slots
-        for ref in self._trackers:
-            tracker = ref()
-            if tracker is not None:
-                np.minimum.at(tracker.dirty_from, rows, positions)
-
-    def track_writes(self) -> WriteTracker:
-        """A tracker of this table's writes from now on (kept while the caller keeps it)."""
-        self._trackers = [ref for ref in self._trackers if ref() is not None]
-        tracker = WriteTracker(self.size + 1)
-        self._trackers.append(weakref.ref(tracker))
-        return tracker
+        if self.changes.followed:  # copies: the caller's arrays are its own
+            self.changes.publish((np.array(rows, np.int64), np.array(positions, np.int64)))
 
     def read(self, row: int, start: int, end: int) -> np.ndarray:
         """Slot ids of positions ``[start, end)`` of ``row`` as int64 (a copy)."""

@@ -24,6 +24,11 @@ class ForwardMode(enum.Enum):
     DRAFT_EXTEND = "draft_extend"  # EAGLE: the draft's input (each request's root token)
     TARGET_VERIFY = "target_verify"  # EAGLE: target over [root, drafts], an output per token
 
+    @property
+    def is_extend(self) -> bool:
+        """A prefill batch (decodes may ride along): its requests' prompts are extended."""
+        return self in (ForwardMode.EXTEND, ForwardMode.MIXED)
+
 
 @dataclass(slots=True, eq=False)
 class ForwardBatch:

@@ -10,9 +10,9 @@ were counted (what is subtracted when they change).
 
 Why recounting only part of each row is exact: the table is written only through
 ``ReqToTokenPool.write``/``write_points`` (``req_to_token`` is read-only), which publish to
-this census's ``WriteTracker`` the first position written per row. For a row counted as
-``[s0, e0)`` and now ``[s1, e1)``, first written at ``d`` since, positions below ``P =
-min(d, e0, e1)`` hold what was counted and are read both times; owned positions in
+the table's change feed the rows written and the first position written in each. For a row
+counted as ``[s0, e0)`` and now ``[s1, e1)``, first written at ``d`` since, positions below
+``P = min(d, e0, e1)`` hold what was counted and are read both times; owned positions in
 ``[max(s0, s1), P)`` are owned both times. So the old counts lose ``[P, e0)`` (reads) and
 ``[s0, e0)`` minus the stable owned range, and gain ``[P, e1)`` and ``[s1, e1)`` minus it —
 read from the table and copied into ``shadow``. A row no longer live loses all it counted; a
@@ -33,7 +33,7 @@ from itertools import chain
 
 import numpy as np
 
-from engine.mem.req_to_token import ReqToTokenPool
+from engine.mem.req_to_token import ReqToTokenPool, RowWrite
 from engine.observe.census_kernels import (
     OK,
     OWNED,
@@ -45,6 +45,7 @@ from engine.observe.census_kernels import (
     retally,
 )
 
+NOT_DIRTY = np.iinfo(np.int64).max  # a row not written since the last update
 RowSpan = tuple[int, int, int]  # (row, owned from, allocated): the row reads [0, allocated)
 
 
@@ -55,7 +56,7 @@ class RowCounts:
     def __init__(self, pool: ReqToTokenPool, num_pages: int, ledger: Ledger | None = None) -> None:
         self.pool = pool
         self.ledger = ledger if ledger is not None else new_ledger(num_pages)
-        self.writes = pool.track_writes()  # the table's change feed: per row, the first write
+        self.writes = pool.changes.subscribe()  # the rows written, from which position
         self._counted = False  # False: recount every row at the next update
         self._stamp = 0  # marks the rows listed by one update
 
@@ -74,8 +75,10 @@ class RowCounts:
     def update(self, rows: Sequence[RowSpan] | np.ndarray) -> bool:
         """Bring the counts to these rows (each (row, owned from, allocated)); False when the
         rows cannot be counted (census from scratch; recounted at the next update)."""
-        dirty, table = self.writes.take(), self.pool.req_to_token
-        recount = not self._counted
+        writes, lost = self.writes.take()
+        table = self.pool.req_to_token
+        recount = lost or not self._counted
+        dirty = self._first_writes(writes, len(table))
         if recount:
             self._reset(table)
         self._stamp += 1
@@ -86,6 +89,18 @@ class RowCounts:
             retally(self.ledger)  # the reset zeroed counts without moving their pages' flags
         self._counted = status == OK
         return status == OK
+
+    @staticmethod
+    def _first_writes(writes: list[RowWrite], height: int) -> np.ndarray:
+        """Per table row, the first position written since the last update (``NOT_DIRTY``:
+        none)."""
+        dirty = np.full(height, NOT_DIRTY, np.int64)
+        for rows, positions in writes:
+            if isinstance(rows, np.ndarray):
+                np.minimum.at(dirty, rows, positions)
+            elif positions < dirty[rows]:
+                dirty[rows] = positions
+        return dirty
 
     def _reset(self, table: np.ndarray) -> None:
         """Count nothing, over ``table``."""

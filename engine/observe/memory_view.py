@@ -132,7 +132,10 @@ def _full_census(
     if kept is not None:
         return incremental_census(kept, mem.req_to_token_pool.req_to_token, rows)
     ps = mem.page_size
-    to_pages: Callable[[np.ndarray], np.ndarray] = lambda slots: slots // ps  # noqa: E731
+
+    def to_pages(slots: np.ndarray) -> np.ndarray:
+        return slots // ps
+
     owned, referenced = _row_refs(mem, rows, to_pages, swa=False)
     owned += [
         (o.label, o.slots if ps == 1 else o.slots // ps) for o in mem.tree_cache.slot_owners()

@@ -42,6 +42,7 @@ class StateViews:
         kv = getattr(runner, "kv", None)
         self.kv = kv if isinstance(kv, KVFingerprints) else None
         policy = scheduler.policy
+        # plain decode has no speculative state: skip asking it for every request
         self.memo = ViewMemo(None if policy.spec_mode == "off" else policy.spec_state)
 
     def build(

@@ -18,8 +18,6 @@ from engine.sched.decode import DecodePolicy
 from engine.sched.forward import concat_forward, extend_forward
 from engine.view import ReuseView
 
-EXTEND_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
-
 
 @dataclass(slots=True, eq=False)
 class ScheduleBatch:
@@ -38,7 +36,7 @@ class ScheduleBatch:
 
     @property
     def is_extend(self) -> bool:
-        return self.mode in EXTEND_MODES
+        return self.mode.is_extend
 
     def is_empty(self) -> bool:
         return not self.reqs

@@ -14,15 +14,13 @@ Plain decode, per request of the batch:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from engine.memory import KVMemory
 from engine.model.runner import ForwardBatch, ForwardOutput, ModelRunner
-from engine.request import Req
+from engine.request import Release, Req
 from engine.sched.forward import decode_forward
-
-Release = Callable[[Req], None]
 
 
 class DecodePolicy(Protocol):

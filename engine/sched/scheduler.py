@@ -138,7 +138,6 @@ class Scheduler:
             self.emit("idle")
         self.last_batch = batch
         self.stats.evicted_tokens = self.mem.evicted_tokens
-        self.stats.spec_accept_hist = self.policy.accept_hist
         self.emit("step")
         return StepOutcome(batch is not None, processed, idle)
 
@@ -160,6 +159,7 @@ class Scheduler:
         self.emit("schedule")
         assert batch.forward is not None
         out = self.policy.forward(batch.forward)
+        self.stats.spec_accept_hist = self.policy.accept_hist  # the verify's, as it happens
         self.forward_ct += 1
         fb = batch.forward
         for req, token, sample in zip(fb.reqs, out.next_token_ids.tolist(), fb.sample):

@@ -29,7 +29,8 @@ before release (#22897, #22900).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,12 +39,9 @@ from engine.config import EngineConfig, SpecConfig
 from engine.mem.allocator import SWAAllocator
 from engine.memory import KVMemory
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput, ModelRunner
-from engine.request import Req
+from engine.request import Release, Req
 from engine.speculative import accounting
 from engine.speculative.drafters import SpecState, make_drafter
-
-Release = Callable[[Req], None]
-EXTEND_MODES = (ForwardMode.EXTEND, ForwardMode.MIXED)
 
 
 @dataclass(slots=True, eq=False)
@@ -54,11 +52,11 @@ class SpecOutput(ForwardOutput):
     tokens: list[list[int]] = field(default_factory=list)
 
 
-class EagleWorker:
+class EagleWorker(ABC):
     """The speculative worker of one scheduler (SGLang ``EAGLEWorker`` / ``EAGLEWorkerV2``):
     what both versions share. ``make`` picks the version."""
 
-    spec_mode = "off"  # the version's: v1 | v2
+    spec_mode: str  # the version's: v1 | v2
     mixes_chunks = False  # SGLang never mixes a prefill chunk into a speculative decode
 
     def __init__(self, spec: SpecConfig, mem: KVMemory, runner: ModelRunner) -> None:
@@ -100,8 +98,9 @@ class EagleWorker:
     def _after_reserve(self, reqs: Sequence[Req]) -> None:
         return None
 
+    @abstractmethod
     def _root_seq_len(self, req: Req) -> int:
-        raise NotImplementedError
+        """The position of a request's root token in the draft batch."""
 
     def _draft_batch(self, reqs: Sequence[Req], last_tokens: Mapping[Req, int]) -> ForwardBatch:
         """DRAFT_EXTEND: each request's root token at its seq_len."""
@@ -148,7 +147,7 @@ class EagleWorker:
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
         """Extend: the target forward, then the device state of every sampled request.
         Decode: draft, target verify over ``[root, drafts]``, greedy acceptance."""
-        if batch.mode in EXTEND_MODES:
+        if batch.mode.is_extend:
             return self._extend(batch)
         states = [self.states[r.rid] for r in batch.reqs]
         drafts = self.drafter.propose(batch, states, self.spec.num_steps)
@@ -200,8 +199,9 @@ class EagleWorker:
                 self.states.pop(req.rid, None)
                 release(req)
 
+    @abstractmethod
     def _commit(self, req: Req, tokens: list[int]) -> None:
-        raise NotImplementedError
+        """Apply one verify's tokens to the request and its KV lengths."""
 
     def before_release(self, req: Req) -> None:
         return None  # v1 holds no reservation past committed by then

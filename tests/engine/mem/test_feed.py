@@ -1,7 +1,8 @@
-"""Change feeds (engine/mem/feed.py) and what the allocator and the node registry publish:
-a log receives every change after it subscribed, in order, until taken; it starts lost (its
-reader reads the component whole first), and a reset or an overflow loses it again; the
-allocator publishes exactly the page ids it takes and returns, and nothing on a merge."""
+"""Change feeds (engine/mem/feed.py) and what the allocator, the node registry and the
+request table publish: a log receives every change after it subscribed, in order, until
+taken; it starts lost (its reader reads the component whole first), and a reset or an
+overflow loses it again; the allocator publishes exactly the page ids it takes and returns,
+and nothing on a merge."""
 
 from __future__ import annotations
 
@@ -99,3 +100,19 @@ def test_the_node_registry_publishes_owner_changes_only() -> None:
     assert log.take() == ([], False)
     assert cache.evict(3) == 3
     assert log.take() == ([[node.id]], False)
+
+
+def test_the_request_table_publishes_the_rows_and_first_positions_written() -> None:
+    """A row write publishes (row, start); a point write its rows and positions (copies:
+    the caller's arrays stay the caller's); a table nobody follows builds no copies."""
+    pool = ReqToTokenPool(4, 16)
+    assert not pool.changes.followed
+    log = pool.changes.subscribe()
+    log.take()
+    pool.write(2, 3, np.array([7, 8], dtype=np.int64))
+    rows, positions = np.array([1, 2]), np.array([5, 0])
+    pool.write_points(rows, positions, np.array([9, 10]))
+    rows[0] = 3
+    (first, (point_rows, point_positions)), lost = log.take()
+    assert first == (2, 3) and not lost
+    assert point_rows.tolist() == [1, 2] and point_positions.tolist() == [5, 0]

@@ -16,7 +16,7 @@ from engine.engine import Engine
 from engine.mem import paging
 from engine.observe.census_incremental import _row_block
 from engine.observe.req_views import DERIVED, ReqPlaces, ReqViewCache
-from engine.request import Req, SamplingParams
+from engine.request import FinishReason, Req, SamplingParams
 from engine.view import REQ_COPIED, SELECTIVE, ReqView, StateView
 
 
@@ -26,24 +26,31 @@ def test_req_views_are_built_from_one_field_list() -> None:
     request's values under each name (no positional slip between builder and schema)."""
     assert ReqView._fields == REQ_COPIED + DERIVED
     assert set(REQ_COPIED) <= {f.name for f in fields(Req)}
-    req = Req("r1", [1, 2, 3], output_ids=[4], fill_ids=[1, 2, 3, 4], req_pool_idx=5)
+    req = Req("r1", [1, 2, 3], output_ids=[4, 5], fill_ids=[1, 2, 3, 4], req_pool_idx=9)
     req.kv_committed_len, req.kv_allocated_len, req.cache_protected_len = 4, 6, 2
-    req.swa_evicted_seqlen, req.is_chunked, req.is_retracted = 1, 2, True
-    (view,) = ReqViewCache().views([req], ReqPlaces(running={req}))
+    req.swa_evicted_seqlen, req.is_chunked, req.is_retracted = 1, 3, True
+    req.to_finish = FinishReason.of_abort("stop it")
+    cache = ReqViewCache(spec_state=lambda r: (11, 7))
+    (view,) = cache.views([req], ReqPlaces(running={req}))
     assert view == ReqView(
         rid="r1",
-        req_pool_idx=5,
+        req_pool_idx=9,
         seq_len=4,
         kv_committed_len=4,
         kv_allocated_len=6,
         cache_protected_len=2,
         swa_evicted_seqlen=1,
-        is_chunked=2,
+        is_chunked=3,
         is_retracted=True,
         origin_len=3,
-        num_output=1,
+        num_output=2,
+        to_finish=True,
         in_running=True,
+        spec_seq_len=11,
+        spec_accept_len=7,
     )
+    (waiting,) = ReqViewCache().views([req], ReqPlaces(waiting={req}, batch={req}))
+    assert (waiting.in_waiting, waiting.in_running, waiting.in_batch) == (True, False, True)
 
 
 def test_req_views_are_reused_only_while_unchanged() -> None:

@@ -5,7 +5,7 @@ A change of policy — admission, chunking, mixing, the retract victim, what a f
 and frees — shows up here as a diff.
 
 Every scenario: the sim model, overlap off (schedule → forward → process in one step), page
-size 4, 64 tokens = pages 1..15 usable (page 0 is the padding page), 4 request rows."""
+size 4, 64 tokens = pages 1..16 (page 0, the padding page, is extra), 4 request rows."""
 
 from __future__ import annotations
 

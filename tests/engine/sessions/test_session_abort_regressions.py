@@ -43,7 +43,7 @@ def test_finish_trims_an_overshooting_turn_to_its_finished_length(
     ) -> None:
         is_first = slot is None
         slot = self.slots[session.session_id] = SessionSlot() if is_first else slot
-        slot.save_from_req(req, is_first)
+        slot.take_back(req, is_first)
         req.pop_committed_kv_cache(), req.pop_overallocated_kv_cache()
         req.req_pool_idx = None
         session.finish_req(req)

@@ -1,4 +1,4 @@
-"""The optimised snapshot (incremental tree nodes and census owners, interned request views,
+"""The optimised state view (incremental tree nodes and census owners, interned request views,
 the live list and places without generators) equals a straightforward rebuild at every event
 of real engine runs, radix and SWA radix, with and without the overlap schedule."""
 
