@@ -38,15 +38,19 @@ test: $(STAMP)
 test-full: $(STAMP)
 	$(PY) -m pytest -n 2 --hypothesis-profile=full -m "slow or not slow"
 
-# real SGLang 0.5.23 on CPU (.sglang-venv): needed by `make test-sglang`, `kvspec run|report --target
-# sglang`, `kvspec sglang ...` and `kvspec bench anchor --sglang`; not by `make test` or `make report`
+# real SGLang on CPU in its own venv: 0.5.23 (default) in .sglang-venv, needed by `make test-sglang`,
+# `kvspec run|report --target sglang`, `kvspec sglang ...` and `kvspec bench anchor --sglang`; not by
+# `make test` or `make report`. `make sglang-env SGLANG_VERSION=0.5.10.post1` builds that release
+# into .sglang-venv-0.5.10.post1 (ci/sglang_env.sh lists the supported ones). Idempotent.
+SGLANG_VERSION ?= 0.5.23
 sglang-env:
-	bash ci/sglang_env.sh
+	SGLANG_VERSION=$(SGLANG_VERSION) bash ci/sglang_env.sh
 
-# the sglang target (invariants/sglang/): builds .sglang-venv if absent, then the adapter tests
-# (real SGLang under the catalog, fault injection, one differential spec)
+# the sglang target (invariants/sglang/): brings .sglang-venv (0.5.23) up to its recipe (a no-op
+# when built), then the adapter tests (real SGLang under the catalog, fault injection, one
+# differential spec)
 test-sglang: $(STAMP)
-	test -x .sglang-venv/bin/python || bash ci/sglang_env.sh
+	SGLANG_VERSION=0.5.23 SGLANG_VENV=.sglang-venv bash ci/sglang_env.sh
 	$(PY) -m pytest -p no:cacheprovider -m sglang tests/invariants/sglang
 
 clean:
