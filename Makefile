@@ -40,8 +40,8 @@ test-full: $(STAMP)
 
 # real SGLang on CPU in its own venv: 0.5.23 (default) in .sglang-venv, needed by `make test-sglang`,
 # `kvspec run|report --target sglang`, `kvspec sglang ...` and `kvspec bench anchor --sglang`; not by
-# `make test` or `make report`. `make sglang-env SGLANG_VERSION=0.5.10.post1` builds that release
-# into .sglang-venv-0.5.10.post1 (ci/sglang_env.sh lists the supported ones). Idempotent.
+# `make test` or `make report`. `make sglang-env SGLANG_VERSION=0.5.10.post1` (or 0.5.11) builds
+# that release into .sglang-venv-<version> (ci/sglang_env.sh has the recipes). Idempotent.
 SGLANG_VERSION ?= 0.5.23
 sglang-env:
 	SGLANG_VERSION=$(SGLANG_VERSION) bash ci/sglang_env.sh

@@ -20,13 +20,16 @@ COMMON="numpy orjson psutil pybase64 requests packaging pillow starlette msgspec
 # memory classes (checked by importing it with each package left out in turn)
 case "$SGLANG_VERSION" in
     0.5.23)   # its scheduler also imports uvicorn and fastapi (whose telemetry module needs
-              # opentelemetry-api); 0.5.10.post1's does not
+              # opentelemetry-api); 0.5.1x's do not
         PINS="transformers==5.19.0 openai setproctitle einops uvicorn fastapi opentelemetry-api" ;;
+    0.5.11)   # not the wheel's transformers==5.6.0: there AutoImageProcessor needs torchvision, so
+              # sglang.srt.configs (janus_pro registers an image processor) fails to import
+        PINS="transformers==5.3.0 openai==2.6.1 setproctitle einops" ;;
     0.5.10.post1)
         PINS="transformers==5.3.0 openai==2.6.1 setproctitle einops" ;;
     *)
         echo "ci/sglang_env.sh: no recipe for SGLANG_VERSION=$SGLANG_VERSION" \
-            "(supported: 0.5.23, 0.5.10.post1)" >&2
+            "(supported: 0.5.23, 0.5.11, 0.5.10.post1)" >&2
         exit 2
         ;;
 esac
