@@ -67,6 +67,22 @@ def _state_adapter() -> TypeAdapter[StateView]:
     return TypeAdapter(StateView)
 
 
+@cache
+def _fields(cls: type) -> dict[str, tuple[type | None, bool]]:
+    """A view record's fields → (the record type it holds, or None for a plain value;
+    whether it holds a tuple of them). Resolved once per class: a target's views are checked
+    by the thousand, each with a record per request and tree node."""
+    fields: dict[str, tuple[type | None, bool]] = {}
+    for key, hint in get_type_hints(cls).items():
+        if is_record(hint):
+            fields[key] = (hint, False)
+        elif get_origin(hint) is tuple and is_record(get_args(hint)[0]):
+            fields[key] = (get_args(hint)[0], True)
+        else:
+            fields[key] = (None, False)
+    return fields
+
+
 def unknown_view_keys(data: Any, cls: type = StateView, loc: Loc = ()) -> Iterator[tuple[Loc, str]]:
     """(location, reason) for every key that is not a field of its view record (a dataclass,
     or the NamedTuple ReqView).
@@ -75,18 +91,20 @@ def unknown_view_keys(data: Any, cls: type = StateView, loc: Loc = ()) -> Iterat
     """
     if not isinstance(data, Mapping):
         return
-    hints = get_type_hints(cls)
+    fields = _fields(cls)
     for key, value in data.items():
-        if key not in hints:
+        if key not in fields:
             names = ", ".join(record_fields(cls))
             yield loc + (key,), f"unknown key '{key}' in {cls.__name__} (fields: {names})"
             continue
-        hint = hints[key]
-        if is_record(hint):
-            yield from unknown_view_keys(value, hint, loc + (key,))
-        elif get_origin(hint) is tuple and is_record(get_args(hint)[0]) and isinstance(value, list):
+        record, many = fields[key]
+        if record is None:
+            continue
+        if not many:
+            yield from unknown_view_keys(value, record, loc + (key,))
+        elif isinstance(value, list):
             for i, item in enumerate(value):
-                yield from unknown_view_keys(item, get_args(hint)[0], loc + (key, i))
+                yield from unknown_view_keys(item, record, loc + (key, i))
 
 
 def build_view(data: Mapping[str, Any], event: str) -> StateView:

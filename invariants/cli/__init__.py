@@ -3,7 +3,17 @@
 Each module of this package attaches its commands to the app of `invariants.cli.app`.
 """
 
-from invariants.cli import bench, bugs, catalog, explore, report, run, serve, sglang  # noqa: F401 - registers the commands
+from invariants.cli import (  # noqa: F401 - registers the commands
+    bench,
+    bugs,
+    catalog,
+    explore,
+    report,
+    run,
+    scheduler,
+    serve,
+    sglang,
+)
 from invariants.cli.app import app
 
 __all__ = ["app"]

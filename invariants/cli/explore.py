@@ -9,6 +9,7 @@ finding, as in FoundationDB; `--no-coverage` waives it for small runs).
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -17,10 +18,38 @@ from rich.console import Console
 
 from invariants.checking.loader import load_catalog
 from invariants.cli.app import app
+from invariants.cli.scheduler import PythonOpt, VersionOpt
 from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
 from invariants.explore.report import print_report
 
 UNMET_COVERAGE = 3
+SCHEDULER_SEEDS, SCHEDULER_STEPS = 40, 200  # invariants/sglang/scheduler/explore.py's defaults
+
+
+class ExploreTarget(str, Enum):
+    kvspec = "kvspec"
+    sglang_scheduler = "sglang-scheduler"
+
+
+Seeds = Annotated[
+    int | None,
+    typer.Option(
+        min=1, help=f"How many seeds (default {DEFAULT_SEEDS}; sglang-scheduler {SCHEDULER_SEEDS})."
+    ),
+]
+Steps = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help=f"Scheduled iterations of each seed's safety phase (default {DEFAULT_STEPS}; "
+        f"sglang-scheduler {SCHEDULER_STEPS}).",
+    ),
+]
+Workers = Annotated[int, typer.Option(min=1, help="Worker processes (results stay in seed order).")]
+Out = Annotated[Path, typer.Option(help="Where shrunk failing traces are written.")]
+TargetOpt = Annotated[
+    ExploreTarget, typer.Option(help="kvspec's engine, or SGLang's real scheduler.")
+]
 
 explore_app = typer.Typer(
     help="Seed-driven simulation (engine), or one memory-layer cell (memory)."
@@ -31,26 +60,29 @@ app.add_typer(explore_app, name="explore")
 @explore_app.callback(invoke_without_command=True)
 def explore_engine(
     ctx: typer.Context,
-    seeds: Annotated[int, typer.Option(min=1, help="How many seeds to run.")] = DEFAULT_SEEDS,
-    steps: Annotated[
-        int, typer.Option(min=1, help="Scheduled iterations of each seed's safety phase.")
-    ] = DEFAULT_STEPS,
+    seeds: Seeds = None,
+    steps: Steps = None,
     seed_start: Annotated[int, typer.Option(min=0, help="The first seed.")] = 0,
-    workers: Annotated[
-        int, typer.Option(min=1, help="Worker processes (results stay in seed order).")
-    ] = 1,
-    out: Annotated[
-        Path, typer.Option(help="Where shrunk failing traces are written.")
-    ] = FAILURE_DIR,
+    workers: Workers = 1,
+    out: Out = FAILURE_DIR,
     fail_fast: Annotated[bool, typer.Option(help="Stop at the first failing seed.")] = False,
     coverage: Annotated[
         bool, typer.Option(help="Exit 3 if a sometimes goal was never met.")
     ] = True,
+    target: TargetOpt = ExploreTarget.kvspec,
+    sglang_version: VersionOpt = None,
+    sglang_python: PythonOpt = None,
 ) -> None:
     """Run SEEDS seeds (each: a swarm configuration, a generated trace, checked at every
     event); shrink each distinct failure, write it to OUT, print its replay command."""
     if ctx.invoked_subcommand is not None:
         return
+    if target is ExploreTarget.sglang_scheduler:
+        from invariants.cli.scheduler import explore_on_scheduler
+
+        runs = (seeds or SCHEDULER_SEEDS, steps or SCHEDULER_STEPS, seed_start, workers)
+        raise typer.Exit(explore_on_scheduler(*runs, out, fail_fast, sglang_version, sglang_python))
+    seeds, steps = seeds or DEFAULT_SEEDS, steps or DEFAULT_STEPS
     report = explore(
         seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out
     )
@@ -86,6 +118,11 @@ def explore_memory(
 @app.command("replay")
 def replay_command(
     trace: Annotated[Path, typer.Argument(help="A JSON op trace (explore-failures/seed-N.json).")],
+    target: Annotated[
+        ExploreTarget, typer.Option(help="kvspec's engine, or SGLang's real scheduler.")
+    ] = ExploreTarget.kvspec,
+    sglang_version: VersionOpt = None,
+    sglang_python: PythonOpt = None,
 ) -> None:
     """Replay TRACE to its first violation: the violation, its witnesses, and the state-view
     diff from the last step before it; exit 1 when a failure reproduces, 0 otherwise."""
@@ -97,7 +134,13 @@ def replay_command(
     except TraceError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    result = replay(loaded)
+    if target is ExploreTarget.sglang_scheduler:
+        from invariants.cli.scheduler import guarded
+        from invariants.sglang.scheduler.replay import replay_on_scheduler
+
+        result = guarded(lambda: replay_on_scheduler(loaded, sglang_version, sglang_python))
+    else:
+        result = replay(loaded)
     for line in result.describe():
         typer.echo(line)
     raise typer.Exit(1 if result.failure is not None else 0)

@@ -22,6 +22,7 @@ class Target(str, Enum):
 
     kvspec = "kvspec"
     sglang = "sglang"
+    sglang_scheduler = "sglang-scheduler"
 
 
 SpecPath = Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")]
@@ -31,13 +32,27 @@ Sets = Annotated[
         "--set", help="Override an engine field or a matrix axis: KEY=VALUE (attention=mla)."
     ),
 ]
-Strict = Annotated[bool, typer.Option(help="Stop at the first violation (level 2).")]
+Strict = Annotated[
+    bool | None,
+    typer.Option(
+        help="Stop at the first violation (level 2; the default on sglang-scheduler), or "
+        "record every violation (level 1; the default elsewhere)."
+    ),
+]
 SaveTrace = Annotated[
     Path | None,
     typer.Option(help="Write the op trace the spec ran as JSON (replayable, shrinkable)."),
 ]
 TargetOption = Annotated[
-    Target, typer.Option(help="kvspec's engine, or real SGLang's memory classes.")
+    Target,
+    typer.Option(
+        help="kvspec's engine; sglang: real SGLang's memory classes under kvspec's glue; "
+        "sglang-scheduler: real SGLang's Scheduler and event loop, only the forward faked."
+    ),
+]
+SGLangVersion = Annotated[
+    str | None,
+    typer.Option(help="sglang-scheduler: the release to check (default 0.5.23)."),
 ]
 SGLangPython = Annotated[
     Path | None,
@@ -56,19 +71,19 @@ Full = Annotated[bool, typer.Option(help="With --matrix: the full product, not a
 def run_command(
     spec: SpecPath,
     set_: Sets = None,
-    strict: Strict = False,
+    strict: Strict = None,
     save_trace: SaveTrace = None,
     target: TargetOption = Target.kvspec,
     sglang_python: SGLangPython = None,
+    sglang_version: SGLangVersion = None,
     matrix: Matrix = False,
     full: Full = False,
 ) -> None:
     """Run one scenario spec with the checker after every event; exit 1 on a violation,
     an unmet goal, a failed response oracle or an engine error (2: the spec is invalid)."""
-    from invariants.scenarios.runner import run_spec
     from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
 
-    level = 2 if strict else 1
+    level = 2 if strict or (strict is None and target is Target.sglang_scheduler) else 1
     if matrix:
         raise typer.Exit(_run_matrix(spec, set_ or [], full, level))
     try:
@@ -78,6 +93,16 @@ def run_command(
         raise typer.Exit(2) from None
     if target is Target.sglang:
         raise typer.Exit(_run_on_sglang(loaded, level, sglang_python))
+    if target is Target.sglang_scheduler:
+        raise typer.Exit(
+            _run_on_scheduler(loaded, spec, set_ or [], level, sglang_version, sglang_python)
+        )
+    raise typer.Exit(_run_on_kvspec(loaded, level, save_trace))
+
+
+def _run_on_kvspec(loaded: Spec, level: int, save_trace: Path | None) -> int:
+    from invariants.scenarios.runner import run_spec
+
     outcome = run_spec(loaded, load_catalog(), level=level)
     if save_trace is not None:
         outcome.trace.save(save_trace)
@@ -88,7 +113,7 @@ def run_command(
         typer.echo(details)
     for goal in outcome.unmet:
         typer.echo(f"expected {goal}")
-    raise typer.Exit(0 if outcome.ok else 1)
+    return 0 if outcome.ok else 1
 
 
 def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
@@ -106,6 +131,16 @@ def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
         typer.echo(f"sglang target: {exc}", err=True)
         return 2
     return print_outcome(spec.name, outcome)
+
+
+def _run_on_scheduler(
+    loaded: Spec, path: Path, sets: list[str], level: int, version: str | None, python: Path | None
+) -> int:
+    """The spec on SGLang's real scheduler (invariants/sglang/scheduler/)."""
+    from invariants.cli.scheduler import replay_flags, run_on_scheduler
+
+    replay = f"kvspec run {path}{''.join(f' --set {s}' for s in sets)} {replay_flags(version)}"
+    return run_on_scheduler(loaded, replay, level, version, None if python is None else str(python))
 
 
 def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:

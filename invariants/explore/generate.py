@@ -45,9 +45,10 @@ OVERLONG_PROB = 0.03
 MAX_OPEN_SESSIONS = 3  # idle session slots pin KV: more would starve admission in small pools
 
 
-def generate_trace(seed: int, steps: int) -> Trace:
-    """The trace of ``seed`` with ``steps`` scheduled iterations in its safety phase."""
-    swarm = sample_swarm(seed)
+def generate_trace(seed: int, steps: int, swarm: Swarm | None = None) -> Trace:
+    """The trace of ``seed`` with ``steps`` scheduled iterations in its safety phase, on the
+    seed's swarm configuration (or on ``swarm``: another target's draw for the seed)."""
+    swarm = swarm or sample_swarm(seed)
     gen = _Generator(swarm, np.random.default_rng([seed, 4]))
     ops = gen.safety(steps)
     return Trace(

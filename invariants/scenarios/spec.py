@@ -41,6 +41,7 @@ class EngineSpec(_Strict):
     enable_mixed_chunk: bool = False
     enable_streaming_session: bool = False  # --enable-streaming-session
     test_retract: bool = False
+    test_retract_interval: int = 3  # SGLANG_TEST_RETRACT_INTERVAL
     max_running_requests: int | None = None
     eos_prob: float = 0.0
     model: Literal["sim", "tiny"] = "sim"
@@ -65,6 +66,7 @@ class EngineSpec(_Strict):
             enable_overlap=self.enable_overlap,
             enable_mixed_chunk=self.enable_mixed_chunk,
             test_retract=self.test_retract,
+            test_retract_interval=self.test_retract_interval,
             enable_streaming_session=self.enable_streaming_session,
             max_running_requests=self.max_running_requests,
             model=self.model,
