@@ -62,6 +62,8 @@ def print_scheduler_outcome(name: str, outcome: SchedulerOutcome, replay: str) -
         typer.echo(f"error: {outcome.error}")
     for goal in outcome.unmet:
         typer.echo(f"note: expected {goal} (goals were tuned on kvspec's schedule)")
+    for waived in outcome.waived:
+        typer.echo(f"note: not checked on this release: {waived}")
     if not outcome.ok:
         where = f" (stopped in {outcome.replay_op})" if outcome.replay_op else ""
         typer.echo(f"replay: {replay}{where}")

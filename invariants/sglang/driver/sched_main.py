@@ -25,7 +25,8 @@ SGLang and lets one iteration run. Protocol, one line each way per op (the answe
   out: {"views": [...], "result": ..., "sglang": [its own checkers' messages]} or
        {"error": "...", "drift": bool, "where", "trace"} (the child then ends) or
        {"error": "..."} (an op refused; the trace goes on);
-       the first line is a banner {"ready", "sglang", "shim"}.
+       the first line is a banner {"ready", "sglang", "shim", "not_applicable"} (catalog
+       ids that do not hold by this release's design, each with the reason).
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def main() -> None:
         here = os.path.dirname(os.path.abspath(__file__))
         message = f"no shim for sglang {sglang.__version__}: write {here}/shim_<version>.py"
         return say(ready=False, sglang=sglang.__version__, error=message, drift=True)
-    say(ready=True, sglang=sglang.__version__, shim=shim.__name__)
+    not_applicable = getattr(shim, "NOT_APPLICABLE", {})
+    say(ready=True, sglang=sglang.__version__, shim=shim.__name__, not_applicable=not_applicable)
     for op in read_ops():
         if op.get("op") != "config":
             say(error=f"op {op.get('op')!r} before a config")

@@ -49,7 +49,7 @@ def view(scheduler, shim, event: str, step: int, refused: frozenset = frozenset(
     the rids a session refused at submission (SGLang queues each for a 1-token prefill to
     answer it; kvspec answers at once, so it is never one of its session's live requests)."""
     page = scheduler.page_size
-    slots = shim.session_slots(scheduler)
+    slots = shim.session_slots(scheduler, refused)
     slot_kvs = {id(kv) for kv, _ in slots.values()}
     live = live_requests(scheduler)
     waiting = {id(r) for r in scheduler.waiting_queue}
@@ -60,6 +60,8 @@ def view(scheduler, shim, event: str, step: int, refused: frozenset = frozenset(
     owners = [r for r in live if shim.req_kv(r).req_pool_idx is not None]
     owners = [r for r in owners if id(shim.req_kv(r)) not in slot_kvs]
     held = {sid: kv for sid, (kv, _) in slots.items() if kv.req_pool_idx is not None}
+    accepted = [r for r in live if trace_rid(r) not in refused]
+    open_sessions = shim.sessions(scheduler)
     return dict(
         event=event,
         step=step,
@@ -73,10 +75,7 @@ def view(scheduler, shim, event: str, step: int, refused: frozenset = frozenset(
             for sid, (kv, lock) in slots.items()
             if kv.req_pool_idx is not None
         ],
-        sessions=[
-            _session(s, [r for r in live if trace_rid(r) not in refused], s.session_id in held)
-            for s in shim.sessions(scheduler)
-        ],
+        sessions=[_session(shim, s, accepted, s.session_id in held) for s in open_sessions],
         sched=_sched(scheduler),
     )
 
@@ -200,15 +199,16 @@ def _slot(session_id: str, kv, holds_lock: bool, borrowed: bool) -> dict:
     )
 
 
-def _session(session, live: list, has_slot: bool) -> dict:
+def _session(shim, session, live: list, has_slot: bool) -> dict:
     """An open session (one whose close is deferred included)."""
     mine = [r for r in live if getattr(r, "session", None) is session and not r.finished()]
+    inflight, close_on_finish = shim.session_state(session)
     return dict(
         session_id=session.session_id,
         streaming=session.streaming,
-        inflight=session._inflight,
+        inflight=inflight,
         live_reqs=len(mine),
-        close_on_finish=session.close_on_finish,
+        close_on_finish=close_on_finish,
         has_slot=has_slot,
         num_req_nodes=len(session.req_nodes),
     )

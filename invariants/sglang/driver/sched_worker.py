@@ -55,12 +55,12 @@ class FakeRunner:
 
 
 class FakeWorker:
-    """Stands in for ``TpModelWorker``; ``result_type`` is the version's
+    """Stands in for ``TpModelWorker``; ``make_result(next_token_ids)`` builds the release's
     ``GenerationBatchResult``."""
 
-    def __init__(self, runner: FakeRunner, worker_info: tuple, result_type, tokens: dict) -> None:
+    def __init__(self, runner: FakeRunner, worker_info: tuple, make_result, tokens: dict) -> None:
         self.model_runner, self.model_config = runner, runner.model_config
-        self.worker_info, self.result_type = worker_info, result_type
+        self.worker_info, self.make_result = worker_info, make_result
         self.seed, self.eos_id, self.eos_prob = tokens["seed"], tokens["eos_id"], tokens["eos_prob"]
         self.is_hybrid_swa, self.sliding_window_size = False, None
         self.preloaded_weights_bytes, self.weight_load_time = 0, 0.0
@@ -85,6 +85,4 @@ class FakeWorker:
             token_at(self.seed, trace_rid(req), int(n), self.eos_id, self.eos_prob)
             for req, n in zip(batch.reqs, seq)
         ]
-        return self.result_type(
-            next_token_ids=torch.tensor(tokens, dtype=torch.int64), can_run_cuda_graph=False
-        )
+        return self.make_result(torch.tensor(tokens, dtype=torch.int64))

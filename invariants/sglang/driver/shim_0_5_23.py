@@ -23,11 +23,10 @@ Shims (why):
 from __future__ import annotations
 
 import os
-import time as _time
 from array import array
 
+import shim_common
 import torch
-from sched_state import END
 from sched_worker import FakeRunner, FakeWorker
 from sglang.srt.distributed import bootstrap
 from sglang.srt.managers import io_struct
@@ -46,6 +45,7 @@ from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import PortArgs, ServerArgs
 from sglang.srt.session import session_controller
 from sglang.srt.session.session_controller import Session
+from shim_common import kv_pools
 
 VERSION = "0.5.23"
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model")
@@ -95,32 +95,6 @@ def server_args(cfg: dict) -> ServerArgs:
     )
 
 
-def _pools(cfg: dict) -> dict:
-    """SGLang's own KV pool, allocator and request rows, as its model runner builds them."""
-    page, tokens = cfg["page_size"], cfg["pool_tokens"]
-    kv = MHATokenToKVPool(
-        size=tokens,
-        page_size=page,
-        dtype=torch.float16,
-        head_num=1,
-        head_dim=4,
-        layer_num=1,
-        device="cpu",
-        enable_memory_saver=False,
-    )
-    extra = {"page_size": page} if page > 1 else {}
-    allocator = (PagedTokenToKVPoolAllocator if page > 1 else TokenToKVPoolAllocator)(
-        size=tokens, dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False, **extra
-    )
-    rows = ReqToTokenPool(
-        size=cfg["max_reqs"],
-        max_context_len=cfg["max_context"] + 8,
-        device="cpu",
-        enable_memory_saver=False,
-    )
-    return dict(token_to_kv_pool=kv, token_to_kv_pool_allocator=allocator, req_to_token_pool=rows)
-
-
 def _worker(scheduler: Scheduler, cfg: dict) -> FakeWorker:
     tokens, reqs, ctx = cfg["pool_tokens"], cfg["max_reqs"], cfg["max_context"]
     attrs = dict(
@@ -134,7 +108,10 @@ def _worker(scheduler: Scheduler, cfg: dict) -> FakeWorker:
         effective_logical_max_total_num_tokens=tokens,
         max_running_requests=reqs,
     )
-    runner = FakeRunner(scheduler.model_config, _pools(cfg), attrs)
+    pools = kv_pools(
+        cfg, MHATokenToKVPool, TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator, ReqToTokenPool
+    )
+    runner = FakeRunner(scheduler.model_config, pools, attrs)
     # the real manager, disabled (the scheduler asks it to prepare every batch)
     runner.ngram_embedding_manager = NgramEmbeddingManager.from_model(
         model=runner.model,
@@ -143,14 +120,21 @@ def _worker(scheduler: Scheduler, cfg: dict) -> FakeWorker:
         max_running_requests=reqs,
         device="cpu",
     )
+    return FakeWorker(runner, _worker_info(runner, cfg), _result, cfg)
+
+
+def _worker_info(runner: FakeRunner, cfg: dict) -> tuple:
+    """What TpModelWorker.get_worker_info returns, from the fake runner's pools."""
+    tokens, reqs, ctx = cfg["pool_tokens"], cfg["max_reqs"], cfg["max_context"]
     schedule = get_schedule()
-    info = (
+    usable = min(ctx, tokens)
+    return (
         tokens,
         schedule.max_prefill_tokens,
         reqs,
         schedule.max_queued_requests,
-        min(ctx, tokens) - 1,
-        min(ctx, tokens) - 6,
+        usable - 1,
+        usable - 6,
         0,
         "cpu",
         runner.forward_stream,
@@ -158,7 +142,10 @@ def _worker(scheduler: Scheduler, cfg: dict) -> FakeWorker:
         ctx,
         tokens,
     )
-    return FakeWorker(runner, info, GenerationBatchResult, cfg)
+
+
+def _result(next_token_ids: torch.Tensor) -> GenerationBatchResult:
+    return GenerationBatchResult(next_token_ids=next_token_ids, can_run_cuda_graph=False)
 
 
 def build(cfg: dict) -> Scheduler:
@@ -210,8 +197,9 @@ def swa_evicted(kv) -> int:
     return 0  # no hybrid SWA pool on this target yet
 
 
-def session_slots(scheduler: Scheduler) -> dict:
-    """Session id → (KV record, the node its turn-1 tree lock holds, or None)."""
+def session_slots(scheduler: Scheduler, refused: frozenset = frozenset()) -> dict:
+    """Session id → (KV record, the node its turn-1 tree lock holds, or None); a turn runs on
+    its slot's record itself (the same object), so ``refused`` plays no part."""
     session = getattr(scheduler.tree_cache, "session", None)
     slots = {} if session is None else session.slots
     return {
@@ -232,17 +220,7 @@ def record_checks(scheduler: Scheduler, sink: list) -> None:
 
 
 def record_refusals(refused: set) -> None:
-    """The rids ``Session.create_req`` refuses (it returns them already aborted) go to
-    ``refused``; a request refused later (prompt too long) was accepted by its session."""
-    real = Session.create_req
-
-    def recording(self, req, *args, **kwargs):
-        new_req = real(self, req, *args, **kwargs)
-        if new_req.to_finish is not None:
-            refused.add(new_req.rid.removesuffix(END))
-        return new_req
-
-    Session.create_req = recording
+    shim_common.record_refusals(Session, refused)
 
 
 def busy_check(scheduler: Scheduler) -> str | None:
@@ -265,49 +243,27 @@ def sessions(scheduler: Scheduler) -> list:
     return list(scheduler.session_controller.sessions.values())
 
 
-class _ClockedTime:
-    """The ``time`` module with ``monotonic`` read from the driver's clock."""
-
-    def __init__(self, now) -> None:
-        self.monotonic = now
-
-    def __getattr__(self, name: str):
-        return getattr(_time, name)
+def session_state(session) -> tuple[bool, bool]:
+    """(a streaming turn is in flight, the close waits for it)."""
+    return session._inflight, session.close_on_finish
 
 
 def set_clock(now) -> None:
-    """Session timeouts and the once-a-second reap read ``time.monotonic()`` in these two
-    modules; ``now`` (the driver's simulated clock) answers instead, so runs replay."""
-    scheduler_module.time = _ClockedTime(now)
-    session_controller.time = _ClockedTime(now)
+    shim_common.set_clock([scheduler_module, session_controller], now)
 
 
 def retracted(scheduler: Scheduler) -> int:
-    return RETRACTED[0]
+    return RETRACTS.count
 
 
-RETRACTED = [0]
-_real_retract = ScheduleBatch.retract_decode
-
-
-def _counting_retract(self: ScheduleBatch):
-    result = _real_retract(self)
-    RETRACTED[0] += len(result[0])
-    return result
-
-
-ScheduleBatch.retract_decode = _counting_retract
+RETRACTS = shim_common.RetractCounter(ScheduleBatch)
 
 
 # ---- the trace's ops as this release's inputs ----
 
 
 def generate_input(op: dict) -> io_struct.TokenizedGenerateReqInput:
-    params = SamplingParams(
-        max_new_tokens=op["max_new_tokens"], temperature=0.0, ignore_eos=op["ignore_eos"]
-    )
-    params.normalize(None)
-    params.verify(512)
+    params = shim_common.sampling_params(op, SamplingParams)
     session = op.get("session")
     return io_struct.TokenizedGenerateReqInput(
         rid=op["rid"],
@@ -327,14 +283,7 @@ def generate_input(op: dict) -> io_struct.TokenizedGenerateReqInput:
 
 
 def session_input(op: dict):
-    if op["op"] == "close_session":
-        return io_struct.CloseSessionReqInput(session_id=op["session_id"])
-    return io_struct.OpenSessionReqInput(
-        capacity_of_str_len=100_000,
-        session_id=op["session_id"],
-        streaming=op.get("streaming", False),
-        timeout=op.get("timeout"),
-    )
+    return shim_common.session_input(op, io_struct)
 
 
 def abort_input(rid: str) -> io_struct.AbortReq:

@@ -7,9 +7,9 @@ shrinks with the same delta debugging and replays with `kvspec replay`.
 
 Keeps: a seed's result depends on the seed, the step budget and the release only; each
 worker process keeps one driver (SGLang imported once) and every trace runs in a fresh child
-of it. A failure's key is the first kvspec invariant violated, else SGLang's own checker
-(``sglang:`` and the message's first words), else a crash (``error:``) or a drain that did not
-reach idle (``liveness``); shrinking keeps the key.
+of it. A failure's key is the kvspec invariants the first failing view broke (joined by
+``+``), else SGLang's own checker (``sglang:`` and the message's first words), else a crash
+(``error:``) or a drain that did not reach idle (``liveness``); shrinking keeps the key.
 """
 
 from __future__ import annotations
@@ -98,8 +98,14 @@ def scheduler_trace(seed: int, steps: int) -> Trace:
 
 def failure_key(outcome: SchedulerOutcome) -> str | None:
     """What failed first (see the module docstring); None: nothing."""
-    if outcome.violations:
-        return outcome.violations[0].invariant
+    if outcome.violations:  # every invariant the first failing view broke, in catalog order
+        first = outcome.violations[0]
+        same = [
+            v.invariant
+            for v in outcome.violations
+            if (v.step, v.event) == (first.step, first.event)
+        ]
+        return "+".join(dict.fromkeys(same))
     if outcome.sglang:
         return "sglang:" + " ".join(outcome.sglang[0].message.split()[:4])
     if outcome.error is not None:

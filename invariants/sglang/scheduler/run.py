@@ -92,6 +92,7 @@ class SchedulerOutcome:
     spec: Spec | None = None
     unsupported: tuple[str, ...] = ()
     unmet: tuple[str, ...] = ()  # spec goals short of their minimum (shown, not failed)
+    waived: tuple[str, ...] = ()  # "id: why" of the invariants this release does not promise
     views: tuple[Any, ...] = field(default=(), repr=False)
 
     @property
@@ -150,8 +151,10 @@ def run_trace_on_scheduler(
     keep_views: bool = False,
 ) -> SchedulerOutcome:
     """Config, every op, the drain, each iteration's views through the checker (level 2:
-    stop at the first violation). ``driver``: a running one (explore and history reuse one
-    per release: each trace gets a fresh Scheduler in its own child), else a new one."""
+    stop at the first view with a violation, every invariant of that view evaluated — a real
+    engine's first failing state is worth every name the catalog has for it). ``driver``: a
+    running one (explore and history reuse one per release: each trace gets a fresh Scheduler
+    in its own child), else a new one."""
     missing = tuple(unsupported(trace))
     if missing:
         return SchedulerOutcome(
@@ -160,7 +163,8 @@ def run_trace_on_scheduler(
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         live = driver or stack.enter_context(SchedulerDriver(version, python))
-        run = _Run(live, Checker(catalog, level=level), keep_views)
+        checker = Checker(applicable(catalog, live), level=min(level, Level.RECORD))
+        run = _Run(live, checker, keep_views, stop_at_first=level >= Level.STRICT)
         run.drive(trace)
     checks = sum(s.evaluations for s in run.checker.stats().values())
     return SchedulerOutcome(
@@ -174,14 +178,26 @@ def run_trace_on_scheduler(
         run.error,
         run.stopped_at,
         views=tuple(run.kept),
+        waived=tuple(f"{rid}: {why}" for rid, why in live.not_applicable.items()),
     )
+
+
+def applicable(catalog: Catalog, driver: SchedulerDriver) -> Catalog:
+    """The catalog less the ids the release's design does not promise (its shim says why)."""
+    waived = driver.not_applicable
+    if not any(rule.id in waived for rule in catalog):
+        return catalog
+    return Catalog(tuple(r for r in catalog if r.id not in waived), catalog.paths)
 
 
 class _Run:
     """One trace through one driver: the checker and SGLang's findings, op by op."""
 
-    def __init__(self, driver: SchedulerDriver, checker: Checker, keep_views: bool) -> None:
+    def __init__(
+        self, driver: SchedulerDriver, checker: Checker, keep_views: bool, stop_at_first: bool
+    ) -> None:
         self.driver, self.checker, self.keep_views = driver, checker, keep_views
+        self.stop_at_first = stop_at_first
         self.sglang: list[SGLangFinding] = []
         self.kept: list[Any] = []
         self.error: str | None = None
@@ -218,4 +234,5 @@ class _Run:
         for view in views:
             if self.keep_views:
                 self.kept.append(view)
-            self.checker.check(view.event, view)
+            if self.checker.check(view.event, view) and self.stop_at_first:
+                raise InvariantViolation(self.checker.violations[0])

@@ -105,6 +105,8 @@ class SchedulerDriver:
             raise self._refusal(banner, "startup")
         self.version: str = banner["sglang"]
         self.shim: str = banner["shim"]
+        # catalog ids the release's design does not promise (shim's NOT_APPLICABLE): id -> why
+        self.not_applicable: dict[str, str] = banner.get("not_applicable", {})
         if version is not None and self.version != version:
             self.close()
             raise SGLangUnavailable(f"{self.python} has sglang {self.version}, not {version}")
