@@ -46,7 +46,7 @@ def shim_path(version: str) -> Path:
 def supported_versions() -> list[str]:
     """Releases with a shim module (``driver/shim_<version>.py``)."""
     names = sorted(path.stem.removeprefix("shim_") for path in DRIVER_DIR.glob("shim_*.py"))
-    return [_dotted(name) for name in names]
+    return [_dotted(name) for name in names if name[0].isdigit()]  # not shim_common*
 
 
 def _dotted(name: str) -> str:
