@@ -96,7 +96,7 @@ def server_args(cfg: dict) -> ServerArgs:
 
 
 def _worker(scheduler: Scheduler, cfg: dict) -> FakeWorker:
-    tokens, reqs, ctx = cfg["pool_tokens"], cfg["max_reqs"], cfg["max_context"]
+    tokens, reqs = cfg["pool_tokens"], cfg["max_reqs"]
     attrs = dict(
         is_hybrid_swa=False,
         sliding_window_size=None,
