@@ -202,7 +202,7 @@ def _slot(session_id: str, kv, holds_lock: bool, borrowed: bool) -> dict:
 def _session(shim, session, live: list, has_slot: bool) -> dict:
     """An open session (one whose close is deferred included)."""
     mine = [r for r in live if getattr(r, "session", None) is session and not r.finished()]
-    inflight, close_on_finish = shim.session_state(session)
+    inflight, close_on_finish = shim.session_state(session, mine)
     return dict(
         session_id=session.session_id,
         streaming=session.streaming,

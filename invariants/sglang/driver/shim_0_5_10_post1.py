@@ -50,11 +50,13 @@ NOT_APPLICABLE = {
 }
 
 
-def session_state(session) -> tuple[bool, bool]:
-    """(a streaming turn is in flight, the close waits for it): no flag in this release, and
-    a close never waits."""
-    busy = session.streaming and any(not n.req.finished() for n in session.req_nodes.values())
-    return busy, False
+def session_state(session, live: list) -> tuple[bool, bool]:
+    """(a streaming turn is in flight, the close waits for it). No flag in this release: a turn
+    is in flight while the session's last request is still held by the scheduler (``live``:
+    the session's unfinished requests there; a turn aborted from the waiting queue never
+    finishes, yet this release takes the next turn). A close never waits."""
+    last = [node.req for node in session.req_nodes.values()]
+    return session.streaming and any(req in live for req in last), False
 
 
 def record_refusals(refused: set) -> None:

@@ -44,7 +44,7 @@ VERSION = "0.5.11"
 NOT_APPLICABLE: dict[str, str] = {}  # row 0 is reserved again (free_slots from 1)
 
 
-def session_state(session) -> tuple[bool, bool]:
+def session_state(session, live: list) -> tuple[bool, bool]:
     """(a streaming turn is in flight, the close waits for it): the session's own flags."""
     return bool(session._inflight), bool(session.close_on_finish)
 

@@ -243,8 +243,9 @@ def sessions(scheduler: Scheduler) -> list:
     return list(scheduler.session_controller.sessions.values())
 
 
-def session_state(session) -> tuple[bool, bool]:
-    """(a streaming turn is in flight, the close waits for it)."""
+def session_state(session, live: list) -> tuple[bool, bool]:
+    """(a streaming turn is in flight, the close waits for it): the session's own flags
+    (``live``, the session's unfinished requests, is for releases without them)."""
     return session._inflight, session.close_on_finish
 
 
