@@ -15,6 +15,7 @@ class ReportTarget(str, Enum):
     kvspec = "kvspec"
     sglang = "sglang"
     both = "both"
+    sglang_scheduler = "sglang-scheduler"
 
 
 OutDir = Annotated[
@@ -36,8 +37,9 @@ RayAddress = Annotated[
 Target = Annotated[
     ReportTarget,
     typer.Option(
-        help="kvspec's engine; sglang: every spec as written on kvspec and on real SGLang, "
-        "side by side; both: the kvspec report plus that."
+        help="kvspec's engine; sglang: every spec as written on kvspec and on real SGLang's "
+        "memory classes, side by side; both: the kvspec report plus that; sglang-scheduler: "
+        "the side by side on SGLang's real scheduler (level 2)."
     ),
 ]
 SGLangPython = Annotated[
@@ -54,6 +56,10 @@ def report(
     ray_address: RayAddress = None,
     target: Target = ReportTarget.kvspec,
     sglang_python: SGLangPython = None,
+    sglang_version: Annotated[
+        str | None,
+        typer.Option(help="sglang-scheduler: the release (its venv; default 0.5.23)."),
+    ] = None,
 ) -> None:
     """Run every spec, matrix cell and memory-layer cell under the checker (level 1: every
     violation recorded); print the summary table, write the report files; exit 1 on any failure
@@ -61,6 +67,7 @@ def report(
     missing."""
     from invariants.report.backends import BackendError
     from invariants.report.run import default_workers, run_report
+    from invariants.sglang.scheduler.target import ShimDrift
     from invariants.sglang.target import SGLangUnavailable
 
     try:
@@ -71,7 +78,11 @@ def report(
             ray_address=ray_address,
             target=target.value,
             sglang_python=sglang_python,
+            sglang_version=sglang_version,
         )
+    except ShimDrift as exc:
+        typer.echo(f"shim drift: {exc}", err=True)
+        raise typer.Exit(2) from None
     except (BackendError, SGLangUnavailable) as exc:
         typer.echo(
             f"sglang target: {exc}" if isinstance(exc, SGLangUnavailable) else str(exc), err=True

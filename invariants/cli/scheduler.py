@@ -9,10 +9,15 @@ attribute and the shim module), or a trace the real scheduler cannot express.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from invariants.cli.sglang import sglang_app
 
 if TYPE_CHECKING:
     from invariants.scenarios.spec import Spec
@@ -137,3 +142,50 @@ def explore_on_scheduler(
             f"in {f.shrink_runs} runs\n  replay: kvspec replay {f.path} {flags}"
         )
     return 1 if report.failed else 0
+
+
+@sglang_app.command("history")
+def history_command(
+    versions: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated releases (default: every installed venv)."),
+    ] = None,
+    seeds: Annotated[int, typer.Option(min=0, help="Exploration seeds per release.")] = 40,
+    steps: Annotated[int, typer.Option(min=1, help="Ops per seed.")] = 200,
+    workers: Annotated[int, typer.Option(min=1, help="Exploration processes.")] = 2,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the table here.")] = None,
+) -> None:
+    """Every release's real scheduler on the default specs and an exploration budget: a
+    release x finding table (what fired, iteration, pages named, replay). Exit 0."""
+    from invariants.sglang.scheduler.history import history_json, sglang_history
+
+    chosen = [v.strip() for v in versions.split(",")] if versions else None
+    histories = sglang_history(chosen, seeds, steps, workers)
+    if not histories:
+        typer.echo("no sglang venv installed: run `make sglang-env`", err=True)
+        raise typer.Exit(2)
+    print_history(histories)
+    if json_path is not None:
+        json_path.write_text(json.dumps(history_json(histories), indent=2, default=str))
+        typer.echo(f"wrote {json_path}")
+
+
+def print_history(histories) -> None:
+    """The release x finding table, then one line per release."""
+    table = Table("release", "source", "seen by", "invariant", "iter", "pages", "replay")
+    for h in histories:
+        for r in h.rows:
+            seen = r.kind + (f" x{r.iterations}" if r.iterations > 1 else "")
+            pages = ",".join(map(str, r.pages)) or "-"
+            table.add_row(r.release, r.source, seen, r.invariant, str(r.iteration), pages, r.replay)
+    Console(width=240).print(table)
+    for h in histories:
+        if h.error:
+            typer.echo(f"{h.release}: not run: {h.error}")
+            continue
+        first = "" if h.first_finding_s is None else f", first at {h.first_finding_s:.1f}s"
+        typer.echo(
+            f"{h.release}: {h.specs_clean}/{h.specs_run} specs clean "
+            f"({len(h.unsupported)} unsupported), {h.seeds_failed}/{h.seeds} seeds failing"
+            f"{first}; {len(h.rows)} findings in {h.seconds:.0f}s"
+        )

@@ -76,11 +76,13 @@ class TargetRow:
     counters: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     version: str = ""
+    checker: tuple[str, ...] = ()  # sglang-scheduler: SGLang's own checkers, "iteration N: msg"
 
     @property
     def ok(self) -> bool:
-        """Violations and crashes fail; unmet goals and unsupported specs do not."""
-        return not self.num_violations and self.error is None
+        """Violations, SGLang's own checkers firing and crashes fail; unmet goals and
+        unsupported specs do not."""
+        return not self.num_violations and self.error is None and not self.checker
 
     @property
     def first_violation(self) -> str:
@@ -94,6 +96,7 @@ class TargetRow:
             "violations": list(self.violations),
             "unmet": list(self.unmet),
             "notes": list(self.notes),
+            "checker": list(self.checker),
         }
 
 

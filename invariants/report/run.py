@@ -11,7 +11,9 @@ each violation and runs on, so a cell reports all of them, not just the first.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +60,15 @@ def run_report(
     sglang_python: str | None = None,
     specs: list[tuple[str, Path]] | None = None,
     sglang_driver: Any = None,
+    sglang_version: str | None = None,
 ) -> int:
     """Run the report; write its files into ``out`` (none when None); return the exit code
     (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set.
     ``target`` sglang: every spec of ``specs`` (default: every default spec) as written on
     kvspec and on real SGLang, side by side; both: the kvspec report plus that; no sglang
-    interpreter raises ``SGLangUnavailable`` before any run (``sglang_driver``: reuse one)."""
+    interpreter raises ``SGLangUnavailable`` before any run (``sglang_driver``: reuse one).
+    ``target`` sglang-scheduler: the same side by side with SGLang's real scheduler
+    (``sglang_version``: its release) in place of its memory classes."""
     if ray_address:
         import_ray()  # fail before any work when the extra is missing
     console = console or report_console()
@@ -71,13 +76,16 @@ def run_report(
     for error in errors:
         console.print(f"lint: {error}", markup=False)
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
-    excluded = report_exclusions() if cells is None and with_matrix and target != "sglang" else []
+    alone = target in ("sglang", "sglang-scheduler")  # the specs as written, no report table
+    excluded = report_exclusions() if cells is None and with_matrix and not alone else []
     cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
-    rows = _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver)
+    rows = _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver, target)
+    if target == "sglang-scheduler":
+        rows = _scheduler_rows(console, sglang_specs, sglang_version, sglang_python)
     results = _run_with_progress(console, cells, level, workers, ray_address)
     pairs = None if rows is None else side_by_side(results, rows)
     header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
-    failed = print_report(console, header, results, pairs, excluded, table=target != "sglang")
+    failed = print_report(console, header, results, pairs, excluded, table=not alone)
     if out is not None:
         for path in write_report(out, header, results, pairs, excluded):
             console.print(f"wrote {path}", markup=False)
@@ -96,7 +104,7 @@ def _target_cells(
     (sglang), or both — the report's own plus any spec as written that is not among them."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
-    if target == "sglang":
+    if target in ("sglang", "sglang-scheduler"):
         return as_written_cells(specs)
     own = (
         cells
@@ -107,21 +115,45 @@ def _target_cells(
 
 
 def _sglang_rows(
-    console: Console, specs: list[tuple[str, Path]], level: int, python: str | None, driver: Any
+    console: Console,
+    specs: list[tuple[str, Path]],
+    level: int,
+    python: str | None,
+    driver: Any,
+    target: str = "sglang",
 ) -> list[TargetRow] | None:
-    """Every spec on the sglang target, one driver, with a progress bar (no specs: None, the
-    sglang target does not run)."""
-    if not specs:
+    """Every spec on the sglang target, one driver, with a progress bar (no specs, or
+    another target: None, the sglang target does not run)."""
+    if not specs or target == "sglang-scheduler":
         return None
+    with _row_progress(console, "sglang", len(specs)) as advance:
+        return run_sglang_rows(specs, level, python, advance, driver=driver)
+
+
+def _scheduler_rows(
+    console: Console, specs: list[tuple[str, Path]], version: str | None, python: str | None
+) -> list[TargetRow]:
+    """Every spec on SGLang's real scheduler, one driver, with a progress bar."""
+    from invariants.report.scheduler_rows import run_scheduler_rows
+
+    with _row_progress(console, "sglang-scheduler", len(specs)) as advance:
+        return run_scheduler_rows(specs, version, python, advance)
+
+
+@contextlib.contextmanager
+def _row_progress(
+    console: Console, label: str, total: int
+) -> Iterator[Callable[[TargetRow], None]]:
+    """A progress bar over a target's rows; yields the per-row callback."""
     columns = (
-        TextColumn("[bold]sglang[/bold]"),
+        TextColumn(f"[bold]{label}[/bold]"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.description}"),
     )
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("starting the driver", total=len(specs))
+        task = progress.add_task("starting the driver", total=total)
 
         def advance(row: TargetRow) -> None:
             mark = (
@@ -133,7 +165,7 @@ def _sglang_rows(
             )
             progress.update(task, advance=1, description=f"{mark} {row.name}")
 
-        return run_sglang_rows(specs, level, python, advance, driver=driver)
+        yield advance
 
 
 def _run_with_progress(

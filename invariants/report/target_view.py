@@ -64,12 +64,15 @@ def side_by_side_table(pairs: list[SideBySide]) -> Table:
 
 
 def failure_lines(row: TargetRow) -> list[str]:
-    """A failing row's first violations and crash, then its replay command."""
+    """A failing row's first violations, crash, SGLang's own checker's messages and the
+    disagreements, then its replay command."""
     lines = [violation_line(v) for v in row.violations[:LISTED_IN_TEXT]]
     if row.num_violations > LISTED_IN_TEXT:
         lines.append(f"... {row.num_violations - LISTED_IN_TEXT} more violations")
     if row.error:
         lines.append(f"sglang error: {row.error}")
+    lines += [f"SGLang's own checker, {message}" for message in row.checker]
+    lines += [note for note in row.notes if note.startswith("disagreement")]
     return [*lines, f"replay: {row.replay}"]
 
 

@@ -24,7 +24,7 @@ from invariants.report.text import goals_text, violation_line
 from invariants.scenarios.matrix import relative
 from invariants.scenarios.spec import load_spec
 
-TARGETS = ("kvspec", "sglang", "both")
+TARGETS = ("kvspec", "sglang", "both", "sglang-scheduler")
 GOALS_NOTE = (
     "expect goals were tuned on kvspec's schedule: on the sglang target an unmet goal is "
     "shown, not a failure; an unsupported spec is shown with its reason"
@@ -164,6 +164,8 @@ def sglang_detail(row: TargetRow) -> str:
         return violation_line(row.violations[0], event=False)
     if row.error:
         return f"crashed: {row.error}"
+    if row.checker:
+        return f"SGLang's own checker, {row.checker[0]}"
     return "; ".join(f"expected {goal}" for goal in row.unmet)
 
 

@@ -107,7 +107,8 @@ def failure_key(outcome: SchedulerOutcome) -> str | None:
         ]
         return "+".join(dict.fromkeys(same))
     if outcome.sglang:
-        return "sglang:" + " ".join(outcome.sglang[0].message.split()[:4])
+        words = [w for w in outcome.sglang[0].message.split() if not any(map(str.isdigit, w))]
+        return "sglang:" + " ".join(words[:4])  # no counts: a shrunk trace leaks less
     if outcome.error is not None:
         if "not idle after" in outcome.error or "still running after" in outcome.error:
             return "liveness"

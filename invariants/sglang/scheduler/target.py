@@ -84,6 +84,11 @@ class SchedulerDriver:
 
     def __init__(self, version: str | None = None, python: str | Path | None = None) -> None:
         self.python = scheduler_python(version, python)
+        if python is None and version is not None and version not in supported_versions():
+            raise SGLangUnavailable(
+                f"no shim for sglang {version} (supported: {', '.join(supported_versions())}; "
+                f"a release's shim is invariants/sglang/driver/shim_<version>.py)"
+            )
         if not self.python.exists():
             hint = f" SGLANG_VERSION={version}" if version and version != DEFAULT_VERSION else ""
             raise SGLangUnavailable(
