@@ -46,11 +46,13 @@ SGLANG_VERSION ?= 0.5.23
 sglang-env:
 	SGLANG_VERSION=$(SGLANG_VERSION) bash ci/sglang_env.sh
 
-# the sglang target (invariants/sglang/): brings .sglang-venv (0.5.23) up to its recipe (a no-op
-# when built), then the adapter tests (real SGLang under the catalog, fault injection, one
-# differential spec)
+# the sglang targets (invariants/sglang/): brings .sglang-venv (0.5.23) and
+# .sglang-venv-0.5.10.post1 up to their recipes (no-ops when built), then the adapter tests (real
+# SGLang under the catalog, fault injection, one differential spec) and the real-scheduler tests
+# (0.5.23 clean on the default specs; 0.5.10.post1's #22862 leak found)
 test-sglang: $(STAMP)
 	SGLANG_VERSION=0.5.23 SGLANG_VENV=.sglang-venv bash ci/sglang_env.sh
+	SGLANG_VERSION=0.5.10.post1 bash ci/sglang_env.sh
 	$(PY) -m pytest -p no:cacheprovider -m sglang tests/invariants/sglang
 
 clean:

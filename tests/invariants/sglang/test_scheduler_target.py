@@ -1,0 +1,88 @@
+"""SGLang's real scheduler under the catalog, release by release (`make test-sglang`): 0.5.23
+runs kvspec's default specs clean at level 2; 0.5.10.post1 leaks a page when a streaming turn
+is retracted (#22862) — the census names the page while SGLang's checker, that iteration, is
+silent — and 0.5.11, the release with the fix, runs the same trace clean."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from invariants.checking.loader import shipped_catalog
+from invariants.report.cells import default_specs
+from invariants.scenarios.ops import Trace
+from invariants.scenarios.spec import load_spec
+from invariants.sglang.scheduler.history import pages_named
+from invariants.sglang.scheduler.run import run_spec_on_scheduler, run_trace_on_scheduler
+from invariants.sglang.scheduler.target import SchedulerDriver, installed_versions
+
+pytestmark = pytest.mark.sglang
+LEAK = Path(__file__).parent / "traces" / "retracted-streaming-turn-leak.json"
+
+
+def driver_of(version: str) -> Iterator[SchedulerDriver]:
+    if version not in installed_versions():
+        pytest.skip(f"sglang {version}: make sglang-env SGLANG_VERSION={version}")
+    with SchedulerDriver(version) as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def latest() -> Iterator[SchedulerDriver]:
+    yield from driver_of("0.5.23")
+
+
+@pytest.fixture(scope="module")
+def unfixed() -> Iterator[SchedulerDriver]:
+    yield from driver_of("0.5.10.post1")
+
+
+@pytest.fixture(scope="module")
+def fixed() -> Iterator[SchedulerDriver]:
+    yield from driver_of("0.5.11")
+
+
+@pytest.mark.parametrize("name,path", default_specs(), ids=[n for n, _ in default_specs()])
+def test_default_specs_run_clean_on_0_5_23(latest, name, path):
+    """Every default spec the real scheduler can express runs on 0.5.23 with no violation,
+    no message from SGLang's own checkers and no crash (a spec it cannot express is said to
+    be unsupported, with the reason, before anything runs)."""
+    outcome = run_spec_on_scheduler(load_spec(path), shipped_catalog(), driver=latest)
+    if outcome.unsupported:
+        pytest.skip(f"unsupported on the real scheduler: {'; '.join(outcome.unsupported)}")
+    assert outcome.ok, (outcome.violations[:3], outcome.sglang[:3], outcome.error)
+    assert outcome.stats.finished > 0 and outcome.checks > 0
+
+
+def test_0_5_10_post1_leaks_the_page_of_a_retracted_streaming_turn(unfixed):
+    """#22862: the second turn of a streaming session is retracted and re-matched; the
+    release's match overwrites the slot's row from the doubly-reserved prefix length, so the
+    page that held the first turn's KV is neither free nor owned. The census names page 1 at
+    the iteration it leaks, and SGLang's own checkers say nothing then."""
+    outcome = run_trace_on_scheduler(Trace.load(LEAK), shipped_catalog(), driver=unfixed)
+    first = outcome.violations[0]
+    view = [v for v in outcome.violations if v.step == first.step]
+    assert {"pool.busy_sum", "census.no_orphans"} <= {v.invariant for v in view}
+    assert pages_named(view) == (1,)
+    assert first.step not in {f.iteration for f in outcome.sglang}  # a bug SGLang cannot see
+    assert any(d.kind == "kvspec-only" for d in outcome.disagreements)
+
+
+def test_0_5_11_runs_the_leaking_trace_clean(fixed):
+    """0.5.11 frees the stale tail before the re-match (``StreamingSession._free_tail``): the
+    same trace is clean."""
+    outcome = run_trace_on_scheduler(Trace.load(LEAK), shipped_catalog(), driver=fixed)
+    assert outcome.ok, (outcome.violations[:3], outcome.sglang[:3], outcome.error)
+
+
+def test_0_5_10_post1_busy_check_over_counts_session_turns(unfixed):
+    """#22213: during a turn of a streaming session, 0.5.10.post1's busy check counts the
+    slot's tokens and the borrowing request's tokens twice ("Mem Leak Detected!") while
+    kvspec's census and sums hold at those iterations: a false positive in SGLang's checker."""
+    spec = load_spec(Path("specs/streaming-sessions.yaml"))
+    outcome = run_spec_on_scheduler(spec, shipped_catalog(), driver=unfixed)
+    assert not outcome.violations and not outcome.error
+    positives = [d for d in outcome.disagreements if d.kind == "sglang-only"]
+    assert positives and all("Mem Leak Detected" in d.detail for d in positives)
