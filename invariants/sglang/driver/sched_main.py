@@ -163,8 +163,13 @@ def failure(exc: Exception) -> dict:
     where = (
         f"{os.path.basename(ours[-1].filename)}:{ours[-1].lineno} {ours[-1].name}" if ours else ""
     )
+    error = f"{type(exc).__name__}: {exc}"
+    if frames and not frames[-1].filename.startswith(here):  # SGLang's own line, to read
+        last = frames[-1]
+        source = last.filename[last.filename.rfind("sglang/") :]
+        error += f" [raised at {source}:{last.lineno} in {last.name}]"
     return dict(
-        error=f"{type(exc).__name__}: {exc}",
+        error=error,
         drift=drift,
         where=where,
         trace=traceback.format_exc(),

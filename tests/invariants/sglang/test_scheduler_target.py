@@ -86,3 +86,16 @@ def test_0_5_10_post1_busy_check_over_counts_session_turns(unfixed):
     assert not outcome.violations and not outcome.error
     positives = [d for d in outcome.disagreements if d.kind == "sglang-only"]
     assert positives and all("Mem Leak Detected" in d.detail for d in positives)
+
+
+def test_replacing_all_of_a_sessions_requests_crashes_the_scheduler(latest):
+    """Found by explore on 0.5.11, present in every release checked: a non-streaming session
+    turn with ``replace=True`` and no ``rid`` clears the session's request nodes while
+    iterating over them (``Session.create_req``: ``for _, req_node in
+    self.req_nodes.items(): req_node.clear(self.req_nodes)``, which deletes from that dict),
+    so one request raises in the scheduler's loop and takes the server down."""
+    trace = Trace.load(LEAK.with_name("session-replace-all-crash.json"))
+    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=latest)
+    assert outcome.error is not None
+    assert "dictionary changed size during iteration" in outcome.error
+    assert "session_controller.py" in outcome.error and "create_req" in outcome.error
