@@ -124,6 +124,9 @@ class Inputs:
         took session ops), and SGLang's own checks of the state it left."""
         scheduler, shim = self.scheduler, self.shim
         views = [self._view("step", iteration)]
+        failed = scheduler.tp_worker.take_integrity()  # the fake worker's KV reads, if checked
+        if failed is not None:  # the step view less its pools (no rule but kv.integrity reads it)
+            views.append(dict(views[0], event="forward", pools=[], integrity=failed))
         if self.session_ops:
             self.session_ops = 0
             views.append(dict(views[0], event="session"))

@@ -25,8 +25,9 @@ SGLang and lets one iteration run. Protocol, one line each way per op (the answe
   out: {"views": [...], "result": ..., "sglang": [its own checkers' messages]} or
        {"error": "...", "drift": bool, "where", "trace"} (the child then ends) or
        {"error": "..."} (an op refused; the trace goes on);
-       the first line is a banner {"ready", "sglang", "shim", "not_applicable"} (catalog
-       ids that do not hold by this release's design, each with the reason).
+       the first line is a banner {"ready", "sglang", "shim", "not_applicable", "supports"}
+       (catalog ids that do not hold by this release's design, each with the reason; the
+       engine features beyond the plain ones the shim drives, e.g. "speculative").
 """
 
 from __future__ import annotations
@@ -139,10 +140,20 @@ def main() -> None:
         message = f"no shim for sglang {sglang.__version__}: write {here}/shim_<version>.py"
         return say(ready=False, sglang=sglang.__version__, error=message, drift=True)
     not_applicable = getattr(shim, "NOT_APPLICABLE", {})
-    say(ready=True, sglang=sglang.__version__, shim=shim.__name__, not_applicable=not_applicable)
+    supports = getattr(shim, "SUPPORTS", frozenset())
+    say(
+        ready=True,
+        sglang=sglang.__version__,
+        shim=shim.__name__,
+        not_applicable=not_applicable,
+        supports=sorted(supports),
+    )
     for op in read_ops():
         if op.get("op") != "config":
             say(error=f"op {op.get('op')!r} before a config")
+            continue
+        if op.get("speculative") and "speculative" not in supports:
+            say(error=f"speculative: {shim.__name__} does not drive it on this release")
             continue
         child = os.fork()
         if child == 0:

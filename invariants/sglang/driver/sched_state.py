@@ -62,6 +62,7 @@ def view(scheduler, shim, event: str, step: int, refused: frozenset = frozenset(
     held = {sid: kv for sid, (kv, _) in slots.items() if kv.req_pool_idx is not None}
     accepted = [r for r in live if trace_rid(r) not in refused]
     open_sessions = shim.sessions(scheduler)
+    spec = _speculative(scheduler)
     return dict(
         event=event,
         step=step,
@@ -69,15 +70,35 @@ def view(scheduler, shim, event: str, step: int, refused: frozenset = frozenset(
         pools=[_pool(scheduler, shim, owners, held)],
         tree=_tree(scheduler, shim, [node for _, node in slots.values()]),
         req_pool=_req_pool(scheduler, shim, owners, held),
-        reqs=[_req(r, shim, waiting, running, in_batch, slot_kvs) for r in live],
+        reqs=[
+            _req(r, shim, waiting, running, in_batch, slot_kvs) | spec.req_fields(r) for r in live
+        ],
         slots=[
             _slot(sid, kv, lock is not None, id(kv) in borrowers)
             for sid, (kv, lock) in slots.items()
             if kv.req_pool_idx is not None
         ],
         sessions=[_session(shim, s, accepted, s.session_id in held) for s in open_sessions],
-        sched=_sched(scheduler),
+        sched=_sched(scheduler) | spec.sched_fields(),
     )
+
+
+class _NoSpeculation:
+    """A configuration that does not speculate: the views' speculative fields keep their
+    defaults (spec_mode "off", spec_seq_len -1)."""
+
+    def req_fields(self, req) -> dict:
+        return {}
+
+    def sched_fields(self) -> dict:
+        return {}
+
+
+def _speculative(scheduler):
+    """The fake speculative worker (sched_spec.py), which reports the speculative fields of
+    the views (the mode, the window, each request's last verify); else ``_NoSpeculation``."""
+    worker = getattr(scheduler, "draft_worker", None)
+    return worker if hasattr(worker, "req_fields") else _NoSpeculation()
 
 
 def _pool(scheduler, shim, owners: list, held: dict) -> dict:

@@ -18,6 +18,12 @@ Shims (why):
 5. SGLang's own memory checks are called, not asserted: ``SGLANG_ENABLE_STRICT_MEM_CHECK_*``
    stay off and ``sglang_checks`` evaluates the busy sum (``_check_full_pool``) and the page
    invariants (``_check_kv_page_invariants``) each iteration, recording what they say.
+6. Speculative decoding (a config with ``speculative``; EAGLE, topk 1; 0.5.23 runs its spec-v2
+   worker with or without the overlap loop, the spec-v1 path is gone): SGLang's
+   ``--speculative-*`` flags, the fake EAGLE worker and the torch twins of the scheduler
+   side's Triton kernels (sched_spec.py ``install``: each shim there with its reason). Request
+   rows get SGLang's own headroom (``get_req_to_token_extra_context_len``: the spec
+   reservation past the context), the plain configuration keeps +8.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import os
 from array import array
 
+import sched_spec
 import shim_common
 import torch
 from sched_worker import FakeRunner, FakeWorker
@@ -35,6 +42,7 @@ from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.managers.scheduler_components import invariant_checker
 from sglang.srt.managers.utils import GenerationBatchResult
+from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.model_executor.model_runner_components.ngram_embedding_manager import (
@@ -48,6 +56,19 @@ from sglang.srt.session.session_controller import Session
 from shim_common import kv_pools
 
 VERSION = "0.5.23"
+# engine features a trace may use on this release beyond the plain ones (kvspec checks a
+# trace against them before anything runs; the banner reports them)
+SUPPORTS = {"speculative"}
+# catalog ids that do not hold by this release's design (not bugs): id -> why. Both rules
+# state kvspec's own spec-v2 accounting; with speculation off they hold vacuously.
+NOT_APPLICABLE = {
+    "spec.overalloc_bounded": "0.5.23 reserves whole pages: a decode raises kv_allocated_len "
+    "to ceil_page(committed + 2 * alloc_len) (allocation_sizing.page_aligned_decode_alloc_lens), "
+    "up to page_size - 1 past the catalog's token-granular bound",
+    "spec.committed_tracks_device": "0.5.23 pre-claims no bonus slot: _resolve_spec_v2_tokens "
+    "commits the whole accepted run when the result is processed (committed = the verify's "
+    "start under overlap, its end without), not start + 1",
+}
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model")
 
 
@@ -92,6 +113,7 @@ def server_args(cfg: dict) -> ServerArgs:
         max_running_requests=cfg["max_running_requests"],
         context_length=cfg["max_context"],
         random_seed=cfg["seed"],
+        **sched_spec.server_args(cfg.get("speculative"), MODEL),
     )
 
 
@@ -108,8 +130,14 @@ def _worker(scheduler: Scheduler, cfg: dict) -> FakeWorker:
         effective_logical_max_total_num_tokens=tokens,
         max_running_requests=reqs,
     )
+    extra = get_req_to_token_extra_context_len() if cfg.get("speculative") else 8
     pools = kv_pools(
-        cfg, MHATokenToKVPool, TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator, ReqToTokenPool
+        cfg,
+        MHATokenToKVPool,
+        TokenToKVPoolAllocator,
+        PagedTokenToKVPoolAllocator,
+        ReqToTokenPool,
+        row_extra=extra,
     )
     runner = FakeRunner(scheduler.model_config, pools, attrs)
     # the real manager, disabled (the scheduler asks it to prepare every batch)
@@ -156,11 +184,14 @@ def build(cfg: dict) -> Scheduler:
 
     def init_tp_model_worker(self: Scheduler) -> None:
         self.tp_worker = _worker(self, cfg)
+        self.tp_worker.model_runner.spec_algorithm = self.spec_algorithm
 
     Scheduler.init_tp_model_worker = init_tp_model_worker
     Scheduler.init_memory_pools = lambda self: None
     Scheduler.init_all_attention_backends = lambda self: None
     Scheduler.init_all_cuda_graphs = lambda self: None
+    if cfg.get("speculative"):
+        sched_spec.install(Scheduler, cfg["speculative"])
     args = server_args(cfg)
     ports = PortArgs.init_new(args)
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))

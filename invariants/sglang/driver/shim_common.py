@@ -15,9 +15,12 @@ import torch
 from sched_state import END
 
 
-def kv_pools(cfg: dict, kv_cls, token_allocator, paged_allocator, rows_cls) -> dict:
+def kv_pools(
+    cfg: dict, kv_cls, token_allocator, paged_allocator, rows_cls, row_extra: int = 8
+) -> dict:
     """SGLang's own KV pool, allocator and request rows for one tiny layer, as its model
-    runner builds them (the classes are the release's)."""
+    runner builds them (the classes are the release's); a row holds ``max_context +
+    row_extra`` positions (the release's own headroom where it sizes one)."""
     page, tokens = cfg["page_size"], cfg["pool_tokens"]
     kv = kv_cls(
         size=tokens,
@@ -35,7 +38,7 @@ def kv_pools(cfg: dict, kv_cls, token_allocator, paged_allocator, rows_cls) -> d
     )
     rows = rows_cls(
         size=cfg["max_reqs"],
-        max_context_len=cfg["max_context"] + 8,
+        max_context_len=cfg["max_context"] + row_extra,
         device="cpu",
         enable_memory_saver=False,
     )
