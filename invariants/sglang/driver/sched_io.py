@@ -38,6 +38,8 @@ class Inputs:
         self.cached_tokens = 0
         self.refused: set[str] = set()  # rids a session refused at submission
         self.clock = 0.0  # simulated seconds: TICK per iteration, plus advance_clock
+        self.retracts = sched_state.Retracts(scheduler)
+        self.told = 0  # finished rids an answer has named (``finished`` keeps their order)
         shim.record_checks(scheduler, self.findings)
         shim.record_refusals(self.refused)
         shim.set_clock(lambda: self.clock)
@@ -121,7 +123,8 @@ class Inputs:
 
     def step_answer(self, iteration: int) -> dict:
         """The answer to a step: the step view (and a session view when the iteration
-        took session ops), and SGLang's own checks of the state it left."""
+        took session ops), SGLang's own checks of the state it left, and the batch it ran
+        (``batch``: what kvspec's lockstep compares)."""
         scheduler, shim = self.scheduler, self.shim
         views = [self._view("step", iteration)]
         failed = scheduler.tp_worker.take_integrity()  # the fake worker's KV reads, if checked
@@ -132,7 +135,9 @@ class Inputs:
             views.append(dict(views[0], event="session"))
         busy = shim.busy_check(scheduler) if scheduler.last_batch is not None else None
         found, self.findings[:] = [*self.findings, *([busy] if busy else [])], []
-        return dict(views=views, result=None, sglang=found)
+        done, self.told = list(self.finished)[self.told :], len(self.finished)
+        ran = sched_state.batch(scheduler, self.retracts.take(), done)
+        return dict(views=views, result=None, sglang=found, batch=ran)
 
     def _view(self, event: str, iteration: int) -> dict:
         refused = frozenset(self.refused)

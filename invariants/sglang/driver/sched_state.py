@@ -246,3 +246,39 @@ def _sched(scheduler) -> dict:
         chunked_rids=[] if chunked is None else [trace_rid(chunked)],
         max_running_requests=int(scheduler.max_running_requests),
     )
+
+
+class Retracts:
+    """The rids SGLang's own ``retract_decode`` sends back to the waiting queue, kept until
+    the answer of their iteration takes them. It wraps the method of the release's batch
+    class as the scheduler holds it, so no module path is named here."""
+
+    def __init__(self, scheduler) -> None:
+        self.rids: list[str] = []
+        cls = type(scheduler.running_batch)
+        real = cls.retract_decode
+
+        def recording(batch, *args, **kwargs):
+            result = real(batch, *args, **kwargs)
+            self.rids += [trace_rid(req) for req in result[0]]  # (retracted, ratio, ...)
+            return result
+
+        cls.retract_decode = recording
+
+    def take(self) -> list[str]:
+        taken, self.rids = self.rids, []
+        return taken
+
+
+def batch(scheduler, retracted: list[str], finished: list[str]) -> dict:
+    """The batch SGLang ran in the iteration just ended (``last_batch``): its forward mode,
+    each request with the tokens it got (extend and mixed: SGLang's ``extend_lens``, which
+    count a mixed batch's decoding requests as 1; decode: 1 each), in batch order; and the
+    rids retracted, and those whose finish SGLang sent, in the iteration."""
+    last, done = scheduler.last_batch, dict(retracted=retracted, finished=finished)
+    if last is None:
+        return dict(mode="idle", reqs=[], **done)
+    mode = last.forward_mode
+    lens = list(last.extend_lens) if mode.is_extend() else [1] * len(last.reqs)
+    reqs = [[trace_rid(req), int(n)] for req, n in zip(last.reqs, lens)]
+    return dict(mode=mode.name.lower(), reqs=reqs, **done)
