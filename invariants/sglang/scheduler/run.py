@@ -155,7 +155,7 @@ def run_trace_on_scheduler(
     engine's first failing state is worth every name the catalog has for it). ``driver``: a
     running one (explore and history reuse one per release: each trace gets a fresh Scheduler
     in its own child), else a new one."""
-    missing = tuple(unsupported(trace))
+    missing = tuple(unsupported(trace, version or (driver.version if driver else None)))
     if missing:
         return SchedulerOutcome(
             trace, version or "", SchedulerStats(), (), (), 0, 0.0, unsupported=missing

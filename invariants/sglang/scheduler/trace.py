@@ -7,12 +7,20 @@ SGLang's own event loop, whatever it decides to run; a retract is SGLang's own t
 (``test_retract`` every ``test_retract_interval`` forwards), never an op; output tokens are
 the fake worker's seeded draws (``driver/sched_worker.token_at``), EOS included; time is
 the driver's simulated clock (kvspec's tick per iteration, plus ``advance_clock``).
+
+What a trace may use beyond the plain features depends on the release: its shim's
+``SUPPORTS`` (read from the shim's source, so a trace is refused before any driver starts).
+A ``speculative`` section runs as SGLang's EAGLE flags (topk 1) with the fake draft worker's
+seeded accept lengths (``accept_prob`` per draft); the release picks its worker — 0.5.23 has
+only the spec-v2 one, so a v1 spec (overlap off) runs 0.5.23's synchronous spec-v2 path.
 """
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
+from engine.config.speculative import SpecConfig
 from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
@@ -27,7 +35,7 @@ from invariants.scenarios.ops import (
     WaitFor,
 )
 from invariants.scenarios.spec import EngineSpec
-from invariants.sglang.scheduler.target import SchedulerDriver
+from invariants.sglang.scheduler.target import DEFAULT_VERSION, SchedulerDriver, shim_path
 from invariants.sglang.target import DriverError
 
 EOS_ID = 257  # the driver's model config (driver/model/config.json) and kvspec's tokenizer
@@ -38,20 +46,37 @@ UNSUPPORTED_OPS = {
 Answer = dict[str, Any]
 
 
-def unsupported_engine(engine: EngineSpec) -> list[str]:
-    """Engine features of a spec the real-scheduler target does not drive (yet)."""
+def release_supports(version: str | None = None) -> frozenset[str]:
+    """The engine features beyond the plain ones that the release's shim drives: its
+    module-level ``SUPPORTS`` set literal (none: no such assignment, or no shim)."""
+    path = shim_path(version or DEFAULT_VERSION)
+    if not path.exists():
+        return frozenset()
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "SUPPORTS" for t in targets):
+            return frozenset(ast.literal_eval(node.value))  # type: ignore[union-attr]
+    return frozenset()
+
+
+def unsupported_engine(engine: EngineSpec, version: str | None = None) -> list[str]:
+    """Engine features of a spec the release's real-scheduler shim does not drive (yet)."""
+    release = version or DEFAULT_VERSION
+    supports = release_supports(release)
     checks = {
-        "speculative (EAGLE: no fake draft worker yet)": engine.speculative is not None,
+        f"speculative (EAGLE: sglang {release}'s shim drives no draft worker)": (
+            engine.speculative is not None and "speculative" not in supports
+        ),
         "swa_tokens (hybrid SWA pools are not built by the shims)": engine.swa_tokens is not None,
         "model: tiny (the target's forward is the fake worker)": engine.model != "sim",
     }
     return [name for name, on in checks.items() if on]
 
 
-def unsupported(trace: Trace) -> list[str]:
-    """Why ``trace`` cannot run on the real scheduler (empty: it can)."""
+def unsupported(trace: Trace, version: str | None = None) -> list[str]:
+    """Why ``trace`` cannot run on the release's real scheduler (empty: it can)."""
     ops = sorted({UNSUPPORTED_OPS[op.op] for op in trace.ops if op.op in UNSUPPORTED_OPS})
-    return unsupported_engine(trace.engine) + ops
+    return unsupported_engine(trace.engine, version) + ops
 
 
 def config_op(engine: EngineSpec, seed: int) -> dict[str, Any]:
@@ -74,6 +99,18 @@ def config_op(engine: EngineSpec, seed: int) -> dict[str, Any]:
         "seed": seed,
         "eos_prob": engine.eos_prob,
         "eos_id": EOS_ID,
+        "speculative": _speculative(config.speculative),
+    }
+
+
+def _speculative(spec: SpecConfig | None) -> dict[str, Any] | None:
+    """The EAGLE section of the config op (None: no speculative decoding)."""
+    if spec is None:
+        return None
+    return {
+        "num_steps": spec.num_steps,
+        "num_draft_tokens": spec.num_draft_tokens,
+        "accept_prob": spec.accept_prob,
     }
 
 
