@@ -104,3 +104,25 @@ def bench_anchor_command(
         theirs = bench_sglang(sglang_python, anchor_script, sizes, batch_list, runs, warmup, seed)
         result |= {"sglang": theirs, "comparison": compare(result["kvspec"], theirs)}  # type: ignore[arg-type]
     emit_json(result, out)
+
+
+@bench_app.command("scheduler")
+def bench_scheduler_command(
+    sglang_version: Annotated[
+        str | None, typer.Option(help="The release for the throughput rows (default 0.5.23).")
+    ] = None,
+    runs: Annotated[int, typer.Option(min=1, help="Timed runs per spec and mode (median).")] = 3,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds explored per release at most.")] = 40,
+    workers: Annotated[int, typer.Option(min=1, help="Exploration processes.")] = 2,
+    releases: Annotated[
+        str, typer.Option(help="Releases to explore (default: each seed bug's own).")
+    ] = "",
+    out: OutPath = None,
+) -> None:
+    """SGLang's real scheduler: iterations/s unchecked vs checked at level 2, and the time
+    to the first finding of each shipped seed bug (needs the release venvs)."""
+    from invariants.bench.scheduler import bench_scheduler
+    from invariants.cli.scheduler import guarded
+
+    chosen = tuple(r.strip() for r in releases.split(",") if r.strip())
+    emit_json(guarded(lambda: bench_scheduler(sglang_version, runs, seeds, workers, chosen)), out)

@@ -38,6 +38,7 @@ class Inputs:
         self.cached_tokens = 0
         self.refused: set[str] = set()  # rids a session refused at submission
         self.clock = 0.0  # simulated seconds: TICK per iteration, plus advance_clock
+        self.observe = True  # read views and SGLang's checks at each step
         self.retracts = sched_state.Retracts(scheduler)
         self.told = 0  # finished rids an answer has named (``finished`` keeps their order)
         shim.record_checks(scheduler, self.findings)
@@ -126,6 +127,8 @@ class Inputs:
         took session ops), SGLang's own checks of the state it left, and the batch it ran
         (``batch``: what kvspec's lockstep compares)."""
         scheduler, shim = self.scheduler, self.shim
+        if not self.observe:  # the unchecked baseline: SGLang's loop and nothing else
+            return dict(views=[], result=None, sglang=[], batch=None)
         views = [self._view("step", iteration)]
         failed = scheduler.tp_worker.take_integrity()  # the fake worker's KV reads, if checked
         if failed is not None:  # the step view less its pools (no rule but kv.integrity reads it)

@@ -77,6 +77,7 @@ class Driver:
     def configure(self, cfg: dict) -> None:
         self.scheduler = self.shim.build(cfg)
         self.io = sched_io.Inputs(self.scheduler, self.shim)
+        self.io.observe = bool(cfg.get("observe", True))  # False: only step (the benchmark)
         self.shim.set_receiver(self.scheduler, self.boundary)
         self.shim.set_output(self.scheduler, self.io.record)
         runner = self.scheduler.tp_worker.model_runner

@@ -94,6 +94,7 @@ class SchedulerOutcome:
     unmet: tuple[str, ...] = ()  # spec goals short of their minimum (shown, not failed)
     waived: tuple[str, ...] = ()  # "id: why" of the invariants this release does not promise
     views: tuple[Any, ...] = field(default=(), repr=False)
+    setup_seconds: float = 0.0  # of ``seconds``: building the release's Scheduler
 
     @property
     def ok(self) -> bool:
@@ -149,12 +150,14 @@ def run_trace_on_scheduler(
     python: str | None = None,
     driver: SchedulerDriver | None = None,
     keep_views: bool = False,
+    observe: bool = True,
 ) -> SchedulerOutcome:
     """Config, every op, the drain, each iteration's views through the checker (level 2:
     stop at the first view with a violation, every invariant of that view evaluated — a real
     engine's first failing state is worth every name the catalog has for it). ``driver``: a
     running one (explore and history reuse one per release: each trace gets a fresh Scheduler
-    in its own child), else a new one."""
+    in its own child), else a new one. ``observe`` False: the driver only steps (no view, no
+    check of either side; the benchmark's baseline)."""
     missing = tuple(unsupported(trace, version or (driver.version if driver else None)))
     if missing:
         return SchedulerOutcome(
@@ -165,7 +168,7 @@ def run_trace_on_scheduler(
         live = driver or stack.enter_context(SchedulerDriver(version, python))
         checker = Checker(applicable(catalog, live), level=min(level, Level.RECORD))
         run = _Run(live, checker, keep_views, stop_at_first=level >= Level.STRICT)
-        run.drive(trace)
+        run.drive(trace, observe)
     checks = sum(s.evaluations for s in run.checker.stats().values())
     return SchedulerOutcome(
         trace,
@@ -179,6 +182,7 @@ def run_trace_on_scheduler(
         run.stopped_at,
         views=tuple(run.kept),
         waived=tuple(f"{rid}: {why}" for rid, why in live.not_applicable.items()),
+        setup_seconds=run.setup_seconds,
     )
 
 
@@ -203,11 +207,14 @@ class _Run:
         self.error: str | None = None
         self.stopped_at: int | None = None
         self.stats = SchedulerStats()
+        self.setup_seconds = 0.0
 
-    def drive(self, trace: Trace) -> None:
+    def drive(self, trace: Trace, observe: bool = True) -> None:
         ops = SchedulerTrace(self.driver)
         self.ops = ops
-        self.driver.send(config_op(trace.engine, trace.seed))
+        began = time.perf_counter()
+        self.driver.send({**config_op(trace.engine, trace.seed), "observe": observe})
+        self.setup_seconds = time.perf_counter() - began  # the fork and Scheduler.__init__
         try:
             for index, op in enumerate(trace.ops):
                 self.stopped_at = index
