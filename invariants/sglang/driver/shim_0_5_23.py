@@ -62,9 +62,10 @@ SUPPORTS = {"speculative"}
 # catalog ids that do not hold by this release's design (not bugs): id -> why. Both rules
 # state kvspec's own spec-v2 accounting; with speculation off they hold vacuously.
 NOT_APPLICABLE = {
-    "spec.overalloc_bounded": "0.5.23 reserves whole pages: a decode raises kv_allocated_len "
-    "to ceil_page(committed + 2 * alloc_len) (allocation_sizing.page_aligned_decode_alloc_lens), "
-    "up to page_size - 1 past the catalog's token-granular bound",
+    "spec.overalloc_bounded": "0.5.23 reserves whole pages and pre-claims no bonus: a decode "
+    "raises kv_allocated_len to ceil_page(committed + 2 * alloc_len) "
+    "(allocation_sizing.page_aligned_decode_alloc_lens), so allocated - committed reaches "
+    "2 * alloc_len - 1 + page_size - 1, and 2 * alloc_len + page_size - 1 under overlap",
     "spec.committed_tracks_device": "0.5.23 pre-claims no bonus slot: _resolve_spec_v2_tokens "
     "commits the whole accepted run when the result is processed (committed = the verify's "
     "start under overlap, its end without), not start + 1",
