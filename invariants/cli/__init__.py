@@ -8,6 +8,7 @@ from invariants.cli import (  # noqa: F401 - registers the commands
     bugs,
     catalog,
     explore,
+    lockstep,
     report,
     run,
     scheduler,
