@@ -52,6 +52,11 @@ from invariants.sglang.scheduler.target import SchedulerDriver
 from invariants.sglang.scheduler.trace import SchedulerTrace, config_op, unsupported
 from invariants.sglang.target import DriverError
 
+LOCKSTEP_SPECULATIVE = (
+    "speculative (lockstep compares plain batches: a verify batch's draft tokens and "
+    "accept lengths are not read from either side yet)"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Divergence:
@@ -169,7 +174,9 @@ def lockstep_trace(
 ) -> LockstepResult:
     """``trace`` on kvspec's engine and on SGLang's real scheduler, in lockstep."""
     name = name or trace.name
-    missing = tuple(unsupported(trace))
+    missing = tuple(unsupported(trace, version))
+    if trace.engine.speculative is not None:  # a verify batch's drafts are not read yet
+        missing += (LOCKSTEP_SPECULATIVE,)
     if missing:
         return LockstepResult(name, version or "", 0, None, (), (), 0.0, unsupported=missing)
     trace, notes = equalized(trace)

@@ -235,10 +235,11 @@ def test_a_missing_sglang_interpreter_is_one_line_and_exit_2(tmp_path):
 
 
 def test_a_spec_the_real_scheduler_cannot_express_exits_2_before_any_driver():
-    """A trace with SWA pools is said unsupported, with the reason, before SGLang starts."""
-    spec = load_spec(SPECS / "swa-hybrid.yaml")
-    outcome = lockstep_spec(spec, python="/nonexistent/python")
-    assert outcome.unsupported and print_lockstep(outcome) == 2
+    """A trace with SWA pools, or speculative decoding (whose verify batches lockstep does
+    not read yet), is said unsupported, with the reason, before SGLang starts."""
+    for name in ("swa-hybrid.yaml", "eagle-v1-paged.yaml"):
+        outcome = lockstep_spec(load_spec(SPECS / name), python="/nonexistent/python")
+        assert outcome.unsupported and print_lockstep(outcome) == 2
 
 
 # ---- on real SGLang 0.5.23 ----
