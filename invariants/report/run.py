@@ -64,32 +64,49 @@ def run_report(
 ) -> int:
     """Run the report; write its files into ``out`` (none when None); return the exit code
     (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set.
-    ``target`` sglang: every spec of ``specs`` (default: every default spec) as written on
-    kvspec and on real SGLang, side by side; both: the kvspec report plus that; no sglang
-    interpreter raises ``SGLangUnavailable`` before any run (``sglang_driver``: reuse one).
-    ``target`` sglang-scheduler: the same side by side with SGLang's real scheduler
-    (``sglang_version``: its release) in place of its memory classes."""
+    ``target`` sglang / sglang-scheduler: every spec of ``specs`` (default: all) as written on
+    kvspec and on SGLang's memory classes / real scheduler (``sglang_version``), side by side;
+    both: the kvspec report plus the sglang one. No sglang: ``SGLangUnavailable`` up front."""
     if ray_address:
         import_ray()  # fail before any work when the extra is missing
     console = console or report_console()
-    errors = lint()
-    for error in errors:
-        console.print(f"lint: {error}", markup=False)
+    errors = _lint(console)
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
+    args = (sglang_specs, level, sglang_python, sglang_driver, sglang_version)
     alone = target in ("sglang", "sglang-scheduler")  # the specs as written, no report table
     excluded = report_exclusions() if cells is None and with_matrix and not alone else []
     cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
-    rows = _sglang_rows(console, sglang_specs, level, sglang_python, sglang_driver, target)
-    if target == "sglang-scheduler":
-        rows = _scheduler_rows(console, sglang_specs, sglang_version, sglang_python)
+    rows = _target_rows(console, target, *args)
     results = _run_with_progress(console, cells, level, workers, ray_address)
     pairs = None if rows is None else side_by_side(results, rows)
     header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
     failed = print_report(console, header, results, pairs, excluded, table=not alone)
-    if out is not None:
-        for path in write_report(out, header, results, pairs, excluded):
-            console.print(f"wrote {path}", markup=False)
+    for path in write_report(out, header, results, pairs, excluded) if out is not None else ():
+        console.print(f"wrote {path}", markup=False)
     return 1 if errors or failed else 0
+
+
+def _target_rows(
+    console: Console,
+    target: str,
+    specs: list[tuple[str, Path]],
+    level: int,
+    python: str | None,
+    driver: Any,
+    version: str | None,
+) -> list[TargetRow] | None:
+    """The sglang or sglang-scheduler rows (None: no sglang target in this report)."""
+    if target == "sglang-scheduler":
+        return _scheduler_rows(console, specs, version, python)
+    return _sglang_rows(console, specs, level, python, driver)
+
+
+def _lint(console: Console) -> list[str]:
+    """The catalog's lint errors, printed."""
+    errors = lint()
+    for error in errors:
+        console.print(f"lint: {error}", markup=False)
+    return errors
 
 
 def _target_cells(
@@ -115,16 +132,11 @@ def _target_cells(
 
 
 def _sglang_rows(
-    console: Console,
-    specs: list[tuple[str, Path]],
-    level: int,
-    python: str | None,
-    driver: Any,
-    target: str = "sglang",
+    console: Console, specs: list[tuple[str, Path]], level: int, python: str | None, driver: Any
 ) -> list[TargetRow] | None:
-    """Every spec on the sglang target, one driver, with a progress bar (no specs, or
-    another target: None, the sglang target does not run)."""
-    if not specs or target == "sglang-scheduler":
+    """Every spec on the sglang target, one driver, with a progress bar (no specs: None, the
+    sglang target does not run)."""
+    if not specs:
         return None
     with _row_progress(console, "sglang", len(specs)) as advance:
         return run_sglang_rows(specs, level, python, advance, driver=driver)

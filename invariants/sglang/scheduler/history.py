@@ -19,7 +19,7 @@ from pathlib import Path
 
 from invariants.checking.checker import Violation
 from invariants.checking.loader import shipped_catalog
-from invariants.report.cells import default_specs
+from invariants.scenarios.matrix import default_spec_paths
 from invariants.scenarios.ops import Trace
 from invariants.scenarios.spec import load_spec
 from invariants.sglang.scheduler.explore import explore_scheduler
@@ -178,7 +178,7 @@ def sglang_history(
     specs: list[Path] | None = None,
 ) -> list[ReleaseHistory]:
     """Every release asked for (default: every installed one), oldest first."""
-    chosen = specs if specs is not None else [path for _, path in default_specs()]
+    chosen = specs if specs is not None else default_spec_paths()
     return [
         release_history(v, chosen, seeds, steps, workers, out_dir)
         for v in versions or installed_versions()
