@@ -1,7 +1,9 @@
 """SGLang's real scheduler under the catalog, release by release (`make test-sglang`): 0.5.23
 runs kvspec's default specs clean at level 2; 0.5.10.post1 leaks a page when a streaming turn
 is retracted (#22862) — the census names the page while SGLang's checker, that iteration, is
-silent — and 0.5.11, the release with the fix, runs the same trace clean."""
+silent — and 0.5.11, the release with the fix, runs the same trace clean. The findings explore
+made on each release, each read against that release's code (docs/benchmarks.md, *kvspec sglang
+history*), are pinned here as the shrunk traces under traces/."""
 
 from __future__ import annotations
 
@@ -99,3 +101,43 @@ def test_replacing_all_of_a_sessions_requests_crashes_the_scheduler(latest):
     assert outcome.error is not None
     assert "dictionary changed size during iteration" in outcome.error
     assert "session_controller.py" in outcome.error and "create_req" in outcome.error
+
+
+def test_two_first_turns_of_a_streaming_session_in_one_iteration_crash_the_scheduler(latest):
+    """Found by explore on 0.5.23: two turns sent to a new streaming session reach one
+    ``recv_requests``. ``Session.create_req`` rejects the second (the session is in flight)
+    but still hands back a request bound to the session, which is scheduled as a one-token
+    stub; when its row is allocated, ``StreamingSession.take`` finds the first turn's slot and
+    asserts (``session_id=... already has a slot``): one client retry takes the server down.
+    Upstream's open #40252 ("a session request rejected at create_req ... was still scheduled
+    as a 1-token stub") names the same path."""
+    trace = Trace.load(LEAK.with_name("streaming-two-first-turns-crash.json"))
+    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=latest)
+    assert outcome.error is not None and "already has a slot" in outcome.error
+    assert "streaming_session.py" in outcome.error and "in take" in outcome.error
+
+
+def test_a_retracted_streaming_turn_clears_the_sessions_in_flight_flag(latest):
+    """Found by explore on 0.5.11 and 0.5.23 (research/sglang.md §2.9 U6; upstream's open
+    #40252): a retracted streaming turn goes through ``try_cache_finished_req`` like a
+    finished one, so ``Session.finish_req`` clears ``_inflight`` and makes the still-waiting
+    turn the session's history. ``session.single_live_request`` names it at the retract's
+    iteration (a live request, in flight False) while SGLang's checkers are silent."""
+    trace = Trace.load(LEAK.with_name("retracted-turn-clears-inflight.json"))
+    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=latest)
+    first = outcome.violations[0]
+    assert first.invariant == "session.single_live_request" and "inflight=False" in first.message
+    assert first.step not in {f.iteration for f in outcome.sglang}
+
+
+def test_0_5_10_post1_leaks_a_slot_closed_under_a_rejected_turn(unfixed):
+    """Found by explore on 0.5.10.post1: a streaming turn rejected at ``create_req`` (a
+    non-zero offset) is still scheduled with its session; the session closes in the same
+    iteration, and when the stub finishes ``cache_finished_req`` makes a new slot for the
+    closed session. kvspec names the orphaned slot and SGLang's busy check over-counts by the
+    stub's token at the same iteration; 0.5.11 hands an aborted turn's record back instead."""
+    trace = Trace.load(LEAK.with_name("close-under-rejected-turn-leaks-slot.json"))
+    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=unfixed)
+    first = outcome.violations[0]
+    assert first.invariant == "session.slot_has_open_session"
+    assert first.step in {f.iteration for f in outcome.sglang}  # both sides saw it
