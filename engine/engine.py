@@ -256,6 +256,13 @@ class Engine(SessionAPI):
             if head
             else "a request"
         )
+        rows = self.mem.req_to_token_pool.available_size()
+        if head is not None and head.req_pool_idx is None and rows == 0:
+            return (
+                f"scheduler stalled: {len(waiting)} waiting, nothing running; {what} finds no "
+                f"free request row (max_num_reqs={self.config.memory.max_num_reqs}, every "
+                "row held by a session slot or a waiting request)"
+            )
         return (
             f"scheduler stalled: {len(waiting)} waiting, nothing running; {what} does not fit "
             f"{self.mem.admittable_size()} free+evictable tokens (max_total_tokens="

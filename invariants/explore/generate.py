@@ -20,7 +20,8 @@ from typing import get_args
 
 import numpy as np
 
-from invariants.explore.swarm import Swarm, sample_swarm
+from engine.model.tokenizer import BOS_ID
+from invariants.explore.swarm import MAX_OPEN_SESSIONS, Swarm, sample_swarm
 from invariants.scenarios.ops import (
     Abort,
     AbortPhase,
@@ -42,7 +43,7 @@ PHASES: tuple[AbortPhase, ...] = get_args(AbortPhase)
 WAIT_STEPS = 48  # a client awaiting its streaming turn (counts fully against the step budget)
 DRAIN_FLOOR = 2_000  # the drain budget: this many steps plus a few per token still owed
 OVERLONG_PROB = 0.03
-MAX_OPEN_SESSIONS = 3  # idle session slots pin KV: more would starve admission in small pools
+BOS_PROB = 0.25  # turns that open with the tokenizer's BOS
 
 
 def generate_trace(seed: int, steps: int, swarm: Swarm | None = None) -> Trace:
@@ -136,7 +137,7 @@ class _Generator:
         rid = f"r{len(self.rids)}"
         self.rids.append(rid)
         if sid is not None:  # a turn: short new input on top of the session's history
-            ids = rng.integers(0, 256, int(rng.integers(1, max(2, shape.suffix_max // 4)))).tolist()
+            ids = self._turn_input(max(2, shape.suffix_max // 4))
         elif rng.random() < OVERLONG_PROB:
             ids = rng.integers(0, 256, shape.input_limit + int(rng.integers(0, 8))).tolist()
         else:
@@ -155,6 +156,17 @@ class _Generator:
             session=session,
             return_logprob=bool(rng.random() < 0.1),
         )
+
+    def _turn_input(self, most: int) -> list[int]:
+        """A turn's new tokens, its boundaries as likely as its bulk: a length log-uniform in
+        [1, most) (one token as often as a dozen), and the leading BOS a client tokenizing
+        each turn sends (SGLang strips it), alone a third of those times ("continue")."""
+        rng = self.rng
+        n = int(np.exp(rng.uniform(0.0, np.log(most))))
+        ids = rng.integers(0, 256, max(1, min(n, most - 1))).tolist()
+        if rng.random() < BOS_PROB:
+            ids = [BOS_ID] if rng.random() < 1 / 3 else [BOS_ID, *ids]
+        return ids
 
     def _session_ref(self, sid: str) -> SessionRef:
         """Streaming turns append; plain-session turns name their parent, now and then with

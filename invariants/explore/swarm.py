@@ -5,7 +5,7 @@ Keeps: every configuration is one the matrix could run — each axis of ci/matri
 listed values, rows breaking a declared constraint are drawn again, and `apply_axes` gives
 the axis values their meaning; the pool is then sized small enough that the cache evicts
 and decode retracts, yet large enough that any request the engine accepts (context limit)
-fits it alone — a request that can never run would stall every seed, a finding about the
+fits beside the pages the open sessions' slots pin — a request that can never run would stall every seed, a finding about the
 configuration, not the engine (TigerBeetle's `cluster_recoverable` triage). MLA is left out:
 it means the tiny transformer (torch per forward), far too slow for thousands of seeds; the
 matrix and the report cover it. The op mix switches whole features off per seed (no
@@ -47,6 +47,8 @@ FEATURES = {
     "clock": ("advance_clock",),
 }
 NEW_MAX = 64  # the most new tokens a request asks for
+MIN_CONTEXT = 64  # the shortest context limit a seed runs with
+MAX_OPEN_SESSIONS = 3  # idle session slots pin KV: more would starve admission in small pools
 CALM_PROB = 0.15  # seeds with no fault ops at all: only traffic
 FEATURE_OFF_PROB = 0.3
 
@@ -116,12 +118,13 @@ def sample_engine(rng: np.random.Generator) -> EngineSpec:
     an EAGLE chain, EOS, streaming sessions — all drawn from ``rng``."""
     row = sample_axes(rng)
     ps = int(row.get("page_size", 1))
-    tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 8 * ps)
+    floor = smallest_pool(ps)
+    tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), floor)
     fields = apply_axes(
         EngineSpec(
             page_size=ps,
             max_total_tokens=tokens,
-            max_num_reqs=int(rng.integers(3, 12)),
+            max_num_reqs=int(rng.integers(MAX_OPEN_SESSIONS + 2, 12)),  # a row beside the slots
             chunked_prefill_size=None
             if rng.random() < 0.15
             else int(rng.choice([16, 32, 64, 128])),
@@ -132,7 +135,8 @@ def sample_engine(rng: np.random.Generator) -> EngineSpec:
         row,
     )
     if fields.get("swa_tokens"):  # a SWA pool of its own size, still page-sized
-        fields["swa_tokens"] = max(paging.ceil_align(tokens // int(rng.choice([1, 2])), ps), 4 * ps)
+        swa = paging.ceil_align(tokens // int(rng.choice([1, 2])), ps)
+        fields["swa_tokens"] = max(swa, floor)
     if fields.get("speculative"):
         steps = int(rng.integers(1, 5))
         fields["speculative"] = {
@@ -141,10 +145,22 @@ def sample_engine(rng: np.random.Generator) -> EngineSpec:
             "num_draft_tokens": steps + 1,
             "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2),
         }
-    # admission charges prompt + new tokens + a page against the smaller pool: keep that fitting
+    # admission charges prompt + new tokens + a page against the smaller pool: keep that
+    # fitting beside the page every open session's slot may pin in each pool (#27024: pinned
+    # session KV is never evictable, so a pool smaller than that stalls by configuration)
     smallest = min(tokens, fields.get("swa_tokens") or tokens)
-    fields["context_len"] = min(smallest - NEW_MAX - 2 * ps - 16, 512 if ps < 256 else 1024)
+    pinned = MAX_OPEN_SESSIONS * ps
+    fields["context_len"] = min(
+        smallest - NEW_MAX - 2 * ps - pinned - 16, 512 if ps < 256 else 1024
+    )
     return EngineSpec.model_validate(fields)
+
+
+def smallest_pool(ps: int) -> int:
+    """The fewest tokens a pool of the swarm has: eight pages, and room for a context of
+    MIN_CONTEXT tokens with its new tokens beside the pages the open sessions pin."""
+    room = MIN_CONTEXT + NEW_MAX + 16 + (MAX_OPEN_SESSIONS + 2) * ps
+    return max(paging.ceil_align(room, ps), 8 * ps)
 
 
 def sample_weights(rng: np.random.Generator) -> dict[str, float]:
