@@ -4,7 +4,12 @@ from __future__ import annotations
 
 
 class KVAccountingError(RuntimeError):
-    """A KV/row accounting rule was broken (double free, out-of-range free, double release)."""
+    """A KV/row accounting rule was broken (double free, out-of-range free, double release);
+    ``pages`` (of pool ``pool``) names the pages involved where the raiser knows them."""
+
+    def __init__(self, message: str, *, pool: str = "", pages: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.pool, self.pages = pool, pages
 
 
 class ConfigError(ValueError):

@@ -263,6 +263,19 @@ class ResponseView:
 
 
 @dataclass(frozen=True, slots=True)
+class CrashView:
+    """The exception that ended an engine operation (the harness's ``crash`` event): its kind
+    (accounting | out_of_memory | stall | exception), its class and message, and the pages it
+    names in pool ``pool`` where the raiser knew them."""
+
+    kind: str = ""
+    error: str = ""
+    message: str = ""
+    pool: str = ""
+    pages: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StateView:
     """Everything an invariant may read at one event."""
 
@@ -278,6 +291,7 @@ class StateView:
     slots: tuple[SessionSlotView, ...] = ()  # streaming-session slots
     sessions: tuple[SessionView, ...] = ()
     response: ResponseView = field(default_factory=ResponseView)  # at the response event
+    crash: tuple[CrashView, ...] = ()  # at the crash event: what the engine raised
 
 
 # The costly parts of a view, built only for events whose rules read them: the census of
@@ -314,6 +328,7 @@ VIEW_TYPES: tuple[type, ...] = (
     SessionSlotView,
     SessionView,
     ResponseView,
+    CrashView,
     StateView,
 )
 

@@ -37,7 +37,9 @@ class PagedAllocator:
     and out-of-range frees; non-strict mode corrupts silently, as SGLang would.
     """
 
-    def __init__(self, size: int, page_size: int, *, strict: bool = True) -> None:
+    def __init__(
+        self, size: int, page_size: int, *, strict: bool = True, name: str = "full"
+    ) -> None:
         if page_size < 1 or size < page_size:
             raise KVAccountingError(
                 f"allocator needs size >= page_size >= 1, got {size=}, {page_size=}"
@@ -45,7 +47,7 @@ class PagedAllocator:
         self.page_size = page_size
         self.num_pages = size // page_size
         self.size = self.num_pages * page_size  # capacity in tokens (max_total_num_tokens)
-        self.strict = strict
+        self.strict, self.name = strict, name  # name: the pool's, in errors ("full", "swa")
         self._offsets = np.arange(page_size, dtype=np.int64)
         self.changes: ChangeFeed[PageChange] = ChangeFeed()
         self.clear()
@@ -150,11 +152,18 @@ class PagedAllocator:
         bad = pages[(pages < 1) | (pages > self.num_pages)]
         if len(bad):
             raise KVAccountingError(
-                f"free of out-of-range page(s) {bad[:8].tolist()} (valid 1..{self.num_pages})"
+                f"{self.name}: free of out-of-range page(s) {bad[:8].tolist()} "
+                f"(valid 1..{self.num_pages})",
+                pool=self.name,
+                pages=tuple(bad.tolist()),
             )
         again = pages[self._is_free[pages]]
         if len(again):
-            raise KVAccountingError(f"double free of page(s) {again[:8].tolist()}")
+            raise KVAccountingError(
+                f"{self.name}: double free of page(s) {again[:8].tolist()}",
+                pool=self.name,
+                pages=tuple(again.tolist()),
+            )
         if self.page_size == 1 and len(pages) != len(indices):
             raise KVAccountingError("double free: a slot appears twice in one free call")
 
@@ -190,7 +199,7 @@ class SWAAllocator:
     def __init__(self, size: int, size_swa: int, page_size: int, *, strict: bool = True) -> None:
         self.page_size = page_size
         self.full = PagedAllocator(size, page_size, strict=strict)
-        self.swa = PagedAllocator(size_swa, page_size, strict=strict)
+        self.swa = PagedAllocator(size_swa, page_size, strict=strict, name="swa")
         self.size, self.size_swa = self.full.size, self.swa.size
         self.full_to_swa = np.zeros(self.size + page_size, dtype=np.int64)
 

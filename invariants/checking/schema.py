@@ -14,8 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engine.view import StateView, is_record, record_fields
 
-EVENTS: tuple[str, ...] = ("schedule", "forward", "process", "step", "idle", "session", "response")
-Event = Literal["schedule", "forward", "process", "step", "idle", "session", "response"]
+# the engine's events (engine/hooks.py), then ``crash``: the harness's, when an engine
+# operation raised (the view is the state at that moment, with the exception in ``crash``)
+EVENTS: tuple[str, ...] = (
+    "schedule", "forward", "process", "step", "idle", "session", "response", "crash",
+)  # fmt: skip
+Event = Literal["schedule", "forward", "process", "step", "idle", "session", "response", "crash"]
 ID_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"  # dotted lowercase: pool.busy_sum
 
 Loc = tuple[str | int, ...]

@@ -3,7 +3,9 @@
 Keeps: a run is a pure function of the trace (its seed drives the engine, the clock is
 simulated), so the same trace replays the same violations at the same op and step; every
 violation is tied to the op during which it was seen (``len(ops)``: the final drain); an
-engine exception ends the run and is returned as ``error`` with its traceback, never hidden.
+engine exception ends the run and is returned as ``error`` with its traceback, never hidden,
+and the state at that moment is checked at the ``crash`` event (crash.py), so the exception is
+a named finding too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from engine.sched.sessions import SessionError
 from engine.sched.stats import SchedulerStats
 from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
 from invariants.checking.loader import Catalog
+from invariants.scenarios.crash import DrainStuck, check_crash
 from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
@@ -192,6 +195,8 @@ class _Interpreter:
                 self._collect()
                 return self.index
             except Exception as exc:
+                if self.checker.level > Level.OFF:
+                    check_crash(self.checker, self.engine, exc)
                 self._collect()
                 where = op_label(ops[self.index]) if self.index < len(ops) else "the drain"
                 self.error = f"{type(exc).__name__}: {exc} (op #{self.index}: {where})"
@@ -234,7 +239,7 @@ class _Interpreter:
         engine = self.engine
         engine.run_until_idle(DRAIN_STEPS)
         if not engine.is_idle():
-            raise RuntimeError(f"not idle after {DRAIN_STEPS} drain steps")
+            raise DrainStuck(f"not idle after {DRAIN_STEPS} drain steps")
         if any(s.close_on_finish for s in engine.sessions.sessions.values()):
             engine.step()
 

@@ -61,7 +61,8 @@ def _outputs(engine: Engine, n: int) -> tuple[tuple[int, ...], ...]:
 def test_feature_grid_keeps_accounting_and_fires_every_feature(row: dict[str, Any]) -> None:
     """Every pair of (page size, radix, overlap, mixed chunk, forced retract, SWA pools) runs
     prompts longer than the chunk through a pool that must evict and retract: every invariant
-    of the catalog (memory and scheduler, KV integrity included) is evaluated and holds at
+    of the catalog (memory and scheduler, KV integrity included; an ``engine.*`` crash rule
+    only when something raises) is evaluated and holds at
     level 2 at every event, each enabled feature fired, and the outputs equal those of a run
     with every feature off (the sim model's token is a function of the context only, so
     scheduling must not change it)."""
@@ -78,7 +79,8 @@ def test_feature_grid_keeps_accounting_and_fires_every_feature(row: dict[str, An
         w,
     )
     assert checker.violations == []
-    assert {rid for rid, st in checker.stats().items() if st.evaluations} == set(CATALOG.ids)
+    steady = {r.id for r in CATALOG if r.events != {"crash"}}  # crash rules need an exception
+    assert {rid for rid, st in checker.stats().items() if st.evaluations} == steady
     s = engine.stats
     assert s.chunked_prefills > 0
     assert s.evicted_tokens > 0 if row["radix"] else s.evicted_tokens == 0
