@@ -5,12 +5,13 @@ Keeps: every configuration is one the matrix could run — each axis of ci/matri
 listed values, rows breaking a declared constraint are drawn again, and `apply_axes` gives
 the axis values their meaning; the pool is then sized small enough that the cache evicts
 and decode retracts, yet large enough that any request the engine accepts (context limit)
-fits beside the pages the open sessions' slots pin — a request that can never run would stall every seed, a finding about the
-configuration, not the engine (TigerBeetle's `cluster_recoverable` triage). MLA is left out:
-it means the tiny transformer (torch per forward), far too slow for thousands of seeds; the
-matrix and the report cover it. The op mix switches whole features off per seed (no
-sessions, no aborts, no faults at all) — swarm testing (Groce et al., TigerBeetle's
-`options_swarm`): a seed without aborts reaches states an abort-heavy seed never does.
+fits beside the pages the open sessions' slots pin — a request that can never run would
+stall every seed, a finding about the configuration, not the engine (TigerBeetle's
+`cluster_recoverable` triage). MLA is left out: it means the tiny transformer (torch per
+forward), far too slow for thousands of seeds; the matrix and the report cover it. The op mix
+switches whole features off per seed (no sessions, no aborts, no faults at all) — swarm
+testing (Groce et al., TigerBeetle's `options_swarm`): a seed without aborts reaches states an
+abort-heavy seed never does.
 """
 
 from __future__ import annotations
