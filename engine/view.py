@@ -60,6 +60,7 @@ class PoolView:
     session_held: int = 0
     request_owned: int = 0
     census: Census = field(default_factory=Census)
+    sliding_window: int = 0  # the swa pool: the window its layers read back (0: full attention)
 
 
 class NodeView(NamedTuple):

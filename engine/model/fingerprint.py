@@ -7,8 +7,8 @@ only if ``pool[s] == fingerprint(t, p)``; every other outcome is an ``IntegrityF
 
     pool   array              indexed by             read for position p when
     full   ``full``           full slot              p in [0, prefix_len)
-    swa    ``swa``            ``full_to_swa[slot]``  p in [max(swa_evicted_seqlen,
-                                                           prefix_len - window, 0), prefix_len)
+    swa    ``swa``            ``full_to_swa[slot]``  p in [max(prefix_len - window, 0),
+                                                           prefix_len): the model's window
 
 Slots below ``page_size`` (page 0, the padding target) are never a valid read: they are
 kept 0 (padding writes are dropped), so a row or a ``full_to_swa`` entry naming them
@@ -133,12 +133,13 @@ class KVFingerprints:
         if self.swa is not None:
             self.swa[:] = 0
 
-    def swa_read_start(self, prefix_len: int, swa_evicted_seqlen: int) -> int:
+    def swa_read_start(self, prefix_len: int) -> int:
         """First prefix position the sliding-window layers read: query ``q`` reads keys
         ``[q - window, q]``, so the queries ``q >= prefix_len`` read the prefix from
-        ``prefix_len - window`` (decode: ``seq_len - 1 - window``); evicted KV is not read."""
+        ``prefix_len - window`` (decode: ``seq_len - 1 - window``). The model's own window,
+        never the engine's eviction cursor: KV freed inside the window fails the read."""
         window = self.sliding_window if self.sliding_window is not None else prefix_len
-        return max(swa_evicted_seqlen, prefix_len - window, 0)
+        return max(prefix_len - window, 0)
 
     def write(
         self,

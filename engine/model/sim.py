@@ -339,7 +339,7 @@ class SimModel:
             if written:
                 reads.append(KVRead(req.rid, row, prefix, seq, prefix, ctx.fps))
             else:
-                swa_start = self.kv.swa_read_start(prefix, req.swa_evicted_seqlen)
+                swa_start = self.kv.swa_read_start(prefix)
                 reads.append(KVRead(req.rid, row, 0, prefix, swa_start, ctx.fps))
         return reads
 

@@ -156,6 +156,7 @@ def _swa_pool_view(
 
     view = replace(
         _swa_counters(alloc, cache, live, ps),
+        sliding_window=mem.config.sliding_window or 0,
         session_held=sum(
             paging.held_swa_len(s.kv_allocated_len, s.cache_protected_len, s.swa_evicted_seqlen, ps)
             for s in slots

@@ -1,7 +1,8 @@
 """Scheduler and memory-path bugs: the retract and abort leaks of the scheduler's regression
-tests (#22273) and the paged over-free of #22862, each as the pre-fix body of one engine
-function. (The single-chunked-request rule is a zoo entry of its own: #20476's pool assert,
-a checker false positive, in invariants/mutants/__init__.py.)
+tests (#22273), the paged over-free of #22862 and an SWA window off by a page (§2.9 U13),
+each as the pre-fix body of one engine function. (The single-chunked-request rule is a zoo
+entry of its own: #20476's pool assert, a checker false positive, in
+invariants/mutants/__init__.py.)
 
 Keeps: each buggy body is the fixed function with exactly the pre-fix behaviour put back.
 """
@@ -17,6 +18,7 @@ from engine.sched.scheduler import Scheduler
 from invariants.mutants.base import Mutant, ids, swap
 
 REAL_RELEASE_KV = retract.release_kv
+REAL_EVICT_CURSOR = paging.swa_evict_cursor
 REAL_SCHED_RELEASE = Scheduler._release
 
 
@@ -39,6 +41,15 @@ def tail_free_from_floor(committed_len: int, allocated_len: int, ps: int) -> tup
     """#22862's paged hazard: the over-allocated tail freed from ``floor(committed)``, which
     frees the page that still holds committed KV."""
     return committed_len // ps * ps, allocated_len  # fix: ceil_align(committed_len, ps)
+
+
+def cursor_into_window(
+    swa_evicted_len: int, protected_len: int, seq_len: int, window: int, ps: int
+) -> int:
+    """§2.9 U13's off-by-one window, on the eviction side: the cursor slides one page further
+    than SGLang's ``floor(seq_len - window - ps)``, so the page holding position
+    ``seq_len - window`` — the first key the next query reads — is freed at every page size."""
+    return REAL_EVICT_CURSOR(swa_evicted_len, protected_len, seq_len + 2 * ps, window, ps)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -65,5 +76,13 @@ MUTANTS: tuple[Mutant, ...] = (
         lambda: swap(paging, "tail_free_range", tail_free_from_floor),
         "22862-tail-free-from-floor.yaml",
         ids("pool.busy_sum", "census.free_list_unique"),
+    ),
+    Mutant(
+        "u13-swa-cursor-into-window",
+        "sglang.md §2.9 U13",
+        "the SWA eviction cursor slides one page into the window the next query reads",
+        lambda: swap(paging, "swa_evict_cursor", cursor_into_window),
+        "u13-swa-cursor-into-window.yaml",
+        ids("kv.integrity", "req.swa_evicted_outside_window"),
     ),
 )

@@ -168,28 +168,30 @@ def test_swa_verification_reads_only_the_window(driver: MakeDriver) -> None:
     ]
 
 
-def test_swa_evicted_positions_are_skipped_a_missing_window_slot_fails(driver: MakeDriver) -> None:
-    """Positions below swa_evicted_seqlen have no SWA slot and are skipped; inside the
-    window, a full slot without an SWA slot (mapping 0) is a failure at SWA slot 0."""
-    d, a = _swa_driver(driver, 100)
+def test_swa_reads_follow_the_window_never_the_eviction_cursor(driver: MakeDriver) -> None:
+    """Positions before the window (decode at 12, window 4: before 8) may have no SWA slot;
+    inside the window a full slot without one (mapping 0) fails at SWA slot 0 — even when the
+    request's cursor claims it evicted them (the engine's claim is not the model's window)."""
+    d, a = _swa_driver(driver, 4)
     assert isinstance(d.alloc, SWAAllocator)
     d.alloc.free_swa(d.pool.read(a.req_pool_idx, 0, 4))
     a.swa_evicted_seqlen = 4
     d.decode([a])
     assert d.sim.take_integrity_failures() == []
-    a.swa_evicted_seqlen = 2  # the request believes positions 2, 3 are still there
+    d.alloc.free_swa(d.pool.read(a.req_pool_idx, 4, 10))
+    a.swa_evicted_seqlen = 10  # the cursor claims [0, 10) evicted; the window reads 9, 10, 11, 12
     d.decode([a])
     found = [(f.position, f.slot, f.pool) for f in d.sim.take_integrity_failures()]
-    assert found == [(2, 0, "swa"), (3, 0, "swa")]
+    assert found == [(9, 0, "swa")]
 
 
 def test_swa_read_start_covers_every_query_of_an_extend() -> None:
     """Queries q >= prefix_len read keys [q - window, q]: the prefix is read from
-    prefix_len - window (decode: seq_len - 1 - window), never below the eviction cursor."""
+    prefix_len - window (decode: seq_len - 1 - window) — the model's window, whatever the
+    engine's eviction cursor claims."""
     kv = KVFingerprints.for_allocator(SWAAllocator(64, 64, 1), sliding_window=4)
-    assert kv.swa_read_start(prefix_len=10, swa_evicted_seqlen=0) == 6
-    assert kv.swa_read_start(prefix_len=10, swa_evicted_seqlen=8) == 8
-    assert kv.swa_read_start(prefix_len=3, swa_evicted_seqlen=0) == 0
+    assert kv.swa_read_start(prefix_len=10) == 6
+    assert kv.swa_read_start(prefix_len=3) == 0
 
 
 def test_write_uses_the_batch_swa_slots_when_given() -> None:

@@ -5,12 +5,16 @@ and names the invariant a reader would look for."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
 from invariants.checking.loader import load_catalog
-from invariants.mutants import mutant
+from invariants.mutants import BUGS_DIR, mutant
+from invariants.scenarios.runner import run_spec
+from invariants.scenarios.spec import load_spec
 
 CATALOG = load_catalog()
 
@@ -92,3 +96,31 @@ def test_the_unplanted_runs_are_clean() -> None:
     assert _first_violation(retract_every=2) is None
     assert _first_violation(strict_allocator=False) is None
     assert _first_violation(abort_after=6) is None
+
+
+@pytest.mark.parametrize("page_size", [1, 4, 16, 64])
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_a_swa_cursor_one_page_into_the_window_is_caught_at_every_page_size(
+    page_size: int, overlap: bool
+) -> None:
+    """U13's off-by-one window on the eviction side (the cursor one page past SGLang's
+    ``floor(seq_len - window - ps)``) frees the page holding the first key the next query
+    reads: the model's own window finds it freed (``kv.integrity``) or the cursor bound names
+    it (``req.swa_evicted_outside_window``), at every page size; the correct engine is clean."""
+    spec = load_spec(BUGS_DIR / "u13-swa-cursor-into-window.yaml")
+    pool = max(2048, 32 * page_size)
+    engine = spec.engine.model_copy(
+        update=dict(
+            page_size=page_size,
+            max_total_tokens=pool,
+            swa_tokens=pool // 2,
+            chunked_prefill_size=max(64, page_size),
+            enable_overlap=overlap,
+        )
+    )
+    spec = spec.model_copy(update={"engine": engine})
+    assert run_spec(spec, CATALOG, Level.STRICT).ok
+    with mutant("u13-swa-cursor-into-window").patch():
+        out = run_spec(spec, CATALOG, Level.STRICT)
+    assert out.violations, "the mutant freed nothing the window reads"
+    assert out.violations[0].invariant in {"kv.integrity", "req.swa_evicted_outside_window"}
