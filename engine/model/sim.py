@@ -212,6 +212,14 @@ class SimModel:
 
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
         """Verify the KV every request reads, write the new KV, predict the next tokens."""
+        contexts = self.shadow(batch)
+        tokens, logprobs = self.predict(self._output_hashes(batch, contexts))
+        return ForwardOutput(tokens, logprobs, self._input_logprobs(batch, contexts))
+
+    def shadow(self, batch: ForwardBatch) -> list[_Context]:
+        """The KV half of a forward: verify what every request reads, write the fingerprints
+        of what it writes, then verify the rows name the slots written. Another model runs
+        this beside its own forward to have its KV reads checked (the tiny model does)."""
         if batch.mode is ForwardMode.DRAFT_EXTEND:
             raise ValueError("sim model: a DRAFT_EXTEND batch goes to draft(), not forward()")
         firsts = self._check_batch(batch)
@@ -222,8 +230,7 @@ class SimModel:
         self.kv.write(batch.out_cache_loc, fps, batch.swa_out_cache_loc)  # ... then write
         self._append_inputs(batch, contexts, fps, firsts)
         self._verify(batch, self._reads(batch, contexts, True), budget)
-        tokens, logprobs = self.predict(self._output_hashes(batch, contexts))
-        return ForwardOutput(tokens, logprobs, self._input_logprobs(batch, contexts))
+        return contexts
 
     def _output_hashes(self, batch: ForwardBatch, contexts: list[_Context]) -> np.ndarray:
         """The context hash each output token is predicted from: after the last input token

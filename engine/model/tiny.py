@@ -6,6 +6,9 @@ the KV of the tokens it writes at ``out_cache_loc`` (sliding-window layers of a 
 the SWA slots) and reads every other position through the request's ``req_to_token`` row —
 never recomputing it — so a wrong row, a freed slot or a stale page changes the output, and
 the oracle (greedy output with every cache feature on == with every feature off) sees it.
+Beside the real KV runs the sim model's fingerprint shadow (``shadow``): every slot a forward
+reads is checked against the token its request has there, and a failed read is a
+``kv.integrity`` record naming the request, position and slot, as with the sim model.
 
 Computed tokens of request ``b`` (absolute positions)::
 
@@ -38,8 +41,9 @@ from engine.config.model import TinyConfig
 from engine.mem.allocator import SWAAllocator
 from engine.mem.kv_pool import KVPool, MLAKVPool, SWAKVPool
 from engine.model.draft import DraftNetwork, DraftOutput, self_play, self_play_slots
+from engine.model.fingerprint import IntegrityFailure, KVFingerprints
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
-from engine.model.sim import stream_seed
+from engine.model.sim import SimModel, stream_seed
 from engine.model.tiny_attn import AttnIndex, build_index, make_backend
 from engine.model.tiny_layers import (
     DTYPES,
@@ -94,6 +98,7 @@ class TinyModel:
         page_size: int,
         sliding_window: int | None = None,
         full_to_swa: np.ndarray | None = None,
+        shadow: SimModel | None = None,
     ) -> None:
         if cfg.window_layers and sliding_window is None:
             raise ValueError("sliding-window layers need sliding_window")
@@ -109,6 +114,9 @@ class TinyModel:
         self.window_layers = cfg.window_layers
         self.swa_pool_layers = pool.swa_layers if isinstance(pool, SWAKVPool) else frozenset()
         self.padding_reads = 0  # table entries that named the padding page (must stay 0)
+        # the sim model's fingerprints beside the real KV: every read checked (kv.integrity)
+        self.shadow = shadow
+        self.kv = shadow.kv if shadow is not None else None
         self._last_written: OrderedDict[str, tuple[int, int]] = OrderedDict()
 
     @classmethod
@@ -118,6 +126,9 @@ class TinyModel:
         alloc = mem.allocator
         full_to_swa = alloc.full_to_swa if isinstance(alloc, SWAAllocator) else None
         window = mem.config.sliding_window if cfg.window_layers else None
+        kv = KVFingerprints.for_allocator(
+            alloc, mem.config.sliding_window if full_to_swa is not None else None
+        )
         return cls(
             cfg,
             seed,
@@ -125,6 +136,7 @@ class TinyModel:
             page_size=alloc.page_size,
             sliding_window=window,
             full_to_swa=full_to_swa,
+            shadow=SimModel(seed, kv),
         )
 
     # -- the forward -----------------------------------------------------------------
@@ -135,6 +147,8 @@ class TinyModel:
         if batch.mode is ForwardMode.DRAFT_EXTEND:
             raise ValueError("tiny model: the EAGLE draft runs through draft(), not forward()")
         _check_batch(batch)
+        if self.shadow is not None:
+            self.shadow.shadow(batch)  # the reads checked before this forward writes
         plan = self._plan(batch)
         verify = batch.mode is ForwardMode.TARGET_VERIFY  # an output after every input token
         with _one_cpu_thread(self.cfg.device):
@@ -154,6 +168,10 @@ class TinyModel:
             input_lps,
             hidden_states=final,
         )
+
+    def take_integrity_failures(self) -> list[IntegrityFailure]:
+        """The shadow's failed reads since the last call (none without a shadow)."""
+        return self.shadow.take_integrity_failures() if self.shadow is not None else []
 
     @torch.inference_mode()
     def draft(self, hidden: torch.Tensor, token_ids: np.ndarray | torch.Tensor) -> DraftOutput:

@@ -169,6 +169,37 @@ def test_a_planted_kv_bug_breaks_the_oracle(monkeypatch: pytest.MonkeyPatch) -> 
     assert _tokens(planted) != _tokens(clean)
 
 
+def test_the_tiny_models_reads_are_checked_by_its_fingerprint_shadow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same planted stale page, seen at the forward that reads it: the tiny model's
+    shadow records a kv.integrity failure naming the request, the position (in the first
+    page) and the slot read; a clean run records none."""
+    _, clean, _ = _run(_config("gqa", 1, ON))
+    assert isinstance(clean.runner, TinyModel) and clean.runner.shadow is not None
+    assert clean.runner.shadow.num_integrity_failures == 0
+    match = KVMemory.match_prefix
+    seen: list[Any] = []
+
+    def swapped(self: KVMemory, req: Any) -> None:
+        match(self, req)
+        idx = np.array(req.prefix_indices, copy=True)
+        if len(idx) >= 2:
+            idx[0] = idx[1]
+            req.prefix_indices = idx
+
+    class Integrity:
+        def on_event(self, event: str, engine: Any) -> None:
+            if event == "forward":
+                seen.extend(engine.state_view("forward").integrity)
+
+    monkeypatch.setattr(KVMemory, "match_prefix", swapped)
+    engine = Engine(_config("gqa", 1, ON), observers=[Integrity()])
+    engine.generate(PROMPTS, SamplingParams(max_new_tokens=MAX_NEW))
+    assert seen and {f.position for f in seen} == {0} and seen[0].pool == "full"
+    assert seen[0].expected != seen[0].found != 0
+
+
 @pytest.mark.parametrize("model", ["swa", "mla"])
 def test_triton_kernels_give_the_torch_backends_tokens(model: str) -> None:
     """At page size 4 in float32, the Triton kernels (interpreted on CPU: store, extend,
