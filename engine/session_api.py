@@ -42,6 +42,7 @@ class SessionAPI:
     hooks: HookList | NullHooks
     sessions: SessionController
     _response: ResponseView
+    _response_prompt: tuple[int, ...]
     _emit: Callable[[str], None]
 
     # ---- open / close ----
@@ -139,7 +140,9 @@ class SessionAPI:
                 prompt,
                 completion,
                 req.cached_tokens,
+                tuple(req.output_ids[:completion]),
             )
+            self._response_prompt = tuple(req.origin_input_ids)
             self._emit("response")
 
 

@@ -261,6 +261,11 @@ class ResponseView:
     parent_prompt_tokens: int = 0
     parent_completion_tokens: int = 0
     cache_flushed: bool = False  # flush_cache dropped the slots since the parent
+    output_ids: tuple[int, ...] = ()  # the tokens returned
+    # the model's greedy tokens for the same prompt with nothing cached (built only when a
+    # rule reads them; reference_checked False: the model offers no exact reference)
+    reference_ids: tuple[int, ...] = ()
+    reference_checked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,8 +301,9 @@ class StateView:
 
 
 # The costly parts of a view, built only for events whose rules read them: the census of
-# every pool and the tree's node list (the checker derives which from its rules' attributes).
-OPTIONAL_PARTS: frozenset[str] = frozenset({"census", "nodes"})
+# every pool, the tree's node list and a response's uncached reference tokens (the checker
+# derives which from its rules' attributes).
+OPTIONAL_PARTS: frozenset[str] = frozenset({"census", "nodes", "reference_ids"})
 
 # The sections of a view that cost a pass over requests, rows or the tree, or (sched) a
 # read of the scheduler's state. A ``parts`` set holding SELECTIVE asks for only the

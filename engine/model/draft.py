@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from engine.config.model import TinyConfig
-from engine.model.runner import ForwardBatch, ForwardMode, ModelRunner
+from engine.model.runner import ForwardMode, ModelRunner
+from engine.model.scratch import scratch_batch, slot_table
 from engine.model.tiny_layers import TinyWeights, rms_norm
 from engine.request import Req
 
@@ -88,18 +89,18 @@ def self_play(runner: ModelRunner, seed: int) -> SelfPlay:
     num, low, high, steps = SELF_PLAY
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, 256, int(rng.integers(low, high + 1))).tolist() for _ in range(num)]
-    width = high + steps + 1
-    table = np.zeros((num + 1, width), dtype=np.int32)  # row 0: padding
-    table[1:] = 1 + np.arange(num)[:, None] * width + np.arange(width)[None, :]
+    table = slot_table(num, high + steps + 1)
     reqs = [Req(f"draft-self-play-{b}", p) for b, p in enumerate(prompts)]
     lens = np.array([len(p) for p in prompts], dtype=np.int64)
     ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in prompts])
-    prefill = _batch(ForwardMode.EXTEND, reqs, ids, np.zeros(num, np.int64), lens, table)
+    prefill = scratch_batch(ForwardMode.EXTEND, reqs, ids, np.zeros(num, np.int64), lens, table)
     out = runner.forward(prefill)
     hidden, tokens = [out.hidden_states], [out.next_token_ids]
     for s in range(steps):
         ones = np.ones(num, dtype=np.int64)
-        out = runner.forward(_batch(ForwardMode.DECODE, reqs, tokens[-1], lens + s, ones, table))
+        out = runner.forward(
+            scratch_batch(ForwardMode.DECODE, reqs, tokens[-1], lens + s, ones, table)
+        )
         hidden.append(out.hidden_states)
         tokens.append(out.next_token_ids)
     h = torch.stack(hidden)  # [steps + 1, num, H]
@@ -114,30 +115,3 @@ def self_play_slots() -> int:
     """KV slots the scratch pool of ``self_play`` needs (slot 0 is padding)."""
     num, _, high, steps = SELF_PLAY
     return num * (high + steps + 1)
-
-
-def _batch(
-    mode: ForwardMode,
-    reqs: list[Req],
-    ids: np.ndarray,
-    prefix: np.ndarray,
-    ext: np.ndarray,
-    table: np.ndarray,
-) -> ForwardBatch:
-    """A self-play batch: request b at row b + 1, position p at slot ``table[b + 1, p]``."""
-    rows = np.arange(1, len(reqs) + 1, dtype=np.int64)
-    positions = np.concatenate([np.arange(p, p + e) for p, e in zip(prefix, ext)])
-    loc = table[np.repeat(rows, ext), positions].astype(np.int64)
-    return ForwardBatch(
-        mode=mode,
-        reqs=reqs,
-        input_ids=np.asarray(ids, dtype=np.int64),
-        positions=positions,
-        out_cache_loc=loc,
-        req_pool_indices=rows,
-        prefix_lens=prefix,
-        extend_lens=ext,
-        seq_lens=prefix + ext,
-        req_to_token=table,
-        sample=[True] * len(reqs),
-    )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,6 +200,16 @@ class SimModel:
         coin = (splitmix64(h ^ self._key_eos) >> U64(11)).astype(np.float64) * _UNIT
         tokens = np.where(coin < self.eos_prob, EOS_ID, byte)
         return tokens, self.token_logprobs(h, tokens)
+
+    def reference(self, prompt: Sequence[int], n: int) -> list[int]:
+        """The token oracle's reference: the ``n`` greedy tokens after ``prompt``, each a
+        function of the context alone (nothing cached, nothing scheduled)."""
+        h, one, tokens = np.array([self.context_hash(list(prompt))], dtype=U64), np.ones(1), []
+        for _ in range(n):
+            token = self.predict(h)[0]
+            tokens.append(int(token[0]))
+            h = chain_hashes(h, one, token)
+        return tokens
 
     def token_logprobs(self, hashes: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Synthetic logprob of ``tokens[i]`` after the context hashed ``hashes[i]``:

@@ -29,8 +29,7 @@ context and gets NaN (SGLang reports None there).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -43,6 +42,7 @@ from engine.mem.kv_pool import KVPool, MLAKVPool, SWAKVPool
 from engine.model.draft import DraftNetwork, DraftOutput, self_play, self_play_slots
 from engine.model.fingerprint import IntegrityFailure, KVFingerprints
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
+from engine.model.scratch import greedy
 from engine.model.sim import SimModel, stream_seed
 from engine.model.tiny_attn import AttnIndex, build_index, make_backend
 from engine.model.tiny_layers import (
@@ -52,6 +52,8 @@ from engine.model.tiny_layers import (
     TinyWeights,
     WeightInit,
     apply_rope,
+    check_batch,
+    one_cpu_thread,
     rms_norm,
     rope_tables,
 )
@@ -117,6 +119,8 @@ class TinyModel:
         # the sim model's fingerprints beside the real KV: every read checked (kv.integrity)
         self.shadow = shadow
         self.kv = shadow.kv if shadow is not None else None
+        self._reference: TinyModel | None = None  # the token oracle's scratch twin
+        self._reference_slots = 0
         self._last_written: OrderedDict[str, tuple[int, int]] = OrderedDict()
 
     @classmethod
@@ -146,12 +150,12 @@ class TinyModel:
         """Store the batch's KV, attend over each request's row, sample greedily."""
         if batch.mode is ForwardMode.DRAFT_EXTEND:
             raise ValueError("tiny model: the EAGLE draft runs through draft(), not forward()")
-        _check_batch(batch)
+        check_batch(batch)
         if self.shadow is not None:
             self.shadow.shadow(batch)  # the reads checked before this forward writes
         plan = self._plan(batch)
         verify = batch.mode is ForwardMode.TARGET_VERIFY  # an output after every input token
-        with _one_cpu_thread(self.cfg.device):
+        with one_cpu_thread(self.cfg.device):
             hidden = self._hidden(batch, plan)  # [M, H], after the final norm
             last = torch.as_tensor(
                 plan.written if verify else plan.qo[1:] - 1, device=hidden.device
@@ -169,6 +173,22 @@ class TinyModel:
             hidden_states=final,
         )
 
+    def reference(self, prompt: Sequence[int], n: int) -> list[int] | None:
+        """The token oracle's reference: the ``n`` greedy tokens after ``prompt`` from a
+        scratch run of this model (same weights; torch backend) with nothing cached. None
+        unless this model computes in float64 on the torch backend (DESIGN.md decision 13:
+        only then can no reduction order flip a greedy argmax)."""
+        if self.cfg.dtype != "float64" or self.cfg.backend != "torch":
+            return None
+        need = len(prompt) + n + 1  # slot 0 is padding
+        if self._reference is None or self._reference_slots < need:
+            self._reference_slots = max(need, 2 * self._reference_slots)
+            pool = plain_kv_pool(self.cfg, self._reference_slots, 1)
+            self._reference = TinyModel(
+                self.cfg, self.seed, pool, page_size=1, sliding_window=self.sliding_window
+            )
+        return greedy(self._reference, prompt, n, "token-oracle")
+
     def take_integrity_failures(self) -> list[IntegrityFailure]:
         """The shadow's failed reads since the last call (none without a shadow)."""
         return self.shadow.take_integrity_failures() if self.shadow is not None else []
@@ -176,7 +196,7 @@ class TinyModel:
     @torch.inference_mode()
     def draft(self, hidden: torch.Tensor, token_ids: np.ndarray | torch.Tensor) -> DraftOutput:
         """The EAGLE draft's next token after ``(hidden [n, H], token_ids [n])``."""
-        with _one_cpu_thread(self.cfg.device):
+        with one_cpu_thread(self.cfg.device):
             return self.draft_network().draft(hidden, token_ids)
 
     def draft_network(self) -> DraftNetwork:
@@ -360,33 +380,3 @@ class TinyModel:
         vals[~has_ctx] = np.nan
         pieces = iter(np.split(vals, np.cumsum([len(p) for _, p in live])[:-1]))
         return [None if s is None else next(pieces) for s in spans]
-
-
-@contextmanager
-def _one_cpu_thread(device: str) -> Iterator[None]:
-    """Run the CPU forward on one intra-op thread: at these sizes OpenMP's spin-waits cost
-    100x the math (worse when cores are shared), and one thread fixes the reduction order."""
-    if not device.startswith("cpu"):
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _check_batch(batch: ForwardBatch) -> None:
-    """Raise on a batch that breaks the ForwardBatch contract."""
-    ext, n = batch.extend_lens, len(batch.input_ids)
-    sizes = {n, len(batch.positions), len(batch.out_cache_loc)}
-    if sizes != {int(ext.sum())} or not np.array_equal(batch.seq_lens, batch.prefix_lens + ext):
-        raise ValueError(
-            f"ForwardBatch: token arrays {sorted(sizes)} long, sum(extend_lens)="
-            f"{int(ext.sum())}, or seq_lens != prefix_lens + extend_lens"
-        )
-    if batch.batch_size == 0 or int(ext.min()) < 1:
-        raise ValueError("ForwardBatch: the tiny model needs >= 1 token per request")
-    if n and int(batch.seq_lens.max()) > batch.req_to_token.shape[1]:
-        raise ValueError("ForwardBatch: a seq_len exceeds the req_to_token row width")

@@ -1,4 +1,5 @@
-"""The tiny model's weights and pointwise math: seeded init, RMSNorm, RoPE, SwiGLU.
+"""The tiny model's weights and pointwise math: seeded init, RMSNorm, RoPE, SwiGLU; and the
+forward's guards (the ForwardBatch contract, one CPU thread).
 
 Keeps: every weight is drawn from one ``torch.Generator`` seeded by the engine seed, in a
 fixed order, in float64 on the CPU and only then cast and moved, so one seed gives the same
@@ -8,11 +9,15 @@ model on every machine, dtype aside. No hub downloads, no global RNG.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.config.model import TinyConfig
+from engine.model.runner import ForwardBatch
 from engine.model.tokenizer import VOCAB_SIZE
 
 DTYPES = {
@@ -156,3 +161,33 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     x1, x2 = x[..., :half], x[..., half:]
     c, s = cos[:, None, :], sin[:, None, :]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+@contextmanager
+def one_cpu_thread(device: str) -> Iterator[None]:
+    """Run the CPU forward on one intra-op thread: at these sizes OpenMP's spin-waits cost
+    100x the math (worse when cores are shared), and one thread fixes the reduction order."""
+    if not device.startswith("cpu"):
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def check_batch(batch: ForwardBatch) -> None:
+    """Raise on a batch that breaks the ForwardBatch contract."""
+    ext, n = batch.extend_lens, len(batch.input_ids)
+    sizes = {n, len(batch.positions), len(batch.out_cache_loc)}
+    if sizes != {int(ext.sum())} or not np.array_equal(batch.seq_lens, batch.prefix_lens + ext):
+        raise ValueError(
+            f"ForwardBatch: token arrays {sorted(sizes)} long, sum(extend_lens)="
+            f"{int(ext.sum())}, or seq_lens != prefix_lens + extend_lens"
+        )
+    if batch.batch_size == 0 or int(ext.min()) < 1:
+        raise ValueError("ForwardBatch: the tiny model needs >= 1 token per request")
+    if n and int(batch.seq_lens.max()) > batch.req_to_token.shape[1]:
+        raise ValueError("ForwardBatch: a seq_len exceeds the req_to_token row width")

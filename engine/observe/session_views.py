@@ -120,6 +120,7 @@ def response_view(
     prompt: int,
     completion: int,
     cached: int,
+    output_ids: tuple[int, ...] = (),
 ) -> ResponseView:
     """The response record of one finished request (a plain request: no session fields)."""
     base = ResponseView(
@@ -129,6 +130,7 @@ def response_view(
         cached_tokens=cached,
         finish_type=finish_kind,
         status_code=status_code or 0,
+        output_ids=output_ids,
     )
     if record is None:
         return base
@@ -148,6 +150,7 @@ def response_view(
         parent_prompt_tokens=record.parent_prompt,
         parent_completion_tokens=record.parent_completion,
         cache_flushed=record.cache_flushed,
+        output_ids=output_ids,
     )
 
 

@@ -39,6 +39,7 @@ class StateViews:
         self, mem: KVMemory, scheduler: Scheduler, sessions: SessionController, runner: Any
     ) -> None:
         self.mem, self.scheduler, self.sessions = mem, scheduler, sessions
+        self.runner = runner
         kv = getattr(runner, "kv", None)
         self.kv = kv if isinstance(kv, KVFingerprints) else None
         policy = scheduler.policy
@@ -51,15 +52,20 @@ class StateViews:
         parts: frozenset[str],
         integrity: tuple[IntegrityView, ...],
         response: ResponseView,
+        prompt: tuple[int, ...] = (),
     ) -> StateView:
         """The view at ``event``: the sections ``parts`` asks for (all without
-        ``view.SELECTIVE``), the census and tree nodes when ``parts`` names them."""
+        ``view.SELECTIVE``), the census, tree nodes and a response's uncached reference
+        (for the response of ``prompt``) when ``parts`` names them."""
         sched, sections = self.scheduler, wanted_sections(parts)
         if sections & PER_REQUEST_SECTIONS:
             places, owning = self._places(), self._owning(sched.live_reqs())
         else:  # no section that lists requests or rows: skip finding them
             places, owning = NOWHERE, []
-        extra: dict[str, Any] = {"response": response} if event == "response" else {}
+        extra: dict[str, Any] = {}
+        if event == "response":
+            wants = "reference_ids" in parts
+            extra["response"] = self._with_reference(response, prompt) if wants else response
         if "sched" in sections:
             extra["sched"] = self._sched_view()
         step, memo = sched.stats.iterations, self.memo
@@ -68,6 +74,16 @@ class StateViews:
         if sections & SESSION_SECTIONS:
             view = self._session_parts(event, view)
         return view
+
+    def _with_reference(self, response: ResponseView, prompt: tuple[int, ...]) -> ResponseView:
+        """The response with the model's greedy tokens for ``prompt`` computed with nothing
+        cached (a model without an exact reference leaves it unchecked)."""
+        reference = getattr(self.runner, "reference", None)
+        n = len(response.output_ids)
+        tokens = reference(prompt, n) if reference is not None and n else None
+        if tokens is None:
+            return response
+        return replace(response, reference_ids=tuple(tokens), reference_checked=True)
 
     def _places(self) -> ReqPlaces:
         """Where the scheduler holds each request. A decode step's batch is the running batch

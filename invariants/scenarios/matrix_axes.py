@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MATRIX_PATH = ROOT / "ci" / "matrix.yaml"
 AXIS_NAMES = ("page_size", "attention", "speculative", "retract", "mixed_chunk", "overlap", "cache")
 DEFAULT_WINDOW = 64
-MLA_TINY = {"attention": "mla", "num_layers": 1, "dtype": "float32"}
+MLA_TINY = {"attention": "mla", "num_layers": 1, "dtype": "float64"}
 
 
 class _Strict(BaseModel):

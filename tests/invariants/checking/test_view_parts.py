@@ -11,11 +11,16 @@ from invariants.checking.loader import load_catalog
 
 
 def test_parts_follow_the_rules_that_read_them() -> None:
-    """Census rules listen at step and idle only: those events get the census, the others not."""
+    """Census rules listen at step and idle (and crash): those events get the census, the
+    others not; only the response event builds the uncached reference tokens."""
     checker = Checker(load_catalog(), Level.RECORD)
-    assert OPTIONAL_PARTS <= checker.view_parts("step")
+    assert {"census", "nodes"} <= checker.view_parts("step")
     assert "census" not in checker.view_parts("forward")
     assert "nodes" not in checker.view_parts("schedule")
+    assert "reference_ids" in checker.view_parts("response")
+    others = ("schedule", "forward", "process", "step", "idle", "session")
+    assert not any("reference_ids" in checker.view_parts(e) for e in others)
+    assert OPTIONAL_PARTS == {"census", "nodes", "reference_ids"}
 
 
 def test_view_without_parts_marks_them_untaken() -> None:
