@@ -240,10 +240,9 @@ def _take_row(pool: ReqToTokenPool, req: Req) -> int:
 def _make_cache(
     config: MemoryConfig, pool: ReqToTokenPool, allocator: PagedAllocator | SWAAllocator
 ) -> PrefixCache:
-    if config.cache == "chunk":
-        return ChunkCache(
-            pool, allocator, config.page_size, sliding_window_size=config.sliding_window
-        )
+    if config.cache == "chunk":  # a window without its own pool masks reads, frees nothing
+        window = config.sliding_window if config.is_hybrid else None
+        return ChunkCache(pool, allocator, config.page_size, sliding_window_size=window)
     if isinstance(allocator, SWAAllocator):
         assert config.sliding_window is not None
         return SWARadixCache(pool, allocator, config.page_size, config.sliding_window)

@@ -208,6 +208,7 @@ class SchedView:
     spec_mode: str = "off"  # speculative decoding: off | v1 (EAGLE, no overlap) | v2 (overlap)
     num_draft_tokens: int = 0  # EAGLE: tokens one verify writes (root + num_steps drafts)
     spec_alloc_len: int = 0  # EAGLE: KV one decode step may allocate (get_alloc_len_per_decode)
+    chunk_deferred: bool = False  # the in-flight chunk waits this round: the pool had no room
 
 
 @dataclass(frozen=True, slots=True)

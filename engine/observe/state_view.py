@@ -124,6 +124,7 @@ class StateViews:
             spec_mode=policy.spec_mode,
             num_draft_tokens=policy.num_draft_tokens,
             spec_alloc_len=policy.alloc_len,
+            chunk_deferred=sched.stats.chunk_deferred_at == sched.stats.iterations,
         )
 
     def _session_parts(self, event: str, view: StateView) -> StateView:

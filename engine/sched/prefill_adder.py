@@ -57,6 +57,7 @@ class PrefillAdder:
         self.rem_total_token_offset += sum(self._running_headroom(r) for r in running_reqs)
         self.can_run_list: list[Req] = []
         self.new_chunked_req: Req | None = None
+        self.deferred = False  # the in-flight chunk could not continue this round
         self.log_hit_tokens = 0
         self.log_input_tokens = 0
 
@@ -100,14 +101,28 @@ class PrefillAdder:
 
     def add_chunked_req(self, req: Req) -> Req | None:
         """Continue the in-flight chunked request; returns it while it stays truncated.
-        It is always added — dropping it would leak its row and KV — so when no budget is
-        left it still takes a full chunk."""
+        With no budget left it still takes a full chunk (its KV is released only when it
+        finishes) — but never more than the pool can give it now (the rest of its last page,
+        then page-floored free plus evictable): SGLang asserts a continuing chunk fits; where
+        nothing would, the chunk is ``deferred`` a round (it keeps its row and KV) while the
+        decode step runs, retracts or finishes requests."""
         assert self.rem_chunk_tokens is not None, (
             "a chunked request exists only with chunked prefill on"
         )
         rem = min(self.rem_chunk_tokens, int(self.rem_total_tokens))
         if rem <= 0:
             rem = self.rem_chunk_tokens
+        prefix, ps = len(req.prefix_indices), self.page_size
+        room = (
+            paging.ceil_align(prefix, ps)
+            - prefix
+            + paging.floor_align(self.mem.admittable_size(), ps)
+        )  # the rest of its last page, then whole free or evictable pages
+        rem = min(rem, room)
+        if rem <= 0:
+            self.deferred = True
+            req.fill_ids = req.fill_ids[: len(req.prefix_indices)]  # what its KV holds
+            return req
         truncated = req.extend_input_len > rem
         req.extend_input_len = min(req.extend_input_len, rem)
         req.fill_ids = req.fill_ids[: len(req.prefix_indices) + req.extend_input_len]

@@ -20,7 +20,8 @@ Deliberate differences from SGLang 0.5.11 (each keeps memory safe where SGLang w
 spin): a mixed batch is formed only if the decode step's memory is there (SGLang's
 ``alloc_for_decode`` would raise); the delayed token of a request finished inside a mixed
 overlap batch is not freed again (``kv_committed_len`` already covers it); a too-long prompt
-is finished before any prefill (SGLang prefills a 1-token stand-in).
+is finished before any prefill (SGLang prefills a 1-token stand-in); a continuing chunk the
+pool cannot take this round waits (SGLang asserts it fits; adder.deferred).
 """
 
 from __future__ import annotations
@@ -176,14 +177,11 @@ class Scheduler:
         s.prefill_batches += batch.mode is ForwardMode.EXTEND
         s.decode_batches += batch.mode is ForwardMode.DECODE
         s.mixed_batches += batch.mode is ForwardMode.MIXED
-        s.chunked_prefills += (
-            batch.is_extend and batch.chunked_req is not None
-        )  # a decode batch keeps a stale one
+        # a decode batch keeps a stale chunked_req: count extend batches only
+        s.chunked_prefills += batch.is_extend and batch.chunked_req is not None
         decode = len(batch.decoding_reqs or ()) if batch.is_extend else batch.batch_size()
         s.decode_tokens += decode
-        s.extend_tokens += (
-            len(fb.input_ids) - decode if batch.is_extend else 0
-        )  # not EAGLE's verify
+        s.extend_tokens += len(fb.input_ids) - decode if batch.is_extend else 0  # not verify
 
     # ---- scheduling ----
 
@@ -234,6 +232,9 @@ class Scheduler:
         if self.chunked_req is not None:
             self.chunked_req.init_next_round_input()
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
+            if adder.deferred:  # no room for the chunk: the decode step runs instead
+                self.stats.chunk_deferred_at = self.stats.iterations
+                return None
         self._admit_waiting(adder)
         can_run = adder.can_run_list
         if not can_run:
@@ -286,11 +287,8 @@ class Scheduler:
         """Mixed chunk: the running requests' decode step rides in the prefill batch — only
         when that step's memory is there (no retract can happen here)."""
         running = self.running_batch
-        if (
-            not self.config.enable_mixed_chunk
-            or running.is_empty()
-            or not self.policy.mixes_chunks  # as SGLang: never with speculative decoding
-        ):
+        mixes = self.config.enable_mixed_chunk and self.policy.mixes_chunks  # never with EAGLE
+        if not mixes or running.is_empty():
             return
         if any(r.return_logprob for r in new_batch.reqs + running.reqs):
             return

@@ -41,3 +41,4 @@ class SchedulerStats:
     cached_tokens: int = 0
     evicted_tokens: int = 0  # the memory layer's counter, copied at the end of each iteration
     spec_accept_hist: tuple[int, ...] = ()  # EAGLE: verifies by accepted draft count 0..num_steps
+    chunk_deferred_at: int = -1  # the last iteration whose continuing chunk could not fit

@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from engine.cache.chunk_cache import ChunkCache, SWAChunkCache
+from engine.config import EngineConfig, MemoryConfig
+from engine.engine import Engine
 from engine.errors import KVAccountingError
 from engine.mem.allocator import PagedAllocator
 from engine.mem.req_to_token import ReqToTokenPool
+from engine.request import SamplingParams
 from tests.engine.conftest import assert_ownership, make_req, make_stack, slots
 
 PAGE_SIZES = [1, 4, 16, 64]
@@ -110,3 +113,15 @@ def test_swa_chunk_cache_needs_an_swa_allocator() -> None:
         ChunkCache(pool, PagedAllocator(16, 4), 4, sliding_window_size=8)
     with pytest.raises(KVAccountingError, match="SWAAllocator"):
         SWAChunkCache(pool, PagedAllocator(16, 4), 4, 8)  # type: ignore[arg-type]
+
+
+def test_a_window_without_a_swa_pool_builds_a_plain_chunk_cache() -> None:
+    """A sliding window with one full pool (no SWA pool to free from) is a valid memory
+    configuration, as it is for the radix cache: the chunk cache is built without a window and
+    the engine runs (found by explore's configuration mutations: it raised at construction)."""
+    config = EngineConfig(
+        memory=MemoryConfig(max_total_tokens=256, cache="chunk", sliding_window=16)
+    )
+    engine = Engine(config)
+    results = engine.generate([[1, 2, 3, 4]], SamplingParams(max_new_tokens=4))
+    assert isinstance(engine.mem.tree_cache, ChunkCache) and results[0].completion_tokens == 4
