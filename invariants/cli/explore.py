@@ -20,7 +20,7 @@ from invariants.checking.loader import load_catalog
 from invariants.cli.app import app
 from invariants.cli.scheduler import PythonOpt, VersionOpt
 from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
-from invariants.explore.report import print_report
+from invariants.explore.report import print_report, write_report_json
 
 UNMET_COVERAGE = 3
 SCHEDULER_SEEDS, SCHEDULER_STEPS = 40, 200  # invariants/sglang/scheduler/explore.py's defaults
@@ -34,7 +34,9 @@ class ExploreTarget(str, Enum):
 Seeds = Annotated[
     int | None,
     typer.Option(
-        min=1, help=f"How many seeds (default {DEFAULT_SEEDS}; sglang-scheduler {SCHEDULER_SEEDS})."
+        min=1,
+        help=f"How many runs (default {DEFAULT_SEEDS}: half fresh seeds, half mutants; "
+        f"sglang-scheduler: {SCHEDULER_SEEDS} fresh seeds).",
     ),
 ]
 Steps = Annotated[
@@ -72,9 +74,14 @@ def explore_engine(
     target: TargetOpt = ExploreTarget.kvspec,
     sglang_version: VersionOpt = None,
     sglang_python: PythonOpt = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="The campaign's JSON (default: OUT/report.json).")
+    ] = None,
 ) -> None:
-    """Run SEEDS seeds (each: a swarm configuration, a generated trace, checked at every
-    event); shrink each distinct failure, write it to OUT, print its replay command."""
+    """Run a coverage-guided campaign of SEEDS runs (half fresh seeds — each a swarm
+    configuration and a generated trace — then mutants of the runs that reached a new
+    (event, feature) pair or engine arc), each checked at every event; shrink each distinct
+    failure, write it to OUT, print its replay command and what the campaign reached."""
     if ctx.invoked_subcommand is not None:
         return
     if target is ExploreTarget.sglang_scheduler:
@@ -87,6 +94,7 @@ def explore_engine(
         seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out
     )
     print_report(report, steps, workers, echo=typer.echo)
+    typer.echo(f"wrote {write_report_json(report, steps, json_out or out / 'report.json')}")
     if report.failed:
         raise typer.Exit(1)
     raise typer.Exit(UNMET_COVERAGE if coverage and report.unmet else 0)

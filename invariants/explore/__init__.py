@@ -1,12 +1,15 @@
 """The engine explorer (`kvspec explore`, `kvspec replay`): seed-driven simulation of the
 whole engine (research/verification.md §6.3).
 
-Keeps: one seed → one swarm configuration → one trace → one outcome; a failure is shrunk
-(delta debugging, same failure key) and written as a JSON trace that `kvspec replay`
-reproduces. Modules: swarm.py (per-seed configuration and op mix), generate.py (the trace:
-safety → drain → idle), coverage.py (`sometimes` goals), ddmin.py (`shrink`), explorer.py
-(the seed loop, workers, findings), parallel.py (the workers' spawn pool), replay.py (first
-violation and the state-view diff), report.py (the printed report).
+Keeps: one seed → one swarm configuration → one trace → one outcome; a run that reaches
+something new is kept and mutated; a failure is shrunk (delta debugging, same failure key) and
+written as a JSON trace that `kvspec replay` reproduces. Modules: swarm.py (per-seed
+configuration and op mix), generate.py (the trace: safety → drain → idle), features.py
+((event, feature) pairs and the `sometimes` goals), branches.py (the engine arcs a run
+executed), mutate.py (mutants of a kept trace), campaign.py (fresh seeds, then generations of
+mutants; the corpus), ddmin.py (`shrink`), explorer.py (the campaign on workers, findings),
+parallel.py (the workers' spawn pool), replay.py (first violation and the state-view diff),
+report.py (the printed report and its JSON).
 """
 
 from invariants.explore.ddmin import shrink

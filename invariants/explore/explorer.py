@@ -1,11 +1,12 @@
-"""The explorer: many seeds, each a generated trace run under the strict catalog; failures
-shrunk and written as replayable JSON traces; `sometimes` goals aggregated over the seeds.
+"""The explorer: a coverage-guided campaign of runs (campaign.py) under the strict catalog;
+failures shrunk and written as replayable JSON traces; what the runs reached reported — the
+`sometimes` goals, the (event, feature) pairs and the engine's arcs.
 
-Keeps: a seed's result depends on the seed and the step budget only (the trace is generated
-from them and the run is deterministic), so worker processes change the speed, never the
-output, and results are reported in seed order. A failure is named by a key — the first
-violated invariant's id, ``error:<exception>`` for an engine crash, ``liveness`` for a drain
-that did not reach idle — and shrinking keeps that key, so it cannot slide to another bug.
+Keeps: a run's result depends on its trace only and the campaign on (first seed, budget,
+steps), so worker processes change the speed, never the output, and results are reported in
+run order. A failure is named by a key — the first violated invariant's id (a crash is one:
+``engine.*``), ``liveness`` for a drain that did not reach idle — and shrinking keeps that
+key, so it cannot slide to another bug.
 """
 
 from __future__ import annotations
@@ -13,36 +14,24 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import ConfigError
 from invariants.checking.loader import Catalog, shipped_catalog
-from invariants.explore.coverage import SlotReuseObserver, coverage, goals_met
+from invariants.explore.campaign import Campaign, Run, RunResult, failure_key, run_one
 from invariants.explore.ddmin import SHRINK_BUDGET, shrink_counted
-from invariants.explore.generate import generate_trace
-from invariants.explore.parallel import map_in_order
-from invariants.explore.swarm import sample_swarm
-from invariants.scenarios.ops import Idle, Trace
+from invariants.explore.features import REQUIRED
+from invariants.explore.parallel import spawn_pool
+from invariants.scenarios.ops import Trace
 from invariants.scenarios.trace_run import TraceOutcome, run_trace
 
-DEFAULT_SEEDS = 200
+DEFAULT_SEEDS = 200  # runs: half fresh seeds, half mutants of the runs that reached new ground
 DEFAULT_STEPS = 300
 FAILURE_DIR = Path("explore-failures")
 MAX_SHRUNK = 3  # distinct failure keys shrunk per run (each shrink re-runs the trace many times)
 default_catalog = shipped_catalog  # the explorer's name for the catalog loaded once per process
-
-
-def failure_key(outcome: TraceOutcome) -> str | None:
-    """What failed: the first violated invariant, an engine crash, a drain short of idle."""
-    if outcome.violations:
-        return outcome.violations[0].invariant
-    if outcome.error is not None:
-        return "error:" + outcome.error.split(":", 1)[0]
-    ops = outcome.trace.ops
-    if any(r.status == "incomplete" and isinstance(ops[r.index], Idle) for r in outcome.results):
-        return "liveness"
-    return None
+SeedResult = RunResult  # a fresh seed's result is a run's
 
 
 def check_trace(trace: Trace, catalog: Catalog | None = None) -> TraceOutcome:
@@ -55,49 +44,14 @@ def fails_like(key: str, catalog: Catalog | None = None) -> Callable[[Trace], bo
     return lambda trace: failure_key(check_trace(trace, catalog)) == key
 
 
-@dataclass(frozen=True, slots=True)
-class SeedResult:
-    """One seed's run: its configuration, what failed (None: nothing), its goals."""
-
-    seed: int
-    label: str
-    failure: str | None
-    detail: str
-    goals: frozenset[str]
-    ops: int
-    steps: int
-    seconds: float
-
-
-def run_seed(seed: int, steps: int) -> SeedResult:
-    """Generate and run the trace of ``seed`` (module-level: worker processes call it)."""
-    start = time.perf_counter()
-    label = sample_swarm(seed).label
-    trace = generate_trace(seed, steps)
-    reuse = SlotReuseObserver()
-    try:
-        outcome = run_trace(trace, default_catalog(), stop_at_first=True, observers=[reuse])
-    except ConfigError as exc:  # the swarm drew a configuration the engine refuses
-        return SeedResult(seed, label, "config", str(exc), frozenset(), len(trace.ops), 0, 0.0)
-    key = failure_key(outcome)
-    detail = (
-        "" if key is None else outcome.describe(1) or "drain did not reach idle within its budget"
-    )
-    return SeedResult(
-        seed,
-        label,
-        key,
-        detail,
-        goals_met(outcome, reuse),
-        len(trace.ops),
-        outcome.steps,
-        time.perf_counter() - start,
-    )
+def run_seed(seed: int, steps: int) -> RunResult:
+    """The fresh run of ``seed`` (the campaign's first runs are these)."""
+    return run_one(Run(0, seed), steps)
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A failing seed, shrunk: the trace written to ``path`` replays it."""
+    """A failing run, shrunk: the trace written to ``path`` replays it."""
 
     seed: int
     key: str
@@ -106,27 +60,42 @@ class Finding:
     original_ops: int
     shrunk_ops: int
     shrink_runs: int
+    name: str = ""
 
 
 @dataclass(slots=True)
 class ExploreReport:
-    """A whole run: every seed's result in seed order, the shrunk findings, the coverage."""
+    """A whole campaign: every run's result in run order, the shrunk findings, the coverage."""
 
-    results: list[SeedResult] = field(default_factory=list)
+    results: list[RunResult] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
+    corpus: int = 0  # runs kept for reaching something new
 
     @property
-    def failed(self) -> list[SeedResult]:
+    def failed(self) -> list[RunResult]:
         return [r for r in self.results if r.failure is not None]
 
     @property
     def coverage(self) -> dict[str, int]:
-        return coverage(r.goals for r in self.results)
+        """Per required goal, how many runs met it (0: unmet)."""
+        counts = dict.fromkeys(REQUIRED, 0)
+        for result in self.results:
+            for goal in result.goals:
+                counts[goal] += 1
+        return counts
 
     @property
     def unmet(self) -> list[str]:
         return [goal for goal, n in self.coverage.items() if n == 0]
+
+    @property
+    def features(self) -> frozenset[str]:
+        return frozenset().union(*(r.features for r in self.results))
+
+    @property
+    def arcs(self) -> frozenset[str]:
+        return frozenset().union(*(r.arcs for r in self.results))
 
 
 def explore(
@@ -140,43 +109,60 @@ def explore(
     max_shrunk: int = MAX_SHRUNK,
     shrink_budget: int = SHRINK_BUDGET,
 ) -> ExploreReport:
-    """Run seeds ``seed_start …`` (``workers`` processes), then shrink the first failing
-    seed of each distinct failure key (at most ``max_shrunk``) into ``out_dir``."""
+    """Run a campaign of ``seeds`` runs from ``seed_start`` (``workers`` processes), then
+    shrink the first failing run of each distinct failure key (at most ``max_shrunk``) into
+    ``out_dir``."""
     start = time.perf_counter()
+    campaign = Campaign(seeds, steps, seed_start)
     report = ExploreReport()
-    for result in _results(range(seed_start, seed_start + seeds), steps, workers):
+    for result in campaign_results(campaign, workers):
         report.results.append(result)
         if fail_fast and result.failure is not None:
             break
     keys: set[str] = set()
     for result in report.failed:
         if result.failure not in keys and len(keys) < max_shrunk and result.failure != "config":
-            keys.add(result.failure)
-            report.findings.append(shrink_seed(result, steps, out_dir, shrink_budget))
+            keys.add(result.failure)  # type: ignore[arg-type]
+            trace = campaign.trace_of(result.index)
+            report.findings.append(shrink_run(result, trace, out_dir, shrink_budget))
+    report.corpus = len(campaign.corpus)
     report.seconds = time.perf_counter() - start
     return report
 
 
-def _results(seeds: range, steps: int, workers: int) -> Iterator[SeedResult]:
-    """Each seed's result, in seed order, on ``workers`` spawned processes."""
-    return map_in_order(functools.partial(run_seed, steps=steps), seeds, workers)
+def campaign_results(campaign: Campaign, workers: int) -> Iterator[RunResult]:
+    """Every run's result in run order, generation by generation (each generation's results
+    taken into the campaign before the next is drawn), on one pool of ``workers``."""
+    work = functools.partial(run_one, steps=campaign.steps)
+    with ExitStack() as stack:
+        pool = stack.enter_context(spawn_pool(workers)) if workers > 1 else None
+        while not campaign.done:
+            runs = campaign.next_generation()
+            results = list(pool.map(work, runs) if pool is not None else map(work, runs))
+            campaign.take(results)
+            yield from results
 
 
-def shrink_seed(
-    result: SeedResult, steps: int, out_dir: Path, budget: int = SHRINK_BUDGET
+def shrink_run(
+    result: RunResult, trace: Trace, out_dir: Path, budget: int = SHRINK_BUDGET
 ) -> Finding:
-    """Shrink the failing trace of ``result``'s seed and write it as ``seed-<n>.json``."""
+    """Shrink the failing ``trace`` of ``result`` and write it as ``seed-<n>[-m<i>].json``."""
     assert result.failure is not None
-    trace = generate_trace(result.seed, steps)
     outcome = check_trace(trace)
-    if outcome.stopped_at is not None and outcome.stopped_at < len(
-        trace.ops
-    ):  # later ops never ran
-        trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])
+    if outcome.stopped_at is not None and outcome.stopped_at < len(trace.ops):
+        trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])  # later ops never ran
     small, runs = shrink_counted(trace, fails_like(result.failure), budget=budget)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"seed-{result.seed}.json"
-    small.model_copy(update={"name": f"explore-seed-{result.seed}-shrunk"}).save(path)
+    stem = result.name.replace(" ", "-")
+    path = out_dir / f"{stem}.json"
+    small.model_copy(update={"name": f"explore-{stem}-shrunk"}).save(path)
     return Finding(
-        result.seed, result.failure, result.detail, path, result.ops, len(small.ops), runs
+        result.seed,
+        result.failure,
+        result.detail,
+        path,
+        result.ops,
+        len(small.ops),
+        runs,
+        result.name,
     )

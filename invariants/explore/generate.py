@@ -50,14 +50,48 @@ def generate_trace(seed: int, steps: int, swarm: Swarm | None = None) -> Trace:
     """The trace of ``seed`` with ``steps`` scheduled iterations in its safety phase, on the
     seed's swarm configuration (or on ``swarm``: another target's draw for the seed)."""
     swarm = swarm or sample_swarm(seed)
-    gen = _Generator(swarm, np.random.default_rng([seed, 4]))
-    ops = gen.safety(steps)
-    return Trace(
-        name=f"explore-seed-{seed}",
-        seed=seed,
-        engine=swarm.engine,
-        ops=[*ops, *gen.drain(ops), FlushCache()],
+    ops = generate_ops(swarm, np.random.default_rng([seed, 4]), steps)
+    return Trace(name=f"explore-seed-{seed}", seed=seed, engine=swarm.engine, ops=with_drain(ops))
+
+
+def generate_ops(swarm: Swarm, rng: np.random.Generator, steps: int, prefix: str = "") -> list[Op]:
+    """Safety-phase ops for ``steps`` scheduled iterations; every request and session id
+    starts with ``prefix`` (ops spliced into another trace keep their own names)."""
+    return _Generator(swarm, rng, prefix=prefix).safety(steps)
+
+
+def with_drain(safety: list[Op]) -> list[Op]:
+    """``safety`` then the drain: every session it left open closed, idle within a budget of
+    a few steps per token still owed, and the final cache flush."""
+    open_sids: dict[str, None] = {}
+    for op in safety:
+        if isinstance(op, OpenSession):
+            open_sids[op.sid] = None
+        elif isinstance(op, CloseSession):
+            open_sids.pop(op.sid, None)
+    owed = sum(len(op.input_ids) + op.max_new_tokens for op in safety if isinstance(op, Submit))
+    closes = [CloseSession(sid=sid) for sid in open_sids]
+    return [*safety, *closes, Idle(max_steps=DRAIN_FLOOR + 4 * owed), FlushCache()]
+
+
+def scheduled(ops: list[Op]) -> int:
+    """The iterations ``ops`` schedule: each step, a wait's budget, a forced retract's one."""
+    return sum(
+        op.n
+        if isinstance(op, Step)
+        else WAIT_STEPS
+        if isinstance(op, WaitFor)
+        else int(isinstance(op, ForceRetract))
+        for op in ops
     )
+
+
+def safety_part(ops: list[Op]) -> list[Op]:
+    """A generated trace's ops before its drain (the inverse of ``with_drain``)."""
+    end = next((i for i, op in enumerate(ops) if isinstance(op, Idle)), len(ops))
+    while end > 0 and isinstance(ops[end - 1], CloseSession):
+        end -= 1
+    return list(ops[:end])
 
 
 @dataclass(slots=True, eq=False)
@@ -66,6 +100,7 @@ class _Generator:
 
     swarm: Swarm
     rng: np.random.Generator
+    prefix: str = ""
     rids: list[str] = field(default_factory=list)
     sessions: dict[str, bool] = field(default_factory=dict)  # open sid -> streaming
     last_turn: dict[str, str] = field(default_factory=dict)  # sid -> its last request
@@ -75,27 +110,13 @@ class _Generator:
         kinds = [k for k, w in self.swarm.weights.items() if w > 0]
         p = np.array([self.swarm.weights[k] for k in kinds])
         ops: list[Op] = []
-        scheduled = 0
-        while scheduled < steps:
+        count = 0
+        while count < steps:
             kind = kinds[int(self.rng.choice(len(kinds), p=p / p.sum()))]
             new = self._make(kind)
             ops.extend(new)
-            scheduled += sum(
-                op.n
-                if isinstance(op, Step)
-                else WAIT_STEPS
-                if isinstance(op, WaitFor)
-                else 1
-                if isinstance(op, ForceRetract)
-                else 0
-                for op in new
-            )
+            count += scheduled(new)
         return ops
-
-    def drain(self, safety: list[Op]) -> list[Op]:
-        owed = sum(len(op.input_ids) + op.max_new_tokens for op in safety if isinstance(op, Submit))
-        budget = DRAIN_FLOOR + 4 * owed
-        return [*(CloseSession(sid=sid) for sid in self.sessions), Idle(max_steps=budget)]
 
     def _make(self, kind: str) -> list[Op]:
         rng = self.rng
@@ -125,7 +146,7 @@ class _Generator:
         )
 
     def _open(self) -> OpenSession:
-        sid = f"s{self.num_sessions}"
+        sid = f"{self.prefix}s{self.num_sessions}"
         self.num_sessions += 1
         streaming = bool(self.rng.random() < self.swarm.streaming_prob)
         self.sessions[sid] = streaming
@@ -134,7 +155,7 @@ class _Generator:
 
     def _submit(self, sid: str | None) -> Submit:
         rng, shape = self.rng, self.swarm.prompts
-        rid = f"r{len(self.rids)}"
+        rid = f"{self.prefix}r{len(self.rids)}"
         self.rids.append(rid)
         if sid is not None:  # a turn: short new input on top of the session's history
             ids = self._turn_input(max(2, shape.suffix_max // 4))
@@ -160,12 +181,12 @@ class _Generator:
     def _turn_input(self, most: int) -> list[int]:
         """A turn's new tokens, its boundaries as likely as its bulk: a length log-uniform in
         [1, most) (one token as often as a dozen), and the leading BOS a client tokenizing
-        each turn sends (SGLang strips it), alone a third of those times ("continue")."""
+        each turn sends (SGLang strips it), alone half of those times ("continue")."""
         rng = self.rng
         n = int(np.exp(rng.uniform(0.0, np.log(most))))
         ids = rng.integers(0, 256, max(1, min(n, most - 1))).tolist()
         if rng.random() < BOS_PROB:
-            ids = [BOS_ID] if rng.random() < 1 / 3 else [BOS_ID, *ids]
+            ids = [BOS_ID] if rng.random() < 1 / 2 else [BOS_ID, *ids]
         return ids
 
     def _session_ref(self, sid: str) -> SessionRef:

@@ -92,8 +92,12 @@ class Replay:
 def replay(trace: Trace, catalog: Catalog | None = None) -> Replay:
     """Run ``trace`` to its first violation (level 2) and diff the views around it."""
     recorder = ViewRecorder(catalog or default_catalog())
-    outcome = run_trace(trace, catalog or default_catalog(), Level.OFF, observers=[recorder])
+    # the run's own checker records what the recorder cannot see: a crash (engine.*)
+    outcome = run_trace(trace, catalog or default_catalog(), Level.RECORD, observers=[recorder])
     if recorder.violation is None:
+        crash = next((v for v in outcome.violations if v.event == "crash"), None)
+        if crash is not None:
+            return Replay(trace, outcome, crash.violation, crash.op_index)
         return Replay(trace, outcome, None, None)
     diff = view_diff(recorder.before or StateView(), recorder.at or StateView())
     return Replay(trace, outcome, recorder.violation, outcome.stopped_at, diff)

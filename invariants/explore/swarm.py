@@ -146,15 +146,36 @@ def sample_engine(rng: np.random.Generator) -> EngineSpec:
             "num_draft_tokens": steps + 1,
             "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2),
         }
-    # admission charges prompt + new tokens + a page against the smaller pool: keep that
-    # fitting beside the page every open session's slot may pin in each pool (#27024: pinned
-    # session KV is never evictable, so a pool smaller than that stalls by configuration)
+    return EngineSpec.model_validate(fit_pools(fields))
+
+
+def fit_pools(fields: dict[str, Any]) -> dict[str, Any]:
+    """Engine fields made fit for the swarm: pools page-aligned and at least
+    ``smallest_pool``, a chunk of at least a page, EAGLE's chain filled in, and the context
+    limit set so admission — prompt + new tokens + a page, charged against the smaller pool
+    — fits beside the page each open session's slot may pin in each pool (#27024: pinned
+    session KV is never evictable, so a pool smaller than that stalls by configuration)."""
+    fields = dict(fields)
+    ps = int(fields["page_size"])
+    floor = smallest_pool(ps)
+    tokens = max(paging.ceil_align(int(fields["max_total_tokens"]), ps), floor)
+    fields["max_total_tokens"] = tokens
+    if fields.get("swa_tokens"):
+        fields["swa_tokens"] = max(paging.ceil_align(int(fields["swa_tokens"]), ps), floor)
+    if fields.get("chunked_prefill_size") is not None:
+        fields["chunked_prefill_size"] = max(int(fields["chunked_prefill_size"]), ps)
+    if fields.get("speculative"):
+        spec = dict(fields["speculative"])
+        steps = spec.setdefault("num_steps", 2)
+        spec.setdefault("num_draft_tokens", steps + 1)
+        spec.setdefault("accept_prob", 0.6)
+        fields["speculative"] = spec
     smallest = min(tokens, fields.get("swa_tokens") or tokens)
     pinned = MAX_OPEN_SESSIONS * ps
     fields["context_len"] = min(
         smallest - NEW_MAX - 2 * ps - pinned - 16, 512 if ps < 256 else 1024
     )
-    return EngineSpec.model_validate(fields)
+    return fields
 
 
 def smallest_pool(ps: int) -> int:

@@ -138,12 +138,14 @@ def run_trace(
     observers: Sequence[Observer] = (),
     stop_at_first: bool = False,
     drain: bool = True,
+    before_op: Callable[[int], None] | None = None,
 ) -> TraceOutcome:
     """Run ``trace``'s ops, then (``drain``) step to idle; the checker sees every event.
-    ``stop_at_first`` (or level 2) ends the run at the first violation. A trace whose engine
+    ``stop_at_first`` (or level 2) ends the run at the first violation; ``before_op`` hears
+    each op's index before it runs (``len(ops)``: the final drain). A trace whose engine
     config is invalid raises ``ConfigError`` before anything runs."""
     checker = Checker(catalog, level=Level.STRICT if stop_at_first else level)
-    run = _Interpreter(trace, checker, observers)
+    run = _Interpreter(trace, checker, observers, before_op)
     start = time.perf_counter()
     stopped = run.execute(drain)
     seconds = time.perf_counter() - start
@@ -166,8 +168,15 @@ def run_trace(
 class _Interpreter:
     """The engine, the checker, and the state the ops are interpreted against."""
 
-    def __init__(self, trace: Trace, checker: Checker, observers: Sequence[Observer]) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        checker: Checker,
+        observers: Sequence[Observer],
+        before_op: Callable[[int], None] | None = None,
+    ) -> None:
         self.trace = trace
+        self.before_op = before_op
         self.checker = checker
         self.engine = Engine(
             trace.engine.engine_config(trace.seed),
@@ -189,6 +198,8 @@ class _Interpreter:
         if drain:
             actions.append(self.drain)
         for self.index, action in enumerate(actions):
+            if self.before_op is not None:
+                self.before_op(self.index)
             try:
                 result = action()
             except InvariantViolation:

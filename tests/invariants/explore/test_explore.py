@@ -1,7 +1,8 @@
 """The engine explorer (invariants/explore/): one seed gives one swarm configuration and one
 trace, byte for byte; every configuration is a valid matrix row; traces run safety → drain
 → idle; the correct engine passes; worker processes change nothing but speed; the
-`sometimes` goals are read from what really happened; failures are keyed by what failed."""
+`sometimes` goals are read from what really happened (features.py); failures are keyed by
+what failed."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from invariants.explore import (
     generate_trace,
     run_seed,
 )
-from invariants.explore.coverage import GOALS, SlotReuseObserver, goals_met
 from invariants.explore.explorer import check_trace, default_catalog
+from invariants.explore.features import REQUIRED, FeatureProbe, goals_of, outcome_features
 from invariants.explore.swarm import SKIPPED_VALUES, sample_swarm
 from invariants.scenarios.matrix_axes import axis_values, load_matrix, violations
 from invariants.scenarios.ops import (
@@ -157,10 +158,11 @@ def test_goals_are_read_from_what_happened() -> None:
             Abort(rid="c"),
         ],
     )
-    reuse = SlotReuseObserver()
-    met = goals_met(run_trace(trace, default_catalog(), observers=[reuse]), reuse)
-    assert met == {"session_reuse", "abort", "chunking"}
-    assert set(GOALS) >= met
+    probe = FeatureProbe()
+    outcome = run_trace(trace, default_catalog(), observers=[probe])
+    met = goals_of(probe.features | outcome_features(outcome))
+    assert met == {"session_reuse", "abort", "chunking"}  # an abort by rid names no phase
+    assert "schedule:stream:append_few|ps1|full|overlap|spec_off" in probe.features
 
 
 def test_failure_keys() -> None:
@@ -184,13 +186,15 @@ def test_cli_explore_and_memory(tmp_path: Path) -> None:
     args = ["explore", "--seeds", "2", "--steps", "60", "--out", str(tmp_path)]
     waived = runner.invoke(app, [*args, "--no-coverage"])
     assert waived.exit_code == 0, waived.output
-    assert "sometimes goals" in waived.output and "explored 2 seeds" in waived.output
+    assert "sometimes goals" in waived.output and "explored 2 runs" in waived.output
+    assert "(event, feature) pairs" in waived.output and (tmp_path / "report.json").exists()
     results = [run_seed(seed, 60) for seed in (0, 1)]  # the same seeds, through the library
     assert not any(r.failure for r in results)
-    unmet = set(GOALS) - {goal for r in results for goal in r.goals}
+    unmet = set(REQUIRED) - {goal for r in results for goal in r.goals}
     required = runner.invoke(app, args)
     assert required.exit_code == (3 if unmet else 0), required.output
-    assert {goal for goal, text in GOALS.items() if f"NEVER: {text}" in required.output} == unmet
+    never = {goal for goal, (_, text) in REQUIRED.items() if f"NEVER: {text}" in required.output}
+    assert never == unmet
     memory = runner.invoke(app, ["explore", "memory", "--requests", "12"])
     assert memory.exit_code == 0, memory.output
     assert (explore_cli.DEFAULT_SEEDS, explore_cli.DEFAULT_STEPS) == (DEFAULT_SEEDS, DEFAULT_STEPS)
