@@ -1,15 +1,11 @@
 """The zoo against the default gate (`kvspec bugs --gate`): every entry run through exactly
-what a user runs — the `make report` cells, then `kvspec explore` at its default budget — with
-no trigger written for it, and the first finding said with its source and the time it took.
+what a user runs — the `make report` cells and `kvspec explore`'s default campaign, side by
+side on the workers (gate_traffic.py) — with no trigger written for it, and the first finding
+said with its source and the time it took.
 
-Keeps: the gate's traffic is the same for every entry (the report's cells in report order,
-then explore's seeds in seed order); an engine mutant is patched inside each worker, around
-one cell or seed, so no run outlives its entry; a finding is what the default gate fails on —
-a violated invariant, a failed response oracle, a crash (``error:``), a drain that never
-reached idle (``liveness``) — never an unmet ``expect`` goal, which says nothing about
-correctness. A false-positive entry runs the correct engine with its pre-fix rules beside
-the catalog and counts when they fire; a planted entry no trace reaches is reported as such,
-never as caught.
+Keeps: a false-positive entry runs the correct engine with its pre-fix rules beside the
+catalog and counts when they fire; a planted entry no trace reaches is reported as such,
+never as caught; the time is wall time from the entry's first unit to its first finding.
 """
 
 from __future__ import annotations
@@ -19,47 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
 
-from invariants.checking.checker import Checker, CheckerHook, Level
-from invariants.checking.loader import load_catalog, shipped_catalog
-from invariants.explore.explorer import DEFAULT_SEEDS, DEFAULT_STEPS, run_seed
-from invariants.explore.generate import generate_trace
+from invariants.explore.explorer import DEFAULT_SEEDS, DEFAULT_STEPS
 from invariants.explore.parallel import spawn_pool
-from invariants.mutants import ZOO, FalsePositive, Mutant, Planted, entry
-from invariants.report.cells import ReportCell, report_cells, run_cell
-from invariants.scenarios.scenario import build_trace
-from invariants.scenarios.trace_run import run_trace
+from invariants.mutants import ZOO, Planted, entry
+from invariants.mutants.gate_traffic import GateHit, GateTask, GateTraffic, run_gate_task
 
 GATE_LIMIT_S = 60.0  # the issue's goal per entry; a reported figure, never a pass/fail test
-
-
-@dataclass(frozen=True, slots=True)
-class GateTask:
-    """One unit of the gate's traffic: a report cell, or an explore seed."""
-
-    index: int
-    cell: ReportCell | None = None
-    seed: int = -1
-
-    @property
-    def source(self) -> str:
-        return self.cell.name if self.cell is not None else f"explore seed {self.seed}"
-
-    @property
-    def replay(self) -> str:
-        return (
-            self.cell.replay
-            if self.cell is not None
-            else f"kvspec explore --seed-start {self.seed} --seeds 1"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class GateHit:
-    """What one task found under an entry: the failure key and its first line."""
-
-    index: int
-    key: str
-    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,76 +43,23 @@ class GateResult:
         return self.status != "missed"
 
 
-def gate_tasks(seeds: int = DEFAULT_SEEDS) -> list[GateTask]:
-    """The report's cells in report order, then explore's seeds 0 … ``seeds - 1``."""
-    cells = report_cells()
-    tasks = [GateTask(i, cell=c) for i, c in enumerate(cells)]
-    return tasks + [GateTask(len(cells) + s, seed=s) for s in range(seeds)]
-
-
-def run_gate_task(name: str, task: GateTask, steps: int = DEFAULT_STEPS) -> GateHit | None:
-    """Run one task under entry ``name`` (module-level: workers call it)."""
-    found = entry(name)
-    if isinstance(found, FalsePositive):
-        return _old_rules_hit(found, task, steps)
-    assert isinstance(found, Mutant)
-    with found.patch():
-        return task_hit(task, steps)
-
-
-def task_hit(task: GateTask, steps: int) -> GateHit | None:
-    """What the default gate fails on in this task (None: clean)."""
-    if task.cell is not None:
-        result = run_cell(task.cell, Level.RECORD)
-        if result.violations:
-            first = result.violations[0]
-            return GateHit(task.index, first["invariant"], first["message"])
-        oracles = [u for u in result.unmet if u.startswith(("oracle", "op #"))]
-        if result.error is not None:
-            return GateHit(task.index, "error:" + result.error.split(":", 1)[0], result.error)
-        if oracles:
-            return GateHit(task.index, oracles[0].split(":", 1)[0], oracles[0])
-        return None
-    seed = run_seed(task.seed, steps)
-    if seed.failure is None or seed.failure == "config":
-        return None
-    return GateHit(task.index, seed.failure, seed.detail)
-
-
-def _old_rules_hit(fp: FalsePositive, task: GateTask, steps: int) -> GateHit | None:
-    """The correct engine on the task's trace, the pre-fix rules watching beside the catalog."""
-    if task.cell is not None and task.cell.spec is None:
-        return None  # a memory-layer cell has no scheduler for a busy or idle check
-    trace = (
-        build_trace(task.cell.spec) if task.cell is not None else generate_trace(task.seed, steps)
-    )
-    old = Checker(load_catalog([fp.old_rules_path]), Level.RECORD)
-    run_trace(trace, shipped_catalog(), observers=[CheckerHook(old)])
-    if not old.violations:
-        return None
-    first = old.violations[0]
-    return GateHit(task.index, first.invariant, first.message)
-
-
 def gate_entry(
-    name: str, tasks: Sequence[GateTask], pool: ProcessPoolExecutor, window: int, steps: int
+    name: str, traffic: GateTraffic, pool: ProcessPoolExecutor, window: int, steps: int
 ) -> GateResult:
-    """Feed ``tasks`` in order, ``window`` in flight, until one finds something; the hit
-    reported is the earliest task among those done when the first came back."""
+    """Feed ``traffic``, ``window`` units in flight, until one finds something."""
     found = entry(name)
     if isinstance(found, Planted):
         return GateResult(name, found.issue, found.kind, "planted", detail=found.why)
-    start, hits, done = time.perf_counter(), [], 0
-    for batch in _completed(name, tasks, pool, window, steps):
-        done += len(batch)
-        hits += [h for h in batch if h is not None]
-        if hits:
+    start, done, issued = time.perf_counter(), 0, dict[int, GateTask]()
+    hit = None
+    for hit in _completed(name, traffic, pool, window, steps, issued):
+        done += 1
+        if hit is not None:
             break
     seconds = time.perf_counter() - start
-    if not hits:
+    if hit is None:
         return GateResult(name, found.issue, found.kind, "missed", seconds=seconds, tasks_run=done)
-    hit = min(hits, key=lambda h: h.index)
-    task = tasks[[t.index for t in tasks].index(hit.index)]
+    task = issued[hit.index]
     return GateResult(
         name, found.issue, found.kind, "caught", hit.key, task.source, task.replay,
         hit.detail, seconds, done,
@@ -159,16 +67,26 @@ def gate_entry(
 
 
 def _completed(
-    name: str, tasks: Sequence[GateTask], pool: ProcessPoolExecutor, window: int, steps: int
-) -> Iterator[list[GateHit | None]]:
-    """Each round of finished tasks' results; stopping early cancels what is queued."""
-    queue, running = list(reversed(tasks)), set[Future]()
+    name: str,
+    traffic: GateTraffic,
+    pool: ProcessPoolExecutor,
+    window: int,
+    steps: int,
+    issued: dict[int, GateTask],
+) -> Iterator[GateHit | None]:
+    """What each finished unit found; stopping early cancels what is queued."""
+    running: dict[Future, GateTask] = {}
     try:
-        while queue or running:
-            while queue and len(running) < window:
-                running.add(pool.submit(run_gate_task, name, queue.pop(), steps))
-            finished, running = wait(running, return_when=FIRST_COMPLETED)
-            yield [f.result() for f in finished]
+        while not traffic.exhausted or running:
+            while len(running) < window and (task := traffic.next_task()) is not None:
+                issued[task.index] = task
+                running[pool.submit(run_gate_task, name, task, steps)] = task
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                running.pop(future)
+                hit, result = future.result()
+                traffic.done(result)
+                yield hit
     finally:
         for future in running:
             future.cancel()
@@ -186,10 +104,11 @@ def run_gate(
     """Every entry asked for (default: the whole zoo) against the gate, on one worker pool;
     ``progress`` hears each entry's result as it is known."""
     chosen = list(names) if names else [e.name for e in ZOO]
-    tasks, results = gate_tasks(seeds), []
+    results = []
     with spawn_pool(workers) as pool:
         for name in chosen:
-            results.append(gate_entry(name, tasks, pool, 2 * workers, steps))
+            traffic = GateTraffic(seeds, steps)
+            results.append(gate_entry(name, traffic, pool, 2 * workers, steps))
             progress(results[-1])
     return results
 
@@ -200,7 +119,7 @@ def gate_line(result: GateResult) -> str:
         return f"planted  {result.name}: no trace reaches it ({result.detail})"
     if result.status == "missed":
         return (
-            f"MISSED   {result.name}: nothing fired in {result.tasks_run} cells and seeds "
+            f"MISSED   {result.name}: nothing fired in {result.tasks_run} cells and runs "
             f"({result.seconds:.1f} s)"
         )
     slow = "" if result.seconds <= GATE_LIMIT_S else f" (over {GATE_LIMIT_S:.0f} s)"
@@ -234,13 +153,10 @@ def gate_json(results: Sequence[GateResult]) -> list[dict]:
 __all__ = [
     "GATE_LIMIT_S",
     "GateResult",
-    "GateTask",
+    "gate_entry",
     "gate_json",
     "gate_line",
-    "gate_tasks",
     "print_gate",
     "run_gate",
-    "run_gate_task",
     "summary_line",
-    "task_hit",
 ]
