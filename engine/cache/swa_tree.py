@@ -221,3 +221,7 @@ class SWATree:
 
     def slot_owners(self) -> Iterator[SlotOwner]:
         return iter(self._registry.slot_owners())
+
+    def node_registry(self) -> NodeRegistry[SWATreeNode]:
+        """The live nodes, their views and census owners (cross-check mode rebuilds them)."""
+        return self._registry

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Generic
 
 from engine.cache.base import SlotOwner
-from engine.cache.tree_util import N, node_view
+from engine.cache.tree_util import N, all_nodes, node_view
 from engine.mem.feed import ChangeFeed
 from engine.view import NodeView
 
@@ -155,3 +155,18 @@ class NodeRegistry(Generic[N]):
     def owner(self, node_id: int) -> SlotOwner | None:
         """The census owner of a live node as last built by ``slot_owners`` (None: gone)."""
         return self._owners.get(node_id)
+
+    def from_scratch(self) -> tuple[tuple[NodeView, ...], list[SlotOwner]]:
+        """The node views and census owners rebuilt from a walk of the tree, not from the
+        marks (cross-check mode's oracle for ``views`` and ``slot_owners``)."""
+        root = self.root
+        if root is None:
+            return (), []
+        nodes = all_nodes(root)
+        views = tuple(node_view(n, n is root, self.lock_attr) for n in nodes)
+        owners = [
+            SlotOwner(f"tree:n{n.id}", n.value, not n.swa_tombstone if self.swa else True)
+            for n in nodes
+            if n is not root
+        ]
+        return views, owners

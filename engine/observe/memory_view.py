@@ -19,6 +19,7 @@ from engine.mem.allocator import PagedAllocator, SWAAllocator
 from engine.memory import KVMemory
 from engine.observe.census import PageRefs, take_census
 from engine.observe.census_incremental import IncrementalCensus
+from engine.observe.crosscheck import cross_check, crosscheck_enabled
 from engine.observe.req_views import NOWHERE, ReqPlaces, ReqViewCache, SpecState
 from engine.observe.session_views import with_session_locks
 from engine.request import Req
@@ -27,6 +28,7 @@ from engine.view import (
     Census,
     PoolView,
     ReqPoolView,
+    ReqView,
     StateView,
     TreeView,
     wanted_sections,
@@ -66,9 +68,22 @@ def memory_view(
             built["req_pool"] = ReqPoolView(pool.size, tuple(pool.free_rows), tuple(in_use))
     if "tree" in sections:
         built["tree"] = _tree_view(mem, nodes="nodes" in parts)
+        if memo is not None and memo.crosscheck:
+            _cross_check_tree(mem.tree_cache, built["tree"])
     if "reqs" in sections:
-        built["reqs"] = (memo.req_views if memo is not None else ReqViewCache()).views(reqs, places)
+        built["reqs"] = _req_views(reqs, places, memo)
     return StateView(event, step, mem.page_size, **{**_SECTIONS, **built})  # type: ignore[arg-type]
+
+
+def _req_views(reqs: list[Req], places: ReqPlaces, memo: ViewMemo | None) -> tuple[ReqView, ...]:
+    """The request views: the memo's reused ones (cross-checked against fresh ones)."""
+    if memo is None:
+        return ReqViewCache().views(reqs, places)
+    views = memo.req_views.views(reqs, places)
+    if memo.crosscheck:
+        fresh = ReqViewCache(memo.req_views.spec_state).views(reqs, places)
+        cross_check("request views", views, fresh)
+    return views
 
 
 def _pool_views(
@@ -95,6 +110,23 @@ def _tree_view(mem: KVMemory, nodes: bool) -> TreeView:
         swa_evictable_size=cache.swa_evictable_size(),
         swa_protected_size=cache.swa_protected_size(),
         nodes_taken=False,
+    )
+
+
+def _cross_check_tree(cache: PrefixCache, view: TreeView) -> None:
+    """The registry's kept node views and census owners against a walk of the tree."""
+    registry = getattr(cache, "node_registry", None)
+    if registry is None:
+        return  # a chunk cache: no tree
+    registry = registry()
+    views, owners = registry.from_scratch()
+    if view.nodes_taken:
+        cross_check("tree node views", tuple(registry.views()), views)
+    kept = [(o.label, o.slots.tolist(), o.holds_swa) for o in registry.slot_owners()]
+    cross_check(
+        "tree census owners",
+        tuple(kept),
+        tuple((o.label, o.slots.tolist(), o.holds_swa) for o in owners),
     )
 
 
@@ -129,8 +161,17 @@ def _full_census(
 ) -> Census:
     """The full pool's census: kept incrementally by the engine's memo, else from scratch."""
     kept = memo.census_of(mem) if memo is not None else None
-    if kept is not None:
-        return incremental_census(kept, mem.req_to_token_pool.req_to_token, rows)
+    if kept is None:
+        return _scratch_full_census(mem, alloc, rows)
+    census = incremental_census(kept, mem.req_to_token_pool.req_to_token, rows)
+    if memo is not None and memo.crosscheck:
+        cross_check("census of the full pool", census, _scratch_full_census(mem, alloc, rows))
+    return census
+
+
+def _scratch_full_census(
+    mem: KVMemory, alloc: PagedAllocator, rows: list[Req | HeldSlot]
+) -> Census:
     ps = mem.page_size
 
     def to_pages(slots: np.ndarray) -> np.ndarray:
@@ -215,13 +256,15 @@ def _row_refs(
 class ViewMemo:
     """What an engine keeps between its views: the last ReqViews (with the speculative
     worker's ``spec_state`` under EAGLE), and the incremental census of its full pool (none
-    for a hybrid SWA pool: those are counted from scratch)."""
+    for a hybrid SWA pool: those are counted from scratch); in cross-check mode
+    (crosscheck.py) both are compared with fresh ones at every view."""
 
-    __slots__ = ("_census", "req_views")
+    __slots__ = ("_census", "crosscheck", "req_views")
 
     def __init__(self, spec_state: SpecState | None = None) -> None:
         self.req_views = ReqViewCache(spec_state)
         self._census: IncrementalCensus | None = None
+        self.crosscheck = crosscheck_enabled()  # each view's fast parts beside fresh ones
 
     def census_of(self, mem: KVMemory) -> IncrementalCensus | None:
         alloc, kept = mem.allocator, self._census

@@ -13,6 +13,7 @@ from enum import IntEnum
 from time import perf_counter_ns
 from typing import Any, Protocol
 
+from engine.observe.crosscheck import cross_check, crosscheck_enabled
 from engine.view import OPTIONAL_PARTS, SECTIONS, SELECTIVE, StateView
 from invariants.checking.dsl import make_env
 from invariants.checking.fastpath import EventFastPath, build_fast_path
@@ -130,6 +131,7 @@ class Checker:
         # fast_path: one fused test per event, node rules over changed nodes (fastpath.py);
         # the rules reading prev are always evaluated on their own
         self._fast = _fast_paths(self._by_event) if fast_path else {}
+        self.crosscheck = crosscheck_enabled()  # every fast pass re-proved rule by rule
         self._with_prev: dict[str, tuple[Rule, ...]] = {
             event: tuple(r for r in rules if r.uses_prev) for event, rules in self._by_event.items()
         }
@@ -161,6 +163,8 @@ class Checker:
             if fast.all_pass(env):
                 fast.passes += 1
                 fast.ns += perf_counter_ns() - start
+                if self.crosscheck:
+                    _cross_check_pass(rules, event, view, env)
                 for rule_id in fast.graced:
                     self._streak[rule_id] = 0
                 rules = self._with_prev[event]
@@ -235,6 +239,23 @@ class Checker:
             )
             for rid, t in self._tally.items()
         }
+
+
+def _cross_check_pass(
+    rules: tuple[Rule, ...], event: str, view: StateView, env: dict[str, Any]
+) -> None:
+    """The fused test said every rule passes: each rule evaluated on its own must agree."""
+    for rule in rules:
+        if rule.uses_prev:
+            continue  # never in the fused test
+        try:
+            failing = rule.failing(env)
+            said = _violation(rule, event, view, env, failing).message if failing else ""
+        except Exception as exc:
+            said = f"raises {type(exc).__name__}: {exc}"
+        if said:
+            what = f"{rule.id} at {event}, step {view.step}"
+            cross_check(what, "passes (fused test)", f"fails: {said}")
 
 
 def _violation(

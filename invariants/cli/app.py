@@ -26,6 +26,24 @@ OutPath = Annotated[
     typer.Option(help="Write the JSON here (default: stdout)."),
 ]
 
+CrossCheck = Annotated[
+    bool,
+    typer.Option(
+        help="Run every fast path (incremental census, reused views, fused rules) beside its "
+        "from-scratch evaluation; stop at the first disagreement (= $KVSPEC_CROSSCHECK=1)."
+    ),
+]
+
+
+def use_crosscheck(on: bool) -> None:
+    """Turn cross-check mode on for this process and the workers it starts."""
+    if on:
+        import os
+
+        from engine.observe.crosscheck import ENV
+
+        os.environ[ENV] = "1"
+
 
 def int_list(text: str) -> list[int]:
     """``"8,32,128"`` → ``[8, 32, 128]``; a clear error for anything else."""

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from invariants.checking.loader import load_catalog
-from invariants.cli.app import app
+from invariants.cli.app import CrossCheck, app, use_crosscheck
 from invariants.cli.scheduler import PythonOpt, VersionOpt
 from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
 from invariants.explore.report import print_report, write_report_json
@@ -77,6 +77,7 @@ def explore_engine(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="The campaign's JSON (default: OUT/report.json).")
     ] = None,
+    crosscheck: CrossCheck = False,
 ) -> None:
     """Run a coverage-guided campaign of SEEDS runs (half fresh seeds — each a swarm
     configuration and a generated trace — then mutants of the runs that reached a new
@@ -84,6 +85,7 @@ def explore_engine(
     failure, write it to OUT, print its replay command and what the campaign reached."""
     if ctx.invoked_subcommand is not None:
         return
+    use_crosscheck(crosscheck)
     if target is ExploreTarget.sglang_scheduler:
         from invariants.cli.scheduler import explore_on_scheduler
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from invariants.cli.app import app
+from invariants.cli.app import CrossCheck, app, use_crosscheck
 
 
 class ReportTarget(str, Enum):
@@ -47,6 +47,10 @@ SGLangPython = Annotated[
     typer.Option(help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."),
 ]
 
+SGLangVersion = Annotated[
+    str | None, typer.Option(help="sglang-scheduler: the release (its venv; default 0.5.23).")
+]
+
 
 @app.command()
 def report(
@@ -56,10 +60,8 @@ def report(
     ray_address: RayAddress = None,
     target: Target = ReportTarget.kvspec,
     sglang_python: SGLangPython = None,
-    sglang_version: Annotated[
-        str | None,
-        typer.Option(help="sglang-scheduler: the release (its venv; default 0.5.23)."),
-    ] = None,
+    sglang_version: SGLangVersion = None,
+    crosscheck: CrossCheck = False,
 ) -> None:
     """Run every spec, matrix cell and memory-layer cell under the checker (level 1: every
     violation recorded); print the summary table, write the report files; exit 1 on any failure
@@ -70,6 +72,7 @@ def report(
     from invariants.sglang.scheduler.target import ShimDrift
     from invariants.sglang.target import SGLangUnavailable
 
+    use_crosscheck(crosscheck)
     try:
         code = run_report(
             out=out,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from invariants.checking.loader import load_catalog
-from invariants.cli.app import app
+from invariants.cli.app import CrossCheck, app, use_crosscheck
 
 if TYPE_CHECKING:
     from invariants.scenarios.matrix import Cell
@@ -78,12 +78,14 @@ def run_command(
     sglang_version: SGLangVersion = None,
     matrix: Matrix = False,
     full: Full = False,
+    crosscheck: CrossCheck = False,
 ) -> None:
     """Run one scenario spec with the checker after every event; exit 1 on a violation,
     an unmet goal, a failed response oracle or an engine error (2: the spec is invalid)."""
     from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
 
     level = 2 if strict or (strict is None and target is Target.sglang_scheduler) else 1
+    use_crosscheck(crosscheck)
     if matrix:
         raise typer.Exit(_run_matrix(spec, set_ or [], full, level))
     try:

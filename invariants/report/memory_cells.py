@@ -14,6 +14,7 @@ from rich.table import Table
 
 from engine.config import MemoryConfig
 from engine.memory import KVMemory
+from engine.observe.crosscheck import CrossCheckMismatch
 from engine.observe.memory_view import memory_view
 from engine.request import Req
 from engine.view import StateView
@@ -111,8 +112,8 @@ def run_memory_cell(
     error = None
     try:
         exercise.run()
-    except InvariantViolation:
-        raise  # level 2: the caller wants the first violation
+    except (InvariantViolation, CrossCheckMismatch):
+        raise  # level 2: the caller wants the first violation; a mismatch is the harness's
     except Exception as exc:  # a crash is a finding, reported with the violations before it
         error = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
