@@ -61,8 +61,9 @@ def mutate(
 
 
 def mutate_engine(engine: EngineSpec, rng: np.random.Generator) -> EngineSpec:
-    """The engine with one knob redrawn: a matrix axis (within its constraints; MLA left out
-    as in the swarm), or one of ``KNOBS``; the pools re-fitted to the swarm's floors."""
+    """The engine with one knob redrawn: a matrix axis (within its constraints; MLA only on
+    the tiny model, as in the swarm), or one of ``KNOBS``; the pools re-fitted to the swarm's
+    floors."""
     fields = engine.model_dump()
     matrix = load_matrix()
     axes = [a for a in matrix.axes if a != "attention"] + ["attention"]
@@ -70,7 +71,8 @@ def mutate_engine(engine: EngineSpec, rng: np.random.Generator) -> EngineSpec:
     knob = knobs[int(rng.integers(len(knobs)))]
     if knob in matrix.axes:
         row = axis_values(fields)
-        values = [v for v in matrix.axes[knob] if v != "mla" and v != row[knob]]
+        mla = fields["model"] == "tiny"
+        values = [v for v in matrix.axes[knob] if (mla or v != "mla") and v != row[knob]]
         row[knob] = values[int(rng.integers(len(values)))]
         if violations(row, matrix):
             return engine

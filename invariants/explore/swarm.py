@@ -7,8 +7,10 @@ the axis values their meaning; the pool is then sized small enough that the cach
 and decode retracts, yet large enough that any request the engine accepts (context limit)
 fits beside the pages the open sessions' slots pin — a request that can never run would
 stall every seed, a finding about the configuration, not the engine (TigerBeetle's
-`cluster_recoverable` triage). MLA is left out: it means the tiny transformer (torch per
-forward), far too slow for thousands of seeds; the matrix and the report cover it. The op mix
+`cluster_recoverable` triage). One seed in ``TINY_SHARE`` runs the tiny transformer in
+float64 (the token oracle and its KV reads checked as the sim model's), and only those draw
+MLA, which means the tiny model; the rest run the sim model (a tiny run costs about twice
+as much: torch per forward, the scratch reference per response). The op mix
 switches whole features off per seed (no sessions, no aborts, no faults at all) — swarm
 testing (Groce et al., TigerBeetle's `options_swarm`): a seed without aborts reaches states an
 abort-heavy seed never does.
@@ -25,7 +27,9 @@ from engine.mem import paging
 from invariants.scenarios.matrix_axes import apply_axes, load_matrix, violations
 from invariants.scenarios.spec import EngineSpec
 
-SKIPPED_VALUES = {"attention": ("mla",)}  # the tiny model: see the module docstring
+SIM_SKIPS = {"attention": ("mla",)}  # MLA means the tiny model: see the module docstring
+TINY_SHARE = 0.0625  # seeds on the tiny transformer (its own sub-stream: others stay as drawn)
+TINY = {"num_layers": 2, "dtype": "float64"}  # float64: the token oracle is exact (decision 13)
 # op kind -> base weight; the first two always run, the others a seed may switch off
 BASE_WEIGHTS: dict[str, float] = {
     "submit": 3.0,
@@ -87,11 +91,13 @@ class Swarm:
         )
 
 
-def sample_axes(rng: np.random.Generator) -> dict[str, Any]:
-    """One value per matrix axis (redrawn until no declared constraint is broken)."""
+def sample_axes(rng: np.random.Generator, tiny: bool = False) -> dict[str, Any]:
+    """One value per matrix axis (redrawn until no declared constraint is broken); MLA only
+    on the tiny model."""
     matrix = load_matrix()
+    skips = {} if tiny else SIM_SKIPS
     axes = {
-        axis: [v for v in values if v not in SKIPPED_VALUES.get(axis, ())]
+        axis: [v for v in values if v not in skips.get(axis, ())]
         for axis, values in matrix.axes.items()
     }
     while True:
@@ -102,7 +108,8 @@ def sample_axes(rng: np.random.Generator) -> dict[str, Any]:
 
 def sample_swarm(seed: int) -> Swarm:
     """The configuration of ``seed`` (its own sub-streams: engine, weights, prompts)."""
-    engine = sample_engine(np.random.default_rng([seed, 0]))
+    tiny = bool(np.random.default_rng([seed, 4]).random() < TINY_SHARE)
+    engine = sample_engine(np.random.default_rng([seed, 0]), tiny)
     weights = sample_weights(np.random.default_rng([seed, 1]))
     if not engine.enable_streaming_session and np.random.default_rng([seed, 2]).random() < 0.5:
         weights = {k: (0.0 if k in FEATURES["sessions"] else w) for k, w in weights.items()}
@@ -114,10 +121,11 @@ def sample_swarm(seed: int) -> Swarm:
     )
 
 
-def sample_engine(rng: np.random.Generator) -> EngineSpec:
+def sample_engine(rng: np.random.Generator, tiny: bool = False) -> EngineSpec:
     """Matrix axis values, then a pool under pressure, a chunk size, a SWA pool and window,
-    an EAGLE chain, EOS, streaming sessions — all drawn from ``rng``."""
-    row = sample_axes(rng)
+    an EAGLE chain, EOS, streaming sessions — all drawn from ``rng``; the tiny model if
+    ``tiny``."""
+    row = sample_axes(rng, tiny)
     ps = int(row.get("page_size", 1))
     floor = smallest_pool(ps)
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), floor)
@@ -132,6 +140,7 @@ def sample_engine(rng: np.random.Generator) -> EngineSpec:
             sliding_window=int(rng.choice([16, 32, 64])),
             eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
             enable_streaming_session=bool(rng.random() < 0.5),
+            **({"model": "tiny", "tiny": TINY} if tiny else {}),
         ).model_dump(),
         row,
     )
