@@ -44,6 +44,8 @@ WAIT_STEPS = 48  # a client awaiting its streaming turn (counts fully against th
 DRAIN_FLOOR = 2_000  # the drain budget: this many steps plus a few per token still owed
 OVERLONG_PROB = 0.03
 BOS_PROB = 0.25  # turns that open with the tokenizer's BOS
+CONTINUE_PROB = 0.125  # streaming turns that only say "continue" (with BOS_PROB's: a quarter)
+SETTLE_PROB = 0.6  # streaming turns that first wait for the session's last one
 
 
 def generate_trace(seed: int, steps: int, swarm: Swarm | None = None) -> Trace:
@@ -138,12 +140,15 @@ class _Generator:
         if kind == "close_session":
             del self.sessions[sid]
             return [CloseSession(sid=sid)]
+        last = self.last_turn.get(sid)
         turn = self._submit(sid)
-        return (
-            [turn, WaitFor(rids=[turn.rid], max_steps=WAIT_STEPS)]
-            if kind == "wait_turn"
-            else [turn]
-        )
+        # a streaming turn sent while the last one runs is rejected: mostly wait for it first
+        settle = self.sessions[sid] and last is not None and rng.random() < SETTLE_PROB
+        ops: list[Op] = [WaitFor(rids=[last], max_steps=WAIT_STEPS)] if settle else []  # type: ignore[list-item]
+        ops.append(turn)
+        if kind == "wait_turn":
+            ops.append(WaitFor(rids=[turn.rid], max_steps=WAIT_STEPS))
+        return ops
 
     def _open(self) -> OpenSession:
         sid = f"{self.prefix}s{self.num_sessions}"
@@ -158,7 +163,7 @@ class _Generator:
         rid = f"{self.prefix}r{len(self.rids)}"
         self.rids.append(rid)
         if sid is not None:  # a turn: short new input on top of the session's history
-            ids = self._turn_input(max(2, shape.suffix_max // 4))
+            ids = self._turn_input(max(2, shape.suffix_max // 4), self.sessions[sid])
         elif rng.random() < OVERLONG_PROB:
             ids = rng.integers(0, 256, shape.input_limit + int(rng.integers(0, 8))).tolist()
         else:
@@ -178,11 +183,14 @@ class _Generator:
             return_logprob=bool(rng.random() < 0.1),
         )
 
-    def _turn_input(self, most: int) -> list[int]:
+    def _turn_input(self, most: int, streaming: bool) -> list[int]:
         """A turn's new tokens, its boundaries as likely as its bulk: a length log-uniform in
         [1, most) (one token as often as a dozen), and the leading BOS a client tokenizing
-        each turn sends (SGLang strips it), alone half of those times ("continue")."""
+        each turn sends (SGLang strips it), alone half of those times; a streaming turn is
+        also, as often, a bare "continue" (BOS alone: the history is the whole key)."""
         rng = self.rng
+        if streaming and rng.random() < CONTINUE_PROB:
+            return [BOS_ID]
         n = int(np.exp(rng.uniform(0.0, np.log(most))))
         ids = rng.integers(0, 256, max(1, min(n, most - 1))).tolist()
         if rng.random() < BOS_PROB:
@@ -196,6 +204,8 @@ class _Generator:
             self.last_turn.get(sid) if not self.sessions[sid] and self.rng.random() < 0.8 else None
         )
         extra = [{}, {}, {}, {"offset": -1}, {"replace": True}, {"drop_previous_output": True}]
+        if self.sessions[sid] and self.rng.random() < 0.8:
+            return SessionRef(id=sid)  # streaming rejects all three: mostly a plain next turn
         return SessionRef(id=sid, rid=parent, **extra[int(self.rng.integers(len(extra)))])
 
     def _abort(self) -> Abort:
