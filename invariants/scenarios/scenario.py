@@ -244,6 +244,8 @@ class _Builder:
         if turn == 1:
             system = self.system[int(sid[1:]) % len(self.system)]
             ids = [BOS_ID] + system + self._tokens(s.first_prompt or s.prompt)[1:]
+        elif self._chance(s.continuing):
+            ids = [BOS_ID]  # nothing appended: the history is the whole key (SGLang #22862)
         else:
             ids = self._tokens(s.prompt)
         ref = SessionRef(id=sid, rid=history[-1] if history else None)

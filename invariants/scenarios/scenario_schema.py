@@ -96,6 +96,7 @@ class SessionsSpec(_Strict):
     plain_per_round: int = Field(default=0, ge=0)
     timeout: float | None = Field(default=None, gt=0)  # seconds of inactivity (simulated clock)
     logprob: Probability = 0.0  # chance a turn asks for logprobs
+    continuing: Probability = 0.0  # chance a later turn is a bare "continue" (BOS alone)
     branch: BranchWeights = BranchWeights()
 
     @property
