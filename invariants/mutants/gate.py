@@ -21,6 +21,7 @@ from invariants.mutants import ZOO, Planted, entry
 from invariants.mutants.gate_traffic import GateHit, GateTask, GateTraffic, run_gate_task
 
 GATE_LIMIT_S = 60.0  # the issue's goal per entry; a reported figure, never a pass/fail test
+NO_STATE_EFFECT = "no state effect a shipped invariant can see; only its probe rule does"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class GateResult:
     name: str
     issue: str
     kind: str
-    status: str  # caught | missed | planted
+    status: str  # caught | missed | planted | unseen (a probe entry: no state effect)
     key: str = ""
     source: str = ""
     replay: str = ""
@@ -57,8 +58,9 @@ def gate_entry(
         if hit is not None:
             break
     seconds = time.perf_counter() - start
-    if hit is None:
-        return GateResult(name, found.issue, found.kind, "missed", seconds=seconds, tasks_run=done)
+    if hit is None:  # a probe entry has no state effect a shipped rule could see: unseen
+        status, why = ("unseen", NO_STATE_EFFECT) if found.kind == "probe" else ("missed", "")
+        return GateResult(name, found.issue, found.kind, status, "", "", "", why, seconds, done)
     task = issued[hit.index]
     return GateResult(
         name, found.issue, found.kind, "caught", hit.key, task.source, task.replay,
@@ -117,6 +119,8 @@ def gate_line(result: GateResult) -> str:
     """One entry as one line: status, name, what caught it, when, where, the replay."""
     if result.status == "planted":
         return f"planted  {result.name}: no trace reaches it ({result.detail})"
+    if result.status == "unseen":
+        return f"unseen   {result.name}: {result.detail} ({result.tasks_run} cells and runs)"
     if result.status == "missed":
         return (
             f"MISSED   {result.name}: nothing fired in {result.tasks_run} cells and runs "
@@ -135,14 +139,16 @@ def print_gate(result: GateResult) -> None:
 
 def summary_line(results: Sequence[GateResult]) -> str:
     """The verdict: caught of those a trace can reach, the slowest catch."""
-    reachable = [r for r in results if r.status != "planted"]
+    reachable = [r for r in results if r.status not in ("planted", "unseen")]
     caught = [r for r in reachable if r.status == "caught"]
     slowest = max((r.seconds for r in caught), default=0.0)
     verdict = "PASS" if len(caught) == len(reachable) else "FAIL"
+    planted = sum(r.status == "planted" for r in results)
+    unseen = len(results) - len(reachable) - planted
     return (
-        f"{verdict}: the default gate caught {len(caught)}/{len(reachable)} reachable entries "
-        f"({len(results) - len(reachable)} planted, not reachable by traffic); "
-        f"slowest catch {slowest:.1f} s"
+        f"{verdict}: the default gate caught {len(caught)}/{len(reachable)} entries with a state "
+        f"effect ({planted} planted, not reachable by traffic; {unseen} without a state "
+        f"effect); slowest catch {slowest:.1f} s"
     )
 
 

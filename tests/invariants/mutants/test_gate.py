@@ -6,7 +6,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from invariants.explore.campaign import Run
-from invariants.mutants.gate import GateResult, gate_entry, gate_line, summary_line
+from invariants.mutants.gate import (
+    NO_STATE_EFFECT,
+    GateResult,
+    gate_entry,
+    gate_line,
+    summary_line,
+)
 from invariants.mutants.gate_traffic import GateTask, GateTraffic, run_gate_task, task_hit
 from invariants.report.cells import report_cells
 
@@ -64,7 +70,8 @@ def test_a_planted_entry_is_never_reported_as_caught():
 
 
 def test_the_verdict_counts_only_entries_a_trace_can_reach():
-    """PASS needs every reachable entry caught; a planted one neither passes nor fails it."""
+    """PASS needs every reachable entry with a state effect caught; a planted one, or a probe
+    entry no shipped rule can see (unseen), neither passes nor fails it, and says why."""
     caught = GateResult(
         "a", "#1", "mutant", "caught", "pool.busy_sum", "cell", "kvspec run x", "", 2.0
     )
@@ -72,5 +79,9 @@ def test_the_verdict_counts_only_entries_a_trace_can_reach():
     missed = GateResult("c", "#3", "mutant", "missed", seconds=9.0, tasks_run=5)
     assert summary_line([caught, planted]).startswith("PASS: the default gate caught 1/1")
     assert summary_line([caught, planted, missed]).startswith("FAIL: the default gate caught 1/2")
+    unseen = GateResult("d", "#4", "probe", "unseen", detail=NO_STATE_EFFECT, tasks_run=7)
+    assert summary_line([caught, unseen]).startswith("PASS: the default gate caught 1/1")
+    assert "1 without a state effect" in summary_line([caught, unseen])
+    assert gate_line(unseen) == f"unseen   d: {NO_STATE_EFFECT} (7 cells and runs)"
     assert gate_line(missed).startswith("MISSED   c: nothing fired in 5 cells and runs")
     assert "pool.busy_sum after 2.0 s, cell; replay: kvspec run x" in gate_line(caught)
