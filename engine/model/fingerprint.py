@@ -31,6 +31,8 @@ _MIX2 = U64(0x94D049BB133111EB)
 _TOKEN_MUL = U64(0xD6E8FEB86659FD93)
 _POS_MUL = U64(0xA0761D6478BD642F)
 _S30, _S27, _S31 = U64(30), U64(27), U64(31)
+_MASK = (1 << 64) - 1
+_GOLDEN_INT, _MIX1_INT, _MIX2_INT = int(_GOLDEN), int(_MIX1), int(_MIX2)
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
@@ -40,6 +42,14 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> _S30)) * _MIX1
     z = (z ^ (z >> _S27)) * _MIX2
     return z ^ (z >> _S31)
+
+
+def splitmix64_int(x: int) -> int:
+    """``splitmix64`` of one value in Python ints (a sequential loop: no numpy per call)."""
+    z = (x + _GOLDEN_INT) & _MASK
+    z = ((z ^ (z >> 30)) * _MIX1_INT) & _MASK
+    z = ((z ^ (z >> 27)) * _MIX2_INT) & _MASK
+    return z ^ (z >> 31)
 
 
 def fingerprint(token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:

@@ -43,6 +43,7 @@ from engine.model.fingerprint import (
     KVRead,
     fingerprint,
     splitmix64,
+    splitmix64_int,
 )
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
 from engine.model.tokenizer import EOS_ID, NUM_BYTES, VOCAB_SIZE
@@ -51,6 +52,7 @@ from engine.request import Req
 _BASE = 0xC2B2AE3D27D4EB4F  # odd, so invertible mod 2**64
 _BASE_INV = pow(_BASE, -1, 1 << 64)
 _TERM_MUL = U64(0x165667B19E3779F9)
+_TERM_MUL_INT, _MASK = int(_TERM_MUL), (1 << 64) - 1
 _LOGPROB_MUL = U64(0x27D4EB2F165667C5)
 _FAILURES_PER_FORWARD = 8
 _UNIT = 2.0**-53
@@ -203,12 +205,15 @@ class SimModel:
 
     def reference(self, prompt: Sequence[int], n: int) -> list[int]:
         """The token oracle's reference: the ``n`` greedy tokens after ``prompt``, each a
-        function of the context alone (nothing cached, nothing scheduled)."""
-        h, one, tokens = np.array([self.context_hash(list(prompt))], dtype=U64), np.ones(1), []
+        function of the context alone (nothing cached, nothing scheduled). ``predict`` and
+        the hash step in Python ints: one token at a time, numpy would cost ~50x more."""
+        h, tokens = int(self.context_hash(list(prompt))), []
+        key_token, key_eos = int(self._key_token), int(self._key_eos)
         for _ in range(n):
-            token = self.predict(h)[0]
-            tokens.append(int(token[0]))
-            h = chain_hashes(h, one, token)
+            coin = float(splitmix64_int(h ^ key_eos) >> 11) * _UNIT
+            token = EOS_ID if coin < self.eos_prob else splitmix64_int(h ^ key_token) % NUM_BYTES
+            tokens.append(token)
+            h = (h * _BASE + (token + 1) * _TERM_MUL_INT) & _MASK
         return tokens
 
     def token_logprobs(self, hashes: np.ndarray, tokens: np.ndarray) -> np.ndarray:

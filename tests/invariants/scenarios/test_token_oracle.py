@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from engine.engine import Engine
+from engine.model.fingerprint import KVFingerprints
 from engine.model.sim import SimModel
 from engine.model.tiny import TinyModel
+from engine.model.tokenizer import EOS_ID
 from engine.request import Req
 from invariants.checking.loader import shipped_catalog
 from invariants.scenarios.runner import run_spec
@@ -24,11 +26,14 @@ def test_the_sim_reference_is_the_context_function() -> None:
     engine = Engine(load_spec("specs/matrix-base.yaml").engine.engine_config(0))
     model = engine.runner
     assert isinstance(model, SimModel)
-    tokens = model.reference([5, 6, 7], 4)
-    context = [5, 6, 7]
-    for token in tokens:
-        assert int(model.predict([model.context_hash(context)])[0][0]) == token
-        context.append(token)
+    eos_heavy = SimModel(seed=3, kv=KVFingerprints(16), eos_prob=0.3)  # the EOS branch too
+    for sim, n in ((model, 4), (eos_heavy, 40)):
+        tokens = sim.reference([5, 6, 7], n)
+        context = [5, 6, 7]
+        for token in tokens:
+            assert int(sim.predict([sim.context_hash(context)])[0][0]) == token
+            context.append(token)
+    assert EOS_ID in eos_heavy.reference([5, 6, 7], 40)
 
 
 @pytest.mark.parametrize("dtype,checked", [("float64", True), ("float32", False)])
