@@ -72,6 +72,19 @@ def test_0_5_10_post1_leaks_the_page_of_a_retracted_streaming_turn(unfixed):
     assert any(d.kind == "kvspec-only" for d in outcome.disagreements)
 
 
+def test_0_5_10_post1_leaks_the_tail_of_a_bare_continue_turn(unfixed, fixed):
+    """#22862 through the default spec alone: streaming-sessions' bare continue turns (BOS
+    alone) make the history the whole key, so 0.5.10.post1's restore takes the prefix one
+    token short of the slot (the logit reserve twice) and overwrites the row from there,
+    leaving the slot's last page neither free nor owned; 0.5.11 frees that tail first
+    (``_free_tail``) and runs the same spec clean."""
+    spec = load_spec(Path("specs/streaming-sessions.yaml"))
+    leaky = run_spec_on_scheduler(spec, shipped_catalog(), driver=unfixed)
+    assert {"pool.busy_sum", "census.no_orphans"} <= {v.invariant for v in leaky.violations}
+    clean = run_spec_on_scheduler(spec, shipped_catalog(), driver=fixed)
+    assert clean.ok, (clean.violations[:3], clean.sglang[:3], clean.error)
+
+
 def test_0_5_11_runs_the_leaking_trace_clean(fixed):
     """0.5.11 frees the stale tail before the re-match (``StreamingSession._free_tail``): the
     same trace is clean."""
@@ -82,8 +95,13 @@ def test_0_5_11_runs_the_leaking_trace_clean(fixed):
 def test_0_5_10_post1_busy_check_over_counts_session_turns(unfixed):
     """#22213: during a turn of a streaming session, 0.5.10.post1's busy check counts the
     slot's tokens and the borrowing request's tokens twice ("Mem Leak Detected!") while
-    kvspec's census and sums hold at those iterations: a false positive in SGLang's checker."""
+    kvspec's census and sums hold at those iterations: a false positive in SGLang's checker.
+    (Without the spec's bare continue turns: on 0.5.10.post1 those hit #22862's real leak,
+    pinned on its own: test_0_5_10_post1_leaks_the_tail_of_a_bare_continue_turn.)"""
     spec = load_spec(Path("specs/streaming-sessions.yaml"))
+    sessions = spec.workload.sessions.model_copy(update={"continuing": 0.0})
+    workload = spec.workload.model_copy(update={"sessions": sessions})
+    spec = spec.model_copy(update={"workload": workload})
     outcome = run_spec_on_scheduler(spec, shipped_catalog(), driver=unfixed)
     assert not outcome.violations and not outcome.error
     positives = [d for d in outcome.disagreements if d.kind == "sglang-only"]
