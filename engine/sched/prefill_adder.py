@@ -121,7 +121,7 @@ class PrefillAdder:
         rem = min(rem, room)
         if rem <= 0:
             self.deferred = True
-            req.fill_ids = req.fill_ids[: len(req.prefix_indices)]  # what its KV holds
+            req.fill_ids = req.fill_ids[:prefix]  # what its KV holds
             return req
         truncated = req.extend_input_len > rem
         req.extend_input_len = min(req.extend_input_len, rem)

@@ -31,7 +31,6 @@ DEFAULT_STEPS = 300
 FAILURE_DIR = Path("explore-failures")
 MAX_SHRUNK = 3  # distinct failure keys shrunk per run (each shrink re-runs the trace many times)
 default_catalog = shipped_catalog  # the explorer's name for the catalog loaded once per process
-SeedResult = RunResult  # a fresh seed's result is a run's
 
 
 def check_trace(trace: Trace, catalog: Catalog | None = None) -> TraceOutcome:

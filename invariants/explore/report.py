@@ -9,6 +9,7 @@ seed (a mutant's trace is written beside the findings).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,6 @@ def report_json(report: ExploreReport, steps: int) -> dict[str, Any]:
 
 
 def write_report_json(report: ExploreReport, steps: int, path: Path) -> Path:
-    import json
-
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report_json(report, steps), indent=2) + "\n", encoding="utf-8")
     return path

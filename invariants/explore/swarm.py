@@ -127,8 +127,7 @@ def sample_engine(rng: np.random.Generator, tiny: bool = False) -> EngineSpec:
     ``tiny``."""
     row = sample_axes(rng, tiny)
     ps = int(row.get("page_size", 1))
-    floor = smallest_pool(ps)
-    tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), floor)
+    tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), smallest_pool(ps))
     fields = apply_axes(
         EngineSpec(
             page_size=ps,
@@ -145,8 +144,7 @@ def sample_engine(rng: np.random.Generator, tiny: bool = False) -> EngineSpec:
         row,
     )
     if fields.get("swa_tokens"):  # a SWA pool of its own size, still page-sized
-        swa = paging.ceil_align(tokens // int(rng.choice([1, 2])), ps)
-        fields["swa_tokens"] = max(swa, floor)
+        fields["swa_tokens"] = tokens // int(rng.choice([1, 2]))  # fit_pools aligns, floors
     if fields.get("speculative"):
         steps = int(rng.integers(1, 5))
         fields["speculative"] = {

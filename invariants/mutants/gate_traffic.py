@@ -129,9 +129,9 @@ def _cell_hit(task: GateTask) -> GateHit | None:
     if result.violations:
         first = result.violations[0]
         return GateHit(task.index, first["invariant"], first["message"])
-    oracles = [u for u in result.unmet if u.startswith(("oracle", "op #"))]
     if result.error is not None:
         return GateHit(task.index, "error:" + result.error.split(":", 1)[0], result.error)
+    oracles = [u for u in result.unmet if u.startswith(("oracle", "op #"))]
     if oracles:
         return GateHit(task.index, oracles[0].split(":", 1)[0], oracles[0])
     return None

@@ -97,9 +97,11 @@ class StaleViews(ReqViewCache):
 
     __slots__ = ("first",)
 
+    def __init__(self, spec_state: object = None) -> None:
+        super().__init__(spec_state)  # type: ignore[arg-type]
+        self.first: dict[int, tuple[ReqView, ...]] = {}
+
     def views(self, reqs: list[Req], places: ReqPlaces) -> tuple[ReqView, ...]:
-        if not hasattr(self, "first"):
-            self.first: dict[int, tuple[ReqView, ...]] = {}
         return self.first.setdefault(len(reqs), super().views(reqs, places))
 
 
