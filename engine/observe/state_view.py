@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.memory import KVMemory
 from engine.model.fingerprint import KVFingerprints
+from engine.observe.inflight import InFlightReads
 from engine.observe.memory_view import ViewMemo, memory_view
 from engine.observe.req_views import NOWHERE, ReqPlaces
 from engine.observe.session_views import session_views, slot_views
@@ -45,6 +46,9 @@ class StateViews:
         policy = scheduler.policy
         # plain decode has no speculative state: skip asking it for every request
         self.memo = ViewMemo(None if policy.spec_mode == "off" else policy.spec_state)
+        self.inflight = InFlightReads(
+            mem, policy.num_draft_tokens if policy.spec_mode != "off" else 0
+        )
 
     def build(
         self,
@@ -67,7 +71,7 @@ class StateViews:
             wants = "reference_ids" in parts
             extra["response"] = self._with_reference(response, prompt) if wants else response
         if "sched" in sections:
-            extra["sched"] = self._sched_view()
+            extra["sched"] = self._sched_view(event)
         step, memo = sched.stats.iterations, self.memo
         extra["integrity"] = integrity
         view = memory_view(self.mem, event, step, owning, places, parts, memo, **extra)
@@ -106,7 +110,7 @@ class StateViews:
         waiting = set(self.scheduler.waiting_queue)
         return [r for r in live if r not in waiting or not streaming.is_on_loan(r)]
 
-    def _sched_view(self) -> SchedView:
+    def _sched_view(self, event: str) -> SchedView:
         sched, batch, policy = self.scheduler, self.scheduler.cur_batch, self.scheduler.policy
         return SchedView(
             overlap=sched.overlap,
@@ -125,7 +129,17 @@ class StateViews:
             num_draft_tokens=policy.num_draft_tokens,
             spec_alloc_len=policy.alloc_len,
             chunk_deferred=sched.stats.chunk_deferred_at == sched.stats.iterations,
+            inflight_freed=self._inflight_freed(event) if sched.overlap else (),
         )
+
+    def _inflight_freed(self, event: str) -> tuple[str, ...]:
+        """Pages freed under a read of a launched, unprocessed batch (inflight.py)."""
+        sched, launched = self.scheduler, None
+        if event == "forward" and sched.cur_batch is not None:
+            launched = sched.cur_batch.forward
+        queued = [b.forward for b, _ in sched.result_queue if b.forward is not None]
+        when = f"{event} of iteration {sched.stats.iterations}"
+        return self.inflight.update(queued, launched, sched.forward_ct, when)
 
     def _session_parts(self, event: str, view: StateView) -> StateView:
         """``view`` with the slot and session records (unchanged when there are none)."""

@@ -1,6 +1,7 @@
 """Scheduler and memory-path bugs: the retract and abort leaks of the scheduler's regression
 tests (#22273), the paged over-free of #22862 and an SWA window off by a page (§2.9 U13),
-each as the pre-fix body of one engine function. (The single-chunked-request rule is a zoo
+each as the pre-fix body of one engine function; and an SWA slide that forgets the batch
+still in flight under overlap. (The single-chunked-request rule is a zoo
 entry of its own: #20476's pool assert, a checker false positive, in
 invariants/mutants/__init__.py.)
 
@@ -52,6 +53,16 @@ def cursor_into_window(
     return REAL_EVICT_CURSOR(swa_evicted_len, protected_len, seq_len + 2 * ps, window, ps)
 
 
+def slide_on_next_length(
+    swa_evicted_len: int, protected_len: int, seq_len: int, window: int, ps: int
+) -> int:
+    """The window slid on the length the next batch will have (``seq_len + 1``), as if the
+    batch in flight were done: at page size 1 the page slack is gone and the first key the
+    launched, unprocessed batch still reads is freed under it (overlap only; without overlap
+    no read ever touches it, so every other rule passes)."""
+    return REAL_EVICT_CURSOR(swa_evicted_len, protected_len, seq_len + 1, window, ps)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "retract-inserts-kv",
@@ -84,5 +95,13 @@ MUTANTS: tuple[Mutant, ...] = (
         lambda: swap(paging, "swa_evict_cursor", cursor_into_window),
         "u13-swa-cursor-into-window.yaml",
         ids("kv.integrity", "req.swa_evicted_outside_window"),
+    ),
+    Mutant(
+        "overlap-swa-slide-next-length",
+        "issue 17 item 6 (a batch in flight is an owner)",
+        "the SWA window slides on the next batch's length while the launched batch still reads",
+        lambda: swap(paging, "swa_evict_cursor", slide_on_next_length),
+        "overlap-swa-slide-next-length.yaml",
+        ids("sched.inflight_reads_held"),
     ),
 )

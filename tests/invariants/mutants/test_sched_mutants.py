@@ -106,7 +106,9 @@ def test_a_swa_cursor_one_page_into_the_window_is_caught_at_every_page_size(
     """U13's off-by-one window on the eviction side (the cursor one page past SGLang's
     ``floor(seq_len - window - ps)``) frees the page holding the first key the next query
     reads: the model's own window finds it freed (``kv.integrity``) or the cursor bound names
-    it (``req.swa_evicted_outside_window``), at every page size; the correct engine is clean."""
+    it (``req.swa_evicted_outside_window``), at every page size; under overlap the launched,
+    unprocessed batch may read it first (``sched.inflight_reads_held``). The correct engine is
+    clean."""
     spec = load_spec(BUGS_DIR / "u13-swa-cursor-into-window.yaml")
     pool = max(2048, 32 * page_size)
     engine = spec.engine.model_copy(
@@ -123,4 +125,31 @@ def test_a_swa_cursor_one_page_into_the_window_is_caught_at_every_page_size(
     with mutant("u13-swa-cursor-into-window").patch():
         out = run_spec(spec, CATALOG, Level.STRICT)
     assert out.violations, "the mutant freed nothing the window reads"
-    assert out.violations[0].invariant in {"kv.integrity", "req.swa_evicted_outside_window"}
+    found = {"kv.integrity", "req.swa_evicted_outside_window"}
+    if overlap:
+        found.add("sched.inflight_reads_held")
+    assert out.violations[0].invariant in found
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_a_slide_that_forgets_the_batch_in_flight_is_caught_only_as_an_in_flight_read(
+    overlap: bool,
+) -> None:
+    """A batch in flight is an owner: sliding the SWA window on the next batch's length frees,
+    at page size 1, the first key the launched, unprocessed batch still reads. Under overlap
+    sched.inflight_reads_held names the page, the batch and the request; without overlap no
+    read touches it and every rule passes (what the issue measured); the correct engine is
+    clean in both loops."""
+    spec = load_spec(BUGS_DIR / "overlap-swa-slide-next-length.yaml")
+    spec = spec.model_copy(
+        update={"engine": spec.engine.model_copy(update={"enable_overlap": overlap})}
+    )
+    assert run_spec(spec, CATALOG, Level.STRICT).ok
+    with mutant("overlap-swa-slide-next-length").patch():
+        out = run_spec(spec, CATALOG)
+    found = {v.invariant for v in out.violations}
+    assert found == ({"sched.inflight_reads_held"} if overlap else set()), found
+    if overlap:
+        message = out.violations[0].message
+        assert "launched batch #" in message and "reads swa slot" in message
+        assert "freed by its own window slide" in message

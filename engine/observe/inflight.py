@@ -1,0 +1,147 @@
+"""A launched batch is an owner of what it reads until its results are processed (overlap).
+
+Under overlap scheduling batch N+1 is launched before batch N's results are processed, and the
+scheduler prepares N+2 while N+1 still runs: on a GPU the forward of N+1 is still reading its
+KV while the CPU frees and re-hands pages. Writes of the KV itself are ordered on the forward
+stream (a page freed now and written by N+2 is written after N+1 read it); what is not ordered
+is the index state the CPU changes under it: a free zeroes SGLang's full-to-SWA map and puts
+the page back on the free list at once. So a read of N+1 is held while, through the row as it
+is now, its position still names a live slot: a full page that is not free, and — where the
+position had one at launch — an SWA slot still mapped and not free. A row re-pointed at the
+radix tree's copy of the same tokens (an insert that frees duplicates) keeps its reads held.
+
+What a batch reads, per request: the full pool ``[0, seq_len)`` (an EAGLE decode: the verify's
+``[0, prefix_len + num_draft_tokens)``); the SWA pool the model's window ``[max(prefix_len -
+window, 0), seq_len)`` (the sim model's ``swa_read_start``, independent of the engine's
+cursor). A request that is finished or retracted by now, or on another row than at launch, has
+its result dropped at processing (SGLang frees a finished request's tail while N+1 still runs):
+its reads are no longer held.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.mem.allocator import PagedAllocator, SWAAllocator
+from engine.memory import KVMemory
+from engine.model.runner import ForwardBatch, ForwardMode
+from engine.request import Req
+
+MAX_NAMED = 8  # findings named per view (the rule's message lists them)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """What one request of a launched batch reads: its row, the end of its full-pool read and
+    the positions that had an SWA slot at launch (inside the model's window), with those slots."""
+
+    req: Req
+    row: int
+    end: int
+    swa_positions: np.ndarray
+    swa_slots: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Launched:
+    number: int  # the forward's number (Scheduler.forward_ct)
+    mode: ForwardMode
+    reads: tuple[_Read, ...]
+
+
+class InFlightReads:
+    """The reads of the launched, unprocessed batches, checked against the state now."""
+
+    def __init__(self, mem: KVMemory, verify_tokens: int = 0) -> None:
+        """``verify_tokens``: EAGLE's tokens per verify (0 without speculative decoding): a
+        launched decode batch is then the verify over ``[prefix, prefix + verify_tokens)``."""
+        self.mem, self.verify_tokens = mem, verify_tokens
+        alloc = mem.allocator
+        self.full: PagedAllocator = alloc.full if isinstance(alloc, SWAAllocator) else alloc
+        self.swa = alloc if isinstance(alloc, SWAAllocator) else None
+        self._launched: dict[int, _Launched] = {}  # id(ForwardBatch) -> its reads
+        self._alive: dict[int, ForwardBatch] = {}  # keeps each followed id unique
+
+    def update(
+        self, in_flight: list[ForwardBatch], launched: ForwardBatch | None, number: int, when: str
+    ) -> tuple[str, ...]:
+        """Follow ``launched`` (forward number ``number``, at its forward event) from now; drop
+        the processed batches; name each held read whose slot is gone (``when``: the event and
+        iteration that sees it)."""
+        if launched is not None and id(launched) not in self._launched:
+            self._launched[id(launched)] = self._record(launched, number)
+            self._alive[id(launched)] = launched
+        live = {id(fb) for fb in in_flight} | ({id(launched)} if launched is not None else set())
+        for key in [k for k in self._launched if k not in live]:
+            del self._launched[key], self._alive[key]
+        out: list[str] = []
+        for record in self._launched.values():
+            out += self._lost_reads(record, when)
+        return tuple(out[:MAX_NAMED])
+
+    def _record(self, fb: ForwardBatch, number: int) -> _Launched:
+        ends = fb.seq_lens
+        if self.verify_tokens and fb.mode is ForwardMode.DECODE:
+            ends = fb.prefix_lens + self.verify_tokens
+        window = self.mem.config.sliding_window or 0
+        table = self.mem.req_to_token_pool.req_to_token
+        reads = []
+        for req, row, prefix, end in zip(
+            fb.reqs, fb.req_pool_indices.tolist(), fb.prefix_lens.tolist(), ends.tolist()
+        ):
+            positions = swa = np.arange(0)
+            if self.swa is not None:
+                positions = np.arange(max(prefix - window, 0), end)
+                swa = self.swa.full_to_swa[table[row, positions].astype(np.int64)]
+                positions, swa = positions[swa > 0], swa[swa > 0]  # none at launch: none read
+            reads.append(_Read(req, row, end, positions, swa))
+        return _Launched(number, fb.mode, tuple(reads))
+
+    def _lost_reads(self, record: _Launched, when: str) -> list[str]:
+        out = []
+        for read in record.reads:
+            if not _kept(read.req, read.row):
+                continue
+            for pool, position, slot in self._gone(read):
+                freer = _freer(read.req, pool, position)
+                out.append(
+                    f"launched batch #{record.number} ({record.mode.value}) reads {pool} slot "
+                    f"{slot} (position {position}) for {read.req.rid}, {freer}, seen at {when} "
+                    "before the batch was processed"
+                )
+        return out
+
+    def _gone(self, read: _Read) -> list[tuple[str, int, int]]:
+        """The first position per pool whose slot, through the row now, is free or unmapped (an
+        SWA slot is named as it was at launch: an unmapped one reads as 0 now)."""
+        ps, table = self.mem.page_size, self.mem.req_to_token_pool.req_to_token
+        slots = table[read.row, : read.end].astype(np.int64)
+        gone = []
+        free = np.flatnonzero(self.full.is_free(slots // ps))
+        if len(free):
+            gone.append(("full", int(free[0]), int(slots[free[0]])))
+        if self.swa is not None and len(read.swa_positions):
+            swa = self.swa.full_to_swa[slots[read.swa_positions]]
+            lost = np.flatnonzero((swa <= 0) | self.swa.swa.is_free(swa // ps))
+            if len(lost):
+                at = lost[0]
+                gone.append(("swa", int(read.swa_positions[at]), int(read.swa_slots[at])))
+        return gone
+
+
+def _freer(req: Req, pool: str, position: int) -> str:
+    """Who gave the slot back, as far as the state says: the request's own window slide (its
+    cursor passed the position) or another owner (the tree's eviction, an insert, a free)."""
+    if pool == "swa" and position < req.swa_evicted_seqlen:
+        return f"freed by its own window slide (swa_evicted_seqlen={req.swa_evicted_seqlen})"
+    return "freed by another owner (the tree, an insert or a release)"
+
+
+def _kept(req: Req, row: int) -> bool:
+    """Whether the batch's result for ``req`` will be used: still live on the same row."""
+    return not req.finished() and not req.is_retracted and req.req_pool_idx == row
+
+
+__all__ = ["InFlightReads"]
