@@ -41,6 +41,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     temperature: float = 0.0
+    stop_strs: tuple[str, ...] = ()  # byte-level text: matched against the output's bytes
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
@@ -60,7 +61,7 @@ class FinishReason:
 
     kind: FinishKind
     length: int | None = None
-    matched: int | None = None
+    matched: int | str | None = None  # a stop token id, or a stop string
     message: str | None = None
     status_code: int | None = None
 
@@ -69,7 +70,7 @@ class FinishReason:
         return cls("length", length=length)
 
     @classmethod
-    def of_stop(cls, matched: int) -> FinishReason:
+    def of_stop(cls, matched: int | str) -> FinishReason:
         return cls("stop", matched=matched)
 
     @classmethod
@@ -199,6 +200,11 @@ class Req:
         if not params.ignore_eos and _matches(last, params.stop_token_ids, self.eos_token_ids):
             self.finished_reason = FinishReason.of_stop(last)
             self.finished_len = len(self.output_ids)
+            return
+        matched = _stop_str(self.output_ids, params.stop_strs)
+        if matched is not None:  # SGLang's FINISH_MATCHED_STR (the text is trimmed by the API)
+            self.finished_reason = FinishReason.of_stop(matched)
+            self.finished_len = len(self.output_ids)
 
     def set_finish_with_abort(self, message: str, status_code: int | None = 400) -> None:
         """Finish now, before any KV is touched (input validation, waiting-queue abort)."""
@@ -226,6 +232,17 @@ class Req:
 
 def _matches(token: int, stop_ids: Collection[int], eos_ids: Collection[int]) -> bool:
     return token in stop_ids or token in eos_ids
+
+
+def _stop_str(output_ids: list[int], stops: tuple[str, ...]) -> str | None:
+    """The stop string the output's bytes now end with (ids are bytes below 256: the byte
+    tokenizer), if any."""
+    for stop in stops:
+        want = stop.encode("utf-8")
+        tail = output_ids[-len(want) :] if want else []
+        if want and len(tail) == len(want) and bytes(t if t < 256 else 0 for t in tail) == want:
+            return stop
+    return None
 
 
 Release = Callable[[Req], None]  # the scheduler's hand-back of a finished request's KV

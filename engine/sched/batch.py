@@ -33,6 +33,9 @@ class ScheduleBatch:
     forward: ForwardBatch | None = None
     reused: tuple[ReuseView, ...] = ()  # extend requests that arrived with a row (reuse check)
     truncated_rids: tuple[str, ...] = ()  # extend requests prefilled only in part (a chunk)
+    # every request asks for no output (max_new_tokens 0, no EAGLE): the batch never decodes
+    # (SGLang's is_prefill_only: prefix caching, the frontend's select)
+    is_prefill_only: bool = False
 
     @property
     def is_extend(self) -> bool:
@@ -61,6 +64,7 @@ class ScheduleBatch:
 
     def merge_batch(self, other: ScheduleBatch) -> None:
         self.reqs = self.reqs + other.reqs
+        self.is_prefill_only = self.is_prefill_only and other.is_prefill_only
 
     # ---- preparation: allocate KV, build the model input ----
 

@@ -205,6 +205,9 @@ class Scheduler:
                     self.running_batch = last
                 else:
                     self.running_batch.merge_batch(last)
+        if self.running_batch.is_prefill_only:
+            # its requests finish at their prefill's result: none ever decodes (SGLang)
+            self.running_batch.filter_batch()
         if self.running_batch.is_empty():
             # nothing runs, so a 'full' verdict is stale: a session close, abort or flush may
             # have freed the memory since (SGLang resets it likewise — "otherwise it hangs")
@@ -212,7 +215,7 @@ class Scheduler:
         new_batch = self.get_new_batch_prefill()
         if new_batch is not None:
             return new_batch
-        if self.running_batch.is_empty():
+        if self.running_batch.is_empty() or self.running_batch.is_prefill_only:
             return None
         self.running_batch = self.update_running_batch(self.running_batch)
         return None if self.running_batch.is_empty() else self.running_batch
@@ -251,6 +254,9 @@ class Scheduler:
         if self.chunked_req is not None:
             self.chunked_req.is_chunked += 1
         new_batch = ScheduleBatch(list(can_run), chunked_req=self.chunked_req)
+        new_batch.is_prefill_only = self.policy.spec_mode == "off" and all(
+            r.sampling_params.max_new_tokens == 0 for r in can_run
+        )
         new_batch.prepare_for_extend(self.mem)
         self._maybe_mix(new_batch)
         return new_batch
