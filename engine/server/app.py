@@ -2,9 +2,10 @@
 ``/invariants`` (the live checker report) and ``/metrics`` (Prometheus text).
 
 Keeps: handlers never touch the engine — every engine call is a command run on the loop
-thread (engine/server/loop.py). Bad input answers HTTP 400 ``{"error": {"message": …}}``
-as SGLang does (schema violations, unknown or closing sessions, streaming-session
-rejections, prompts over the context length), and the engine keeps running. A request the
+thread (engine/server/loop.py). Every error has one shape (engine/server/errors.py). Bad
+input answers HTTP 400 with a message, as SGLang does (schema violations, unknown or
+closing sessions, streaming-session rejections, prompts over the context length), and the
+engine keeps running. A request the
 engine finished at once with an error status (400) gets that status even when it asked to
 stream. A streaming client that goes away aborts its request, so its KV returns. While the
 monitor says stop (level 2, after a violation) or the loop died, new work and ``/health``
@@ -14,21 +15,21 @@ answer 503 with the reason.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from engine.engine import Engine, GenerateResult
-from engine.model.tokenizer import ByteTokenizer
+from engine.request import SamplingParams
 from engine.server.args import ServerArgs
+from engine.server.bodies import SSE_DONE, TOKENIZER, final_body, progress_body, sse
+from engine.server.errors import add_api_key, add_error_handlers, error_body, error_response
 from engine.server.loop import EngineLoop, Failure, Progress, Submission, Watch
 from engine.server.metrics import engine_metrics, engine_state, render
 from engine.server.monitor import Monitor, NullMonitor
@@ -41,7 +42,6 @@ from engine.server.schemas import (
     OpenSessionRequest,
 )
 
-TOKENIZER = ByteTokenizer()
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse},
     503: {"model": ErrorResponse},
@@ -52,17 +52,12 @@ FLUSH_REFUSED = (
 )
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message}}, status_code=status)
+class Started(NamedTuple):
+    """A submitted request: its id, its events, and its result when already known."""
 
-
-def validation_message(exc: RequestValidationError) -> str:
-    """One line per schema error: ``where: what``."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
+    rid: str
+    watch: Watch
+    result: GenerateResult | None
 
 
 class Server:
@@ -82,10 +77,49 @@ class Server:
         )
         return f"not admitting new work: {why}" if stop else None
 
-    async def generate(self, body: GenerateRequest) -> Response:
+    async def start(self, submission: Submission, stream: bool) -> Started | JSONResponse:
+        """Submit on the loop thread; unless ``stream``, wait for the result. An error answer
+        (503 refused, 400 rejected, the engine's own abort status, 500 a loop failure)
+        comes back as the response to send."""
         refused = await self.refusal()
         if refused is not None:
             return error_response(503, refused)
+        watch = Watch(asyncio.get_running_loop(), stream=stream)
+        try:
+            rid, result = await self.loop.call(self.loop.start_request(submission, watch))
+        except ValueError as exc:  # SessionError, a duplicate rid
+            return error_response(400, str(exc))
+        if result is None and not stream:  # a stream reports progress while it waits
+            event = await watch.events.get()
+            if isinstance(event, Failure):
+                return error_response(500, event.message)
+            assert isinstance(event, GenerateResult)
+            result = event
+        status = None if result is None else error_status(result)
+        if status is not None:
+            assert result is not None
+            return error_response(status, result.finish_reason.message or "aborted")
+        return Started(rid, watch, result)
+
+    async def events(self, started: Started) -> AsyncGenerator[Progress | GenerateResult | Failure]:
+        """A streamed request's progress, then its result (or a failure); a client gone
+        before the end aborts the request, so its KV returns."""
+        result, done = started.result, started.result is not None
+        try:
+            while result is None:
+                event = await started.watch.events.get()
+                if isinstance(event, Progress):
+                    yield event
+                    continue
+                done = True
+                yield event
+                return
+            yield result
+        finally:
+            if not done:
+                self.loop.post(self.loop.abort(started.rid))
+
+    async def generate(self, body: GenerateRequest) -> Response:
         ids = TOKENIZER.encode(body.text) if body.text is not None else list(body.input_ids or ())
         session = body.session_params.model_dump() if body.session_params is not None else None
         submission = Submission(
@@ -96,124 +130,49 @@ class Server:
             body.return_logprob,
             body.logprob_start_len,
         )
-        watch, started = Watch(asyncio.get_running_loop(), stream=body.stream), time.perf_counter()
-        try:
-            rid, result = await self.loop.call(self.loop.start_request(submission, watch))
-        except ValueError as exc:  # SessionError, a duplicate rid
-            return error_response(400, str(exc))
-        if result is None and not body.stream:  # a stream reports progress while it waits
-            event = await watch.events.get()
-            if isinstance(event, Failure):
-                return error_response(500, event.message)
-            assert isinstance(event, GenerateResult)
-            result = event
-        status = None if result is None else error_status(result)
-        if status is not None:
-            return error_response(status, result.finish_reason.message or "aborted")
+        began = time.perf_counter()
+        started = await self.start(submission, body.stream)
+        if not isinstance(started, Started):
+            return started
         if body.stream:
             return StreamingResponse(
-                self.stream(rid, watch, body, started, result), media_type="text/event-stream"
+                self.stream(started, body, began), media_type="text/event-stream"
             )
-        assert result is not None
-        return JSONResponse(final_body(result, body, started))
+        assert started.result is not None
+        return JSONResponse(final_body(started.result, body, began))
 
     async def stream(
-        self,
-        rid: str,
-        watch: Watch,
-        body: GenerateRequest,
-        started: float,
-        result: GenerateResult | None,
-    ) -> AsyncGenerator[bytes, None]:
-        """SSE chunks (cumulative text and ids) until the final one, then ``[DONE]``; a
-        client gone before the end aborts the request."""
-        done = result is not None
-        try:
-            while result is None:
-                event = await watch.events.get()
-                if isinstance(event, Failure):
-                    done = True
-                    yield sse({"error": {"message": event.message}})
-                    break
-                if isinstance(event, GenerateResult):
-                    result, done = event, True
-                elif isinstance(event, Progress):
-                    yield sse(progress_body(rid, event, body, started))
-            if result is not None:
-                yield sse(final_body(result, body, started))
-            yield b"data: [DONE]\n\n"
-        finally:
-            if not done:
-                self.loop.post(self.loop.abort(rid))
+        self, started: Started, body: GenerateRequest, began: float
+    ) -> AsyncGenerator[bytes]:
+        """SSE chunks (cumulative text and ids) until the final one, then ``[DONE]``."""
+        async for event in self.events(started):
+            if isinstance(event, Failure):
+                yield sse(error_body(500, event.message))
+            elif isinstance(event, Progress):
+                yield sse(progress_body(started.rid, event, body, began))
+            else:
+                yield sse(final_body(event, body, began))
+        yield SSE_DONE
+
+
+def model_info(args: ServerArgs) -> dict[str, Any]:
+    return {
+        "model_path": f"kvspec-{args.model}",
+        "tokenizer_path": "kvspec-bytes",
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": args.model,
+        "architectures": [f"Kvspec{args.model.capitalize()}ForCausalLM"],
+    }
 
 
 def error_status(result: GenerateResult) -> int | None:
     """The HTTP status of an aborted result that carries one (400, 503, …); None: 200."""
     reason = result.finish_reason
     return reason.status_code if reason.kind == "abort" and reason.status_code else None
-
-
-def sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
-def _logprobs(ids: tuple[int, ...], logprobs: tuple[float, ...]) -> list[list[Any]]:
-    """SGLang's ``[logprob, token id, text]`` triples (text not requested: None); a token
-    the engine has no logprob for (EAGLE's accepted drafts) gets None."""
-    padded = list(logprobs) + [None] * (len(ids) - len(logprobs))
-    return [[lp, tok, None] for lp, tok in zip(padded, ids)]
-
-
-def _body(
-    rid: str,
-    ids: tuple[int, ...],
-    logprobs: tuple[float, ...],
-    reason: dict[str, Any] | None,
-    prompt: int,
-    cached: int,
-    req: GenerateRequest,
-    started: float,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "id": rid,
-        "finish_reason": reason,
-        "prompt_tokens": prompt,
-        "completion_tokens": len(ids),
-        "cached_tokens": cached,
-        "e2e_latency": time.perf_counter() - started,
-    }
-    if req.return_logprob:
-        meta["output_token_logprobs"] = _logprobs(ids, logprobs)
-    text = TOKENIZER.decode(ids, skip_special_tokens=req.sampling_params.skip_special_tokens)
-    return {"text": text, "output_ids": list(ids), "meta_info": meta}
-
-
-def final_body(result: GenerateResult, req: GenerateRequest, started: float) -> dict[str, Any]:
-    return _body(
-        result.rid,
-        result.output_ids,
-        result.output_token_logprobs,
-        result.finish_reason.to_json(),
-        result.prompt_tokens,
-        result.cached_tokens,
-        req,
-        started,
-    )
-
-
-def progress_body(
-    rid: str, event: Progress, req: GenerateRequest, started: float
-) -> dict[str, Any]:
-    return _body(
-        rid,
-        event.output_ids,
-        event.logprobs,
-        None,
-        event.prompt_tokens,
-        event.cached_tokens,
-        req,
-        started,
-    )
 
 
 def build_app(
@@ -230,9 +189,9 @@ def build_app(
 
     app = FastAPI(title="kvspec", version="0.1.0", lifespan=lifespan)
     app.state.server = server
-    _add_error_handlers(app)
+    add_error_handlers(app)
     if server.args.api_key is not None:
-        _add_api_key(app, server.args.api_key)
+        add_api_key(app, server.args.api_key)
     _add_generate_routes(app, server)
     _add_session_routes(app, server)
     _add_status_routes(app, server)
@@ -249,29 +208,6 @@ def add_routes(app: FastAPI, path: str, endpoint: Any, methods: tuple[str, ...],
             operation_id=f"{endpoint.__name__}_{method.lower()}",
             **kw,
         )
-
-
-def _add_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, validation_message(exc))
-
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail))
-
-
-def _add_api_key(app: FastAPI, api_key: str) -> None:
-    """SGLang's API-key middleware: every route but /health* and /metrics needs the bearer."""
-
-    @app.middleware("http")
-    async def authenticate(request: Request, call_next: Any) -> Response:
-        path = request.url.path
-        if request.method == "OPTIONS" or path.startswith(("/health", "/metrics")):
-            return await call_next(request)
-        if request.headers.get("Authorization") != f"Bearer {api_key}":
-            return JSONResponse({"error": "Unauthorized"}, status_code=401)
-        return await call_next(request)
 
 
 def _add_generate_routes(app: FastAPI, server: Server) -> None:
@@ -346,6 +282,15 @@ def _add_status_routes(app: FastAPI, server: Server) -> None:
         ok, why = await loop.call(lambda _: monitor.health())
         return Response(status_code=200) if ok else error_response(503, why)
 
+    @app.get("/health_generate", responses={503: {"model": ErrorResponse}})
+    async def health_generate() -> Response:
+        """200 once a one-token generation ran through the engine (SGLang's deep health)."""
+        probe = Submission([TOKENIZER.bos_token_id], SamplingParams(max_new_tokens=1))
+        started = await server.start(probe, stream=False)
+        if not isinstance(started, Started):
+            return error_response(503, f"health generation failed: {started.body.decode()}")
+        return Response(status_code=200)
+
     @app.get("/get_server_info")
     async def get_server_info() -> dict[str, Any]:
         """The server arguments and the engine's state (SGLang's ``internal_states``)."""
@@ -355,6 +300,17 @@ def _add_status_routes(app: FastAPI, server: Server) -> None:
             "version": app.version,
             "internal_states": [state],
         }
+
+    @app.get("/server_info")
+    async def server_info() -> dict[str, Any]:
+        """``/get_server_info`` under SGLang's newer name."""
+        return await get_server_info()
+
+    @app.get("/get_model_info")
+    async def get_model_info() -> dict[str, Any]:
+        """What SGLang's frontend (``RuntimeEndpoint``) reads first: the model path (its chat
+        template is looked up by it) and that the model generates."""
+        return model_info(server.args)
 
     @app.get("/invariants")
     async def invariants() -> dict[str, Any]:

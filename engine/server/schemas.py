@@ -8,14 +8,40 @@ to name exactly one prompt. Everything else (sessions, lengths) is the engine's 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from engine.model.tokenizer import VOCAB_SIZE
 from engine.request import SamplingParams
 
 TokenId = Field(ge=0, lt=VOCAB_SIZE)
+
+
+def _utf8(text: str) -> str:
+    """JSON may carry a lone surrogate (``"\\ud800"``) that no UTF-8 text holds."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"not valid UTF-8 text: a lone surrogate {text[exc.start]!r} at character {exc.start}"
+        ) from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+# what the engine cannot do yet, and the value that means "not asked for" (SGLang's frontend
+# sends every one of them with that value)
+UNSUPPORTED: dict[str, Any] = {
+    "min_new_tokens": 0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "regex": None,
+    "json_schema": None,
+    "ebnf": None,
+    "structural_tag": None,
+}
 
 
 class _Body(BaseModel):
@@ -24,19 +50,47 @@ class _Body(BaseModel):
 
 class SamplingParamsIn(_Body):
     """SGLang's ``sampling_params``. The models are greedy: a positive temperature (and the
-    top-p/k/min-p filters) are accepted and passed through, as the engine documents."""
+    top-p/k/min-p filters, a sampling seed) are accepted and passed through, as the engine
+    documents. Stop strings match the output's bytes; the text is trimmed of the matched one
+    unless ``no_stop_trim``. The fields of ``UNSUPPORTED`` are accepted at their neutral value
+    and answered 400 otherwise, naming the field."""
 
     max_new_tokens: int = Field(128, ge=0, le=1 << 20)
     temperature: float = Field(0.0, ge=0.0, le=100.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1)
     min_p: float = Field(0.0, ge=0.0, le=1.0)
+    sampling_seed: int | None = None
+    stop: Text | list[Text] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
-    no_stop_trim: bool = False  # the engine never trims (stop strings are not supported)
+    no_stop_trim: bool = False
     spaces_between_special_tokens: bool = True
     n: Literal[1] = 1
+    min_new_tokens: int = Field(0, ge=0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=2.0)
+    regex: Text | None = None
+    json_schema: Text | None = None
+    ebnf: Text | None = None
+    structural_tag: Text | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> SamplingParamsIn:
+        for name, neutral in UNSUPPORTED.items():
+            if getattr(self, name) != neutral:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not supported by kvspec's engine "
+                    f"(only {neutral!r}): constrained decoding and penalties change no KV"
+                )
+        return self
+
+    @property
+    def stop_strs(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
+        return tuple(s for s in stops if s)
 
     def engine_params(self) -> SamplingParams:
         return SamplingParams(
@@ -44,14 +98,15 @@ class SamplingParamsIn(_Body):
             stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos,
             temperature=self.temperature,
+            stop_strs=self.stop_strs,
         )
 
 
 class SessionParamsIn(_Body):
     """SGLang's ``session_params``: which session, which request to append to, and how."""
 
-    id: str | None = None
-    rid: str | None = None
+    id: Text | None = None
+    rid: Text | None = None
     offset: int | None = None
     replace: bool | None = None
     drop_previous_output: bool | None = None
@@ -60,13 +115,15 @@ class SessionParamsIn(_Body):
 class GenerateRequest(_Body):
     """``/generate``: exactly one of ``text`` (byte-tokenized, BOS first) and ``input_ids``."""
 
-    text: str | None = None
+    text: Text | None = None
     input_ids: list[int] | None = Field(None, min_length=1, max_length=1 << 20)
     sampling_params: SamplingParamsIn = SamplingParamsIn()
-    rid: str | None = Field(None, min_length=1, max_length=256)
+    rid: Text | None = Field(None, min_length=1, max_length=256)
     stream: bool = False
     return_logprob: bool = False
     logprob_start_len: int = Field(-1, ge=-1)
+    return_text_in_logprobs: bool = False
+    top_logprobs_num: Literal[0] = 0
     session_params: SessionParamsIn | None = None
 
     @model_validator(mode="after")
@@ -83,19 +140,19 @@ class OpenSessionRequest(_Body):
     """``/open_session``: ``capacity_of_str_len`` is stored and never enforced (as SGLang)."""
 
     capacity_of_str_len: int = Field(ge=0)
-    session_id: str | None = Field(None, min_length=1, max_length=256)
+    session_id: Text | None = Field(None, min_length=1, max_length=256)
     streaming: bool | None = None
     timeout: float | None = Field(None, gt=0.0)
 
 
 class CloseSessionRequest(_Body):
-    session_id: str = Field(min_length=1, max_length=256)
+    session_id: Text = Field(min_length=1, max_length=256)
 
 
 class AbortRequest(_Body):
     """``/abort_request``: one request by id, or every request with ``abort_all``."""
 
-    rid: str = ""
+    rid: Text = ""
     abort_all: bool = False
 
 
@@ -120,9 +177,12 @@ class GenerateResponse(BaseModel):
 
 class ErrorBody(BaseModel):
     message: str
+    type: str
+    param: str | None = None
+    code: int
 
 
 class ErrorResponse(BaseModel):
-    """SGLang's error body: ``{"error": {"message": ...}}``."""
+    """Every error: SGLang's ``{"error": {"message": ...}}`` with OpenAI's fields."""
 
     error: ErrorBody

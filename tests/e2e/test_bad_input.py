@@ -52,6 +52,20 @@ SCHEMA_CASES: list[tuple[str, str, Any, str]] = [
         "streaming",
     ),
     ("batch-text", "/generate", {"text": ["a", "b"]}, "text"),
+    ("lone-surrogate", "/generate", {"text": "\ud800x"}, "lone surrogate"),
+    ("surrogate-rid", "/generate", {"text": "a", "rid": "\udfff"}, "rid: Value error, not valid"),
+    (
+        "regex",
+        "/generate",
+        {"text": "a", "sampling_params": {"regex": "[ab]+"}},
+        "regex='[ab]+' is not supported",
+    ),
+    (
+        "penalty",
+        "/generate",
+        {"text": "a", "sampling_params": {"frequency_penalty": 0.5}},
+        "frequency_penalty=0.5 is not supported",
+    ),
     ("open-no-capacity", "/open_session", {"streaming": True}, "capacity_of_str_len"),
     ("open-bad-timeout", "/open_session", {"capacity_of_str_len": 1, "timeout": -1}, "timeout"),
     ("close-no-id", "/close_session", {}, "session_id"),
@@ -72,8 +86,10 @@ def shared_client() -> Iterator[httpx.Client]:
 def test_schema_violations_answer_400(
     shared_client: httpx.Client, path: str, body: Any, needle: str
 ) -> None:
-    """A body that breaks the schema answers 400 with a message naming the field."""
-    r = shared_client.post(path, json=body)
+    """A body that breaks the schema answers 400 with a message naming the field (sent as
+    ASCII JSON, so a lone surrogate travels as the escape a client would send)."""
+    headers = {"content-type": "application/json"}
+    r = shared_client.post(path, content=json.dumps(body), headers=headers)
     assert r.status_code == 400, r.text
     assert needle in r.json()["error"]["message"]
 

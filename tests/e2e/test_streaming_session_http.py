@@ -283,7 +283,7 @@ def test_preabort_recovery(server: tuple[LiveServer, httpx.Client]) -> None:
     first = turn(client, sid, CHUNKS[0], 16)
     rejected = generate(client, encode(CHUNKS[1]), 12, sid, session={"offset": 1})
     assert rejected.status_code == 400
-    assert rejected.json() == {"error": {"message": "Streaming sessions do not support offset."}}
+    assert rejected.json()["error"]["message"] == "Streaming sessions do not support offset."
     third = turn(client, sid, CHUNKS[2], 12)
     total = first["prompt_tokens"] + first["completion_tokens"]
     assert third["prompt_tokens"] == total + len(encode(CHUNKS[2])) - 1
