@@ -33,6 +33,7 @@ from engine.server.errors import add_api_key, add_error_handlers, error_body, er
 from engine.server.loop import EngineLoop, Failure, Progress, Submission, Watch
 from engine.server.metrics import engine_metrics, engine_state, render
 from engine.server.monitor import Monitor, NullMonitor
+from engine.server.openai_api import add_openai_routes
 from engine.server.schemas import (
     AbortRequest,
     CloseSessionRequest,
@@ -122,6 +123,8 @@ class Server:
     async def generate(self, body: GenerateRequest) -> Response:
         ids = TOKENIZER.encode(body.text) if body.text is not None else list(body.input_ids or ())
         session = body.session_params.model_dump() if body.session_params is not None else None
+        if body.session_id is not None:  # SGLang's top-level session id (#29436)
+            session = {"id": body.session_id}
         submission = Submission(
             ids,
             body.sampling_params.engine_params(),
@@ -195,6 +198,7 @@ def build_app(
     _add_generate_routes(app, server)
     _add_session_routes(app, server)
     _add_status_routes(app, server)
+    add_openai_routes(app, server)
     return app
 
 

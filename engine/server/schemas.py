@@ -125,11 +125,14 @@ class GenerateRequest(_Body):
     return_text_in_logprobs: bool = False
     top_logprobs_num: Literal[0] = 0
     session_params: SessionParamsIn | None = None
+    session_id: Text | None = Field(None, min_length=1, max_length=256)
 
     @model_validator(mode="after")
     def _one_prompt(self) -> GenerateRequest:
         if (self.text is None) == (self.input_ids is None):
             raise ValueError("Either text or input_ids should be provided (exactly one).")
+        if self.session_id is not None and self.session_params is not None:
+            raise ValueError("session_id and session_params are mutually exclusive")
         bad = [t for t in self.input_ids or () if not 0 <= t < VOCAB_SIZE]
         if bad:
             raise ValueError(f"input_ids {bad[:5]} are outside the vocabulary [0, {VOCAB_SIZE})")
