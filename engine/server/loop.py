@@ -8,7 +8,8 @@ too; open sessions with a timeout or a deferred close wake it twice a second so 
 reaped). After every command batch and every step it publishes each watched request's new
 tokens and its final result to that request's asyncio queue; a result is popped from the
 engine exactly once. An exception out of ``Engine.step`` is fatal: the loop stops stepping,
-fails every watched request and reports the error (``/health`` answers 503).
+fails every watched request and reports the error (``/health`` answers 503). Shutdown
+aborts what is still running and steps to idle first (the accounting stays exact).
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ class EngineLoop:
                 busy = self._step()
             self._publish()
             time.sleep(0)  # let the HTTP thread take the GIL between steps (aborts land sooner)
+        self._drain()
         self._fail_all("server shutting down")
 
     def _wait_s(self, busy: bool) -> float | None:
@@ -200,6 +202,18 @@ class EngineLoop:
         progressed = outcome.launched or outcome.processed
         self._stalls = 0 if progressed or outcome.idle else self._stalls + 1
         return not outcome.idle or bool(self.watched)
+
+    def _drain(self, max_steps: int = 100_000) -> None:
+        """Shutdown: abort every request still in the engine and step until idle, so each
+        watcher gets its (aborted) result and the accounting is exact when the thread ends."""
+        if self.fatal is not None:
+            return
+        for rid in list(self.engine.requests):
+            self.engine.abort(rid)
+        for _ in range(max_steps):
+            if self.engine.is_idle() or not self._step():
+                break
+        self._publish()
 
     def _publish(self) -> None:
         """Hand each watched request its final result, or a streaming one its new tokens."""

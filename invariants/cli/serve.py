@@ -98,10 +98,28 @@ def serve_app(args: ServerArgs) -> FastAPI:
 
     engine = Engine(args.engine_config(), clock=WallClock())
     if engine.strict_level == 0:
-        return build_app(engine, NullMonitor(), args)
-    checker = Checker(shipped_catalog(), Level.RECORD)
+        application = build_app(engine, NullMonitor(), args)
+        application.state.num_invariants = 0
+        return application
+    catalog = shipped_catalog()
+    checker = Checker(catalog, Level.RECORD)
     engine.attach(CheckerHook(checker))
-    return build_app(engine, CheckerMonitor(checker, engine.strict_level), args)
+    application = build_app(engine, CheckerMonitor(checker, engine.strict_level), args)
+    application.state.num_invariants = len(catalog)
+    return application
+
+
+def startup_line(args: ServerArgs, num_invariants: int) -> str:
+    """What `kvspec serve` prints before it listens: where, what, and how it is checked."""
+    cfg = args.engine_config()
+    return (
+        f"kvspec serve: http://{args.host}:{args.port} · model {args.model} · "
+        f"page size {args.page_size} · attention {args.attention} · "
+        f"overlap {'on' if cfg.enable_overlap else 'off'} · "
+        f"speculative {args.speculative_algorithm or 'off'} · "
+        f"strict level {args.strict_mem_check} ({num_invariants} invariants checked at every "
+        f"scheduler event) · native API, /v1 (OpenAI), /invariants, /metrics"
+    )
 
 
 Opt = typer.Option
@@ -129,6 +147,9 @@ MaxTotalTokens = Annotated[int, Opt(help="KV pool size in tokens.")]
 TestRetract = Annotated[bool, Opt(help="Force a retract every 3 forwards (SGLANG_TEST_RETRACT).")]
 StrictMemCheck = Annotated[int, Opt(help="0 off, 1 record, 2 stop admitting on a violation.")]
 ApiKey = Annotated[str | None, Opt(help="Require 'Authorization: Bearer KEY'.")]
+LogLevel = Annotated[
+    str, Opt(help="uvicorn's log level: info logs every request (access log); warning does not.")
+]
 
 
 @app.command()
@@ -154,10 +175,14 @@ def serve(
     test_retract: TestRetract = DEFAULTS.test_retract,
     strict_mem_check: StrictMemCheck = DEFAULTS.strict_mem_check,
     api_key: ApiKey = DEFAULTS.api_key,
+    log_level: LogLevel = "info",
 ) -> None:
-    """Serve SGLang's native HTTP API (/generate, sessions, abort, flush) with the checker
-    behind /invariants, /metrics and /health."""
+    """Serve SGLang's native HTTP API (/generate, sessions, abort, flush) and OpenAI's (/v1)
+    with the checker behind /invariants, /metrics and /health; prints a start-up line, logs
+    every request at --log-level info, and on Ctrl-C aborts what still runs and stops at
+    idle with exact accounting."""
     flags = dict(locals())  # first: the flags only
+    del flags["log_level"]  # uvicorn's, not the engine's
     import uvicorn
 
     from engine.errors import ConfigError
@@ -169,4 +194,13 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"kvspec serve: {exc}", err=True)
         raise typer.Exit(2) from None
-    uvicorn.run(application, host=host, port=port, log_level="warning")
+    if log_level not in LOG_LEVELS:
+        typer.echo(f"kvspec serve: --log-level {log_level!r}: one of {', '.join(LOG_LEVELS)}")
+        raise typer.Exit(2)
+    typer.echo(startup_line(args, application.state.num_invariants))
+    uvicorn.run(
+        application, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10
+    )
+
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")

@@ -1,0 +1,5 @@
+"""``python -m invariants.cli``: the `kvspec` command."""
+
+from invariants.cli import app
+
+app()
