@@ -47,9 +47,11 @@ from engine.speculative.drafters import SpecState, make_drafter
 @dataclass(slots=True, eq=False)
 class SpecOutput(ForwardOutput):
     """A verify's result: ``next_token_ids`` holds each request's bonus token (the next
-    root), ``tokens`` every token the round yields (accepted drafts + bonus)."""
+    root), ``tokens`` every token the round yields (accepted drafts + bonus), ``logprobs``
+    the target's logprob of each of them (from the verify's logits, as SGLang returns)."""
 
     tokens: list[list[int]] = field(default_factory=list)
+    logprobs: list[list[float]] = field(default_factory=list)
 
 
 class EagleWorker(ABC):
@@ -183,25 +185,29 @@ class EagleWorker(ABC):
             self.verifies[a] += 1
         rows = np.arange(bs)
         tokens = [preds[i, : a + 1].tolist() for i, a in enumerate(accepted.tolist())]
-        logprobs = out.next_token_logprobs.reshape(bs, n)[rows, accepted]
-        return SpecOutput(preds[rows, accepted], logprobs, tokens=tokens)
+        every = out.next_token_logprobs.reshape(bs, n)
+        logprobs = [every[i, : a + 1].tolist() for i, a in enumerate(accepted.tolist())]
+        return SpecOutput(
+            preds[rows, accepted], every[rows, accepted], tokens=tokens, logprobs=logprobs
+        )
 
     # ---- results (CPU) ----
 
     def process_decode(self, reqs: Sequence[Req], out: ForwardOutput, release: Release) -> None:
         """Commit each request's round; release the finished ones."""
         assert isinstance(out, SpecOutput)
-        for req, tokens in zip(reqs, out.tokens):
+        for req, tokens, logprobs in zip(reqs, out.tokens, out.logprobs):
             if req.is_retracted or req.finished():  # v2: retracted or finished meanwhile
                 continue
-            self._commit(req, tokens)
+            self._commit(req, tokens, logprobs)
             if req.finished():
                 self.states.pop(req.rid, None)
                 release(req)
 
     @abstractmethod
-    def _commit(self, req: Req, tokens: list[int]) -> None:
-        """Apply one verify's tokens to the request and its KV lengths."""
+    def _commit(self, req: Req, tokens: list[int], logprobs: list[float]) -> None:
+        """Apply one verify's tokens (and their logprobs) to the request and its KV
+        lengths."""
 
     def before_release(self, req: Req) -> None:
         return None  # v1 holds no reservation past committed by then
@@ -224,12 +230,12 @@ class EagleV1(EagleWorker):
     def _root_seq_len(self, req: Req) -> int:
         return req.kv_committed_len  # SGLang's batch.seq_lens
 
-    def _commit(self, req: Req, tokens: list[int]) -> None:
+    def _commit(self, req: Req, tokens: list[int], logprobs: list[float]) -> None:
         """SGLang v1 ``verify``: append until finished, commit what was appended (the
         accepted drafts and the root's KV), trim the reservation to it."""
         start = len(req.output_ids)
-        for token in tokens:
-            req.output_ids.append(token)
+        for token, logprob in zip(tokens, logprobs):
+            req.append_output(token, logprob)
             req.check_finished()
             if req.finished():
                 break
@@ -249,12 +255,13 @@ class EagleV2(EagleWorker):
     def _root_seq_len(self, req: Req) -> int:
         return self.states[req.rid].seq_len  # the GPU's, one round ahead of the CPU
 
-    def _commit(self, req: Req, tokens: list[int]) -> None:
+    def _commit(self, req: Req, tokens: list[int], logprobs: list[float]) -> None:
         """SGLang ``_resolve_spec_overlap_token_ids`` (after #22651): the bonus slot was
         pre-claimed, so ``accept_len - 1`` more; every token is appended, then checked."""
         accounting.resolve_accepted(req, len(tokens))
         start = len(req.output_ids)
-        req.output_ids.extend(tokens)
+        for token, logprob in zip(tokens, logprobs):
+            req.append_output(token, logprob)
         accounting.check_finished_each(req, start)
 
     def before_release(self, req: Req) -> None:

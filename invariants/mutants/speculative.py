@@ -69,12 +69,12 @@ def trim_without_free(mem: KVMemory, req: Req, new_len: int) -> None:
     )
 
 
-def commit_v1_ahead(self: EagleV1, req: Req, tokens: list[int]) -> None:
+def commit_v1_ahead(self: EagleV1, req: Req, tokens: list[int], logprobs: list[float]) -> None:
     """A v1 commit that counts the first rejected draft's position as committed: the CPU
     runs one token ahead of the verified KV."""
     start = len(req.output_ids)
-    for token in tokens:
-        req.output_ids.append(token)
+    for token, logprob in zip(tokens, logprobs):
+        req.append_output(token, logprob)
         req.check_finished()
         if req.finished():
             break
