@@ -13,7 +13,10 @@ radix tree's copy of the same tokens (an insert that frees duplicates) keeps its
 What a batch reads, per request: the full pool ``[0, seq_len)`` (an EAGLE decode: the verify's
 ``[0, prefix_len + num_draft_tokens)``); the SWA pool the model's window ``[max(prefix_len -
 window, 0), seq_len)`` (the sim model's ``swa_read_start``, independent of the engine's
-cursor). A request that is finished or retracted by now, or on another row than at launch, has
+cursor) from ``cache_protected_len`` on: below it the KV is the radix tree's, held by the
+request's tree lock, whose window the tree rules judge (whether SGLang's lock, moved to the
+new node at a chunk's checkpoint, must outlive the chunk still in flight is open). A request
+that is finished or retracted by now, or on another row than at launch, has
 its result dropped at processing (SGLang frees a finished request's tail while N+1 still runs):
 its reads are no longer held.
 """
@@ -92,8 +95,8 @@ class InFlightReads:
             fb.reqs, fb.req_pool_indices.tolist(), fb.prefix_lens.tolist(), ends.tolist()
         ):
             positions = swa = np.arange(0)
-            if self.swa is not None:
-                positions = np.arange(max(prefix - window, 0), end)
+            if self.swa is not None:  # the request's own part of the window (see the docstring)
+                positions = np.arange(max(prefix - window, req.cache_protected_len, 0), end)
                 swa = self.swa.full_to_swa[table[row, positions].astype(np.int64)]
                 positions, swa = positions[swa > 0], swa[swa > 0]  # none at launch: none read
             reads.append(_Read(req, row, end, positions, swa))

@@ -209,7 +209,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "close releases the slot at once, under the turn still running on its row",
         lambda: swap(SessionController, "_close", eager_close),
         "22790-close-under-running-turn.json",
-        ids("req_pool.no_row_free_and_used"),
+        # under overlap the decode in flight reads the KV the close freed: named first
+        ids("req_pool.no_row_free_and_used", "sched.inflight_reads_held"),
     ),
     Mutant(
         "u6-waiting-abort-keeps-inflight",

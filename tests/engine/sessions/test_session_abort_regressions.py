@@ -6,6 +6,7 @@ shows it, and the same scenario on the correct engine violates nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from engine.cache.streaming_session import SessionSlot, StreamingSession
 from engine.engine import Engine
 from engine.request import Req
 from invariants.mutants import mutant
+
+INFLIGHT = "sched.inflight_reads_held"
 
 # ---- #22897 / #22900: overshoot trim ----
 
@@ -97,11 +100,16 @@ def close_under_a_running_turn(engine: Engine) -> None:
 def test_close_is_deferred_while_a_turn_runs() -> None:
     """#22790: closing a session whose turn is running defers the release until the turn
     ends. Mutant (pre-fix _close: release at once): the running turn's row and KV are freed
-    under it — req_pool.no_row_free_and_used and pool.busy_sum at the next step."""
+    under it — under overlap the decode in flight reads them (sched.inflight_reads_held, at
+    the close itself); without that rule, req_pool.no_row_free_and_used and pool.busy_sum at
+    the next step."""
     assert first_violations(close_under_a_running_turn, page_size=4) == {}
 
+    others = replace(CATALOG, rules=tuple(r for r in CATALOG if r.id != INFLIGHT))
     with mutant("22790-close-under-running-turn").patch():
-        found = first_violations(close_under_a_running_turn, page_size=4)
+        first = first_violations(close_under_a_running_turn, page_size=4)
+        found = first_violations(close_under_a_running_turn, others, page_size=4)
+    assert set(first) == {INFLIGHT} and "reads full slot" in first[INFLIGHT].message
     assert found["req_pool.no_row_free_and_used"].event == "step" and "pool.busy_sum" in found
 
 
