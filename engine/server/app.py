@@ -47,6 +47,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse},
     503: {"model": ErrorResponse},
 }
+DISCONNECT_GRACE_S = 1.0  # how long a next turn waits for a dropped stream's abort
 FLUSH_DONE = "Cache flushed.\n"
 FLUSH_REFUSED = (
     "Cache not flushed: requests are running or waiting (flush only happens when idle).\n"
@@ -85,6 +86,7 @@ class Server:
         refused = await self.refusal()
         if refused is not None:
             return error_response(503, refused)
+        await self.settle_disconnect(submission)
         watch = Watch(asyncio.get_running_loop(), stream=stream)
         try:
             rid, result = await self.loop.call(self.loop.start_request(submission, watch))
@@ -101,6 +103,17 @@ class Server:
             assert result is not None
             return error_response(status, result.finish_reason.message or "aborted")
         return Started(rid, watch, result)
+
+    async def settle_disconnect(self, submission: Submission) -> None:
+        """A next turn sent right after its client dropped the last one's stream must not
+        race that stream's abort: while the session's live request is still a stream being
+        served, wait for it to end (at most ``DISCONNECT_GRACE_S``) before the turn is
+        judged. A turn sent while the last one really runs is then refused as before."""
+        deadline = time.monotonic() + DISCONNECT_GRACE_S
+        while await self.loop.call(self.loop.stream_blocking(submission)):
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(0.01)
 
     async def events(self, started: Started) -> AsyncGenerator[Progress | GenerateResult | Failure]:
         """A streamed request's progress, then its result (or a failure); a client gone
@@ -286,6 +299,31 @@ def _add_status_routes(app: FastAPI, server: Server) -> None:
         ok, why = await loop.call(lambda _: monitor.health())
         return Response(status_code=200) if ok else error_response(503, why)
 
+    @app.get("/invariants")
+    async def invariants() -> dict[str, Any]:
+        """The live checker report, and the pools' counters and census right now."""
+        state, report, (ok, why) = await loop.call(
+            lambda e: (engine_state(e), monitor.report(), monitor.health())
+        )
+        return {
+            "healthy": ok and loop.fatal is None,
+            "reason": loop.fatal or why,
+            "engine": state,
+            "checker": report,
+        }
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus text: pool buckets, census findings, scheduler counters, violations."""
+        families = await loop.call(lambda e: engine_metrics(engine_state(e)) + monitor.metrics())
+        return Response(render(families), media_type=CONTENT_TYPE_LATEST)
+
+    _add_info_routes(app, server)
+
+
+def _add_info_routes(app: FastAPI, server: Server) -> None:
+    loop = server.loop
+
     @app.get("/health_generate", responses={503: {"model": ErrorResponse}})
     async def health_generate() -> Response:
         """200 once a one-token generation ran through the engine (SGLang's deep health)."""
@@ -315,22 +353,3 @@ def _add_status_routes(app: FastAPI, server: Server) -> None:
         """What SGLang's frontend (``RuntimeEndpoint``) reads first: the model path (its chat
         template is looked up by it) and that the model generates."""
         return model_info(server.args)
-
-    @app.get("/invariants")
-    async def invariants() -> dict[str, Any]:
-        """The live checker report, and the pools' counters and census right now."""
-        state, report, (ok, why) = await loop.call(
-            lambda e: (engine_state(e), monitor.report(), monitor.health())
-        )
-        return {
-            "healthy": ok and loop.fatal is None,
-            "reason": loop.fatal or why,
-            "engine": state,
-            "checker": report,
-        }
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        """Prometheus text: pool buckets, census findings, scheduler counters, violations."""
-        families = await loop.call(lambda e: engine_metrics(engine_state(e)) + monitor.metrics())
-        return Response(render(families), media_type=CONTENT_TYPE_LATEST)

@@ -134,6 +134,21 @@ class EngineLoop:
 
         return command
 
+    def stream_blocking(self, submission: Submission) -> Command:
+        """The command that says whether ``submission`` is a turn of a streaming session
+        whose live request is still being streamed to a client (which may just have gone
+        away: its abort is on the way)."""
+
+        def command(engine: Engine) -> bool:
+            sid = (submission.session_params or {}).get("id")
+            session = engine.sessions.sessions.get(sid) if sid is not None else None
+            if session is None or not session.streaming or session.inflight_rid is None:
+                return False
+            watch = self.watched.get(session.inflight_rid)
+            return watch is not None and watch.stream
+
+        return command
+
     def abort(self, rid: str, abort_all: bool = False) -> Command:
         """The command that aborts one watched request, or all of them; returns how many."""
 
@@ -199,7 +214,7 @@ class EngineLoop:
             self.fatal = f"engine loop stopped: {type(exc).__name__}: {exc}"
             self._fail_all(self.fatal)
             return False
-        progressed = outcome.launched or outcome.processed
+        progressed = outcome.launched or outcome.processed or outcome.relieved
         self._stalls = 0 if progressed or outcome.idle else self._stalls + 1
         return not outcome.idle or bool(self.watched)
 

@@ -186,3 +186,27 @@ def test_serve_refuses_a_bad_flag_combination() -> None:
         app, ["serve", "--speculative-algorithm", "EAGLE_V2", "--disable-overlap-schedule"]
     )
     assert result.exit_code == 2 and "overlap" in result.output
+
+
+def test_a_next_turn_right_after_a_disconnect_is_not_refused(
+    server_client: tuple[LiveServer, httpx.Client],
+) -> None:
+    """A client that drops a streaming turn and at once sends the next one gets the next
+    turn served (the dropped stream's abort lands before the turn is judged), 15 times in a
+    row; the session's history is the last successful turn, the accounting exact."""
+    _, client = server_client
+    sid = open_session(client)
+    for i in range(15):
+        body = {
+            "text": f"turn {i}",
+            "stream": True,
+            "sampling_params": {"max_new_tokens": 100000},
+            "session_params": {"id": sid},
+        }
+        with client.stream("POST", "/generate", json=body) as stream:
+            lines = stream.iter_lines()
+            assert next(lines).startswith("data: ")
+        follow = generate(client, encode(f"next {i}"), 2, sid)
+        assert follow.status_code == 200, (i, follow.text)
+    close_session(client, sid)
+    assert_clean_idle(client)
