@@ -209,6 +209,9 @@ class SchedView:
     num_draft_tokens: int = 0  # EAGLE: tokens one verify writes (root + num_steps drafts)
     spec_alloc_len: int = 0  # EAGLE: KV one decode step may allocate (get_alloc_len_per_decode)
     chunk_deferred: bool = False  # the in-flight chunk waits this round: the pool had no room
+    # work waits, nothing runs or is in flight, and the wedge breaker could do nothing
+    wedged: bool = False
+    waiting_rids: tuple[str, ...] = ()  # the waiting queue, oldest first (named by sched.no_wedge)
     # overlap: pages freed since a launched, unprocessed batch's launch that it reads for a
     # request whose result is kept (engine/observe/inflight.py), each named in words
     inflight_freed: tuple[str, ...] = ()

@@ -211,6 +211,36 @@ class StreamingSession:
                 self.allocator.free(self.req_to_token_pool.read(slot.req_pool_idx, start, end))
             self.req_to_token_pool.free(slot.req_pool_idx)
 
+    # ---- the wedge breaker (engine/sched/wedge.py) ----
+
+    def reclaim(self, req: Req) -> bool:
+        """Wipe the slot of ``req``'s session if no turn runs on it (``req`` waits: a loan
+        it holds is undone first), as an abort's wipe does: its KV and row return to the
+        pool, the session's history stays, and the turn re-prefills it. False: nothing to
+        reclaim."""
+        session = self.lookup.session_of(req)
+        slot = None if session is None else self.slots.get(session.session_id)
+        if session is None or slot is None or not slot.is_holding_kv:
+            return False
+        if slot.is_on_loan_to(req):
+            slot.forget(req)
+        if slot.lent_to is not None and slot.is_on_loan_to(slot.lent_to):
+            slot.forget(slot.lent_to)  # a stale loan of a turn that no longer waits
+        if slot.row_owner() is not None:
+            return False  # a turn runs on the row
+        self.release_session(session.session_id)
+        self.lookup.slot_dropped(session.session_id)
+        return True
+
+    def reclaim_idle(self) -> bool:
+        """Wipe the oldest slot no request holds (a session with no turn waiting)."""
+        for session_id, slot in self.slots.items():
+            if slot.is_holding_kv and slot.lent_to is None and slot.row_owner() is None:
+                self.release_session(session_id)
+                self.lookup.slot_dropped(session_id)
+                return True
+        return False
+
     # ---- stale KV ----
 
     def _free_tail(self, slot: SessionSlot, req: Req, prefix_len: int) -> None:

@@ -129,6 +129,8 @@ class StateViews:
             num_draft_tokens=policy.num_draft_tokens,
             spec_alloc_len=policy.alloc_len,
             chunk_deferred=sched.stats.chunk_deferred_at == sched.stats.iterations,
+            wedged=(wedged := sched.stats.wedged_at == sched.stats.iterations),
+            waiting_rids=tuple(r.rid for r in sched.waiting_queue[:8]) if wedged else (),
             inflight_freed=self._inflight_freed(event) if sched.overlap else (),
         )
 

@@ -15,6 +15,7 @@ evictable cache, needs nothing and must not crash).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from engine.errors import KVOutOfMemory
@@ -49,10 +50,13 @@ def retract_decode(
     policy: DecodePolicy,
     retract_decode_steps: int,
     released: list[ReleasedView] | None = None,
+    reclaim: Callable[[], bool] = lambda: False,
 ) -> RetractResult:
     """Retract at least one request (if more than one runs), then more until the next decode
     step of the rest (as ``policy`` sizes it) fits; the batch keeps the survivors in
-    victim-sort order. Each release is recorded in ``released`` (when given)."""
+    victim-sort order. Each release is recorded in ``released`` (when given). When the last
+    request alone does not fit, ``reclaim`` frees memory nothing runs on (idle session
+    slots: engine/sched/wedge.py) while it can; SGLang raises there."""
     log: list[ReleasedView] = [] if released is None else released
     order = retract_order(batch.reqs)
     retracted: list[Req] = []
@@ -63,6 +67,8 @@ def retract_decode(
     first_iter = True
     while first_iter or not rest_fits():
         if len(order) == 1:
+            while not rest_fits() and reclaim():
+                pass
             if not rest_fits():
                 raise KVOutOfMemory(
                     f"no space left for the only running request {batch.reqs[order[0]].rid}"

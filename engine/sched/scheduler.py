@@ -32,13 +32,14 @@ from dataclasses import replace
 
 from engine.config import EngineConfig
 from engine.memory import KVMemory
-from engine.model.runner import ForwardMode, ForwardOutput
+from engine.model.runner import ForwardOutput
 from engine.request import FinishReason, Req
 from engine.sched.batch import ScheduleBatch
 from engine.sched.decode import DecodePolicy, decode_fits
 from engine.sched.prefill_adder import AddReqResult, PrefillAdder
 from engine.sched.retract import release_kv, retract_decode
-from engine.sched.stats import SchedulerError, SchedulerStats, StepOutcome
+from engine.sched.stats import SchedulerError, SchedulerStats, StepOutcome, count_batch
+from engine.sched.wedge import WedgeBreaker, reclaim_slot
 from engine.view import ReleasedView
 
 Emit = Callable[[str], None]
@@ -67,6 +68,7 @@ class Scheduler:
         self.released: list[ReleasedView] = []  # every release of the current iteration
         self.new_token_ratio = config.init_new_token_ratio
         self.forward_ct = 0
+        self.wedge = WedgeBreaker()  # pinned sessions cannot wedge the loop (wedge.py)
         self.stats = SchedulerStats()
 
     # ---- requests in and out ----
@@ -134,13 +136,14 @@ class Scheduler:
             self._process(*self.result_queue.popleft())
             processed = True
         idle = batch is None and not processed and self.is_fully_idle()
+        relieved = self.wedge.after(self, batch is None and not processed)
         if idle:
             self.new_token_ratio = self.config.init_new_token_ratio
             self.emit("idle")
         self.last_batch = batch
         self.stats.evicted_tokens = self.mem.evicted_tokens
         self.emit("step")
-        return StepOutcome(batch is not None, processed, idle)
+        return StepOutcome(batch is not None, processed, idle, relieved)
 
     def is_fully_idle(self) -> bool:
         """Nothing waiting, running, chunked, launched or left to process — including a
@@ -166,22 +169,9 @@ class Scheduler:
         for req, token, sample in zip(fb.reqs, out.next_token_ids.tolist(), fb.sample):
             if sample:
                 self.last_tokens[req] = token
-        self._count_batch(batch)
+        count_batch(self.stats, batch, self.forward_ct)
         self.emit("forward")
         return out
-
-    def _count_batch(self, batch: ScheduleBatch) -> None:
-        s, fb = self.stats, batch.forward
-        assert fb is not None
-        s.forward_ct = self.forward_ct
-        s.prefill_batches += batch.mode is ForwardMode.EXTEND
-        s.decode_batches += batch.mode is ForwardMode.DECODE
-        s.mixed_batches += batch.mode is ForwardMode.MIXED
-        # a decode batch keeps a stale chunked_req: count extend batches only
-        s.chunked_prefills += batch.is_extend and batch.chunked_req is not None
-        decode = len(batch.decoding_reqs or ()) if batch.is_extend else batch.batch_size()
-        s.decode_tokens += decode
-        s.extend_tokens += len(fb.input_ids) - decode if batch.is_extend else 0  # not verify
 
     # ---- scheduling ----
 
@@ -318,8 +308,9 @@ class Scheduler:
         forced = cfg.test_retract and self.forward_ct % cfg.test_retract_interval == 0
         if not decode_fits(self.mem, self.policy, batch.reqs) or forced:
             retracted, self.new_token_ratio = retract_decode(
-                batch, self.mem, self.policy, cfg.retract_decode_steps, self.released
-            )
+                batch, self.mem, self.policy, cfg.retract_decode_steps, self.released,
+                reclaim=lambda: reclaim_slot(self),
+            )  # fmt: skip
             self.stats.retract_rounds += bool(retracted)
             self.stats.retracted_reqs += len(retracted)
             for req in retracted:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from engine.model.tokenizer import BOS_ID
@@ -103,7 +103,7 @@ class TurnRecord:
     parent_turn: int = 0
     parent_prompt: int = 0
     parent_completion: int = 0
-    cache_flushed: bool = False
+    cache_flushed: bool = False  # flush_cache or the wedge breaker dropped the slot since
 
 
 class Session:
@@ -255,6 +255,15 @@ class SessionController:
 
     def detach(self, req: Req) -> None:
         self.owner.pop(req, None)
+
+    def slot_dropped(self, session_id: str) -> None:
+        """The wedge breaker reclaimed the session's slot: its next turn (one may wait
+        already) re-prefills, as after ``flush_cache``."""
+        if (session := self.sessions.get(session_id)) is not None:
+            session.flushed = True
+        for req, record in self.records.items():
+            if record.session_id == session_id:
+                self.records[req] = replace(record, cache_flushed=True)
 
     # ---- open / close ----
 

@@ -31,6 +31,7 @@ STAT_COUNTERS = {
     "chunked_prefills": "chunked_prefills",
     "cached_tokens": "cached_tokens",
     "evicted_tokens": "evicted_tokens",
+    "wedge_reclaims": "session_slots_reclaimed",  # the wedge breaker (engine/sched/wedge.py)
 }  # SchedulerStats field -> metric name
 
 

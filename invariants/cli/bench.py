@@ -126,3 +126,41 @@ def bench_scheduler_command(
 
     chosen = tuple(r.strip() for r in releases.split(",") if r.strip())
     emit_json(guarded(lambda: bench_scheduler(sglang_version, runs, seeds, workers, chosen)), out)
+
+
+@bench_app.command("serve")
+def bench_serve_command(
+    sessions: Annotated[int, typer.Option(min=1, help="Concurrent sessions (clients).")] = 64,
+    turns: Annotated[int, typer.Option(min=1, help="Turns per session.")] = 8,
+    modes: Annotated[str, typer.Option(help="pinned (streaming sessions), radix.")] = (
+        "pinned,radix"
+    ),
+    max_total_tokens: Annotated[int, typer.Option(help="KV pool size in tokens.")] = 16384,
+    page_size: Annotated[int, typer.Option(min=1, help="Tokens per KV page.")] = 1,
+    strict_mem_check: Annotated[int, typer.Option(help="The server's checking level.")] = 1,
+    seed: Annotated[int, typer.Option(help="The clients' seed.")] = 0,
+    out: OutPath = None,
+) -> None:
+    """Sessions × turns over HTTP on loopback (disconnects and aborts included): turns/s,
+    p50/p99 turn latency, slots reclaimed, and the accounting afterwards, per mode."""
+    from rich.table import Table
+
+    from engine.server.args import ServerArgs
+    from invariants.bench.serve import MODES, bench_serve
+
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    if not mode_list or set(mode_list) - set(MODES):
+        raise typer.BadParameter(f"modes {modes!r}: choose from {', '.join(MODES)}")
+    args = ServerArgs(
+        max_total_tokens=max_total_tokens, page_size=page_size, strict_mem_check=strict_mem_check
+    )  # type: ignore[arg-type]
+    result = bench_serve(args, sessions, turns, mode_list, seed)
+    emit_json(result, out)
+    table = Table(title=f"kvspec bench serve — {result['machine']['cpu_model']}")
+    for column in ("mode", "ok_turns", "wall_s", "turns_per_s", "p50_ms", "p99_ms"):
+        table.add_column(column)
+    for column in ("slots_reclaimed", "violations", "balanced"):
+        table.add_column(column)
+    for row in result["rows"]:
+        table.add_row(*(str(row[c]) for c in (c.header for c in table.columns)))
+    Console(stderr=True).print(table)

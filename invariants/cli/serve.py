@@ -1,112 +1,20 @@
-"""`kvspec serve`: the engine behind SGLang's HTTP API, with the invariant checker attached.
-
-Keeps: the checker runs at level 1 (record) inside the engine whatever ``--strict-mem-check``
-says, so a violation never breaks a step half-way; at level 2 the monitor then stops
-admitting work and ``/health`` answers 503 with the first violation (DESIGN.md decision 3);
-at level 1 violations are only reported (``/invariants``, ``/metrics``); at 0 no checker
-is attached. Session timeouts run on wall time.
-"""
+"""`kvspec serve`: the engine behind SGLang's HTTP API and OpenAI's, with the invariant
+checker attached (the app: invariants/checking/served.py)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from engine.server.args import ServerArgs
-from invariants.checking.checker import Checker, CheckerHook, Level, summarize
+from invariants.checking.served import serve_app
 from invariants.cli.app import app
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from engine.server.monitor import Metric
-
-MAX_REPORTED = 200  # violations listed in full by /invariants (all are counted)
-
-
-class CheckerMonitor:
-    """The server's monitor over a Checker (engine/server/monitor.py ``Monitor``)."""
-
-    def __init__(self, checker: Checker, level: int) -> None:
-        self.checker = checker
-        self.level = level
-
-    def report(self) -> dict[str, Any]:
-        violations = self.checker.violations
-        stats = self.checker.stats()
-        return {
-            "level": self.level,
-            "num_violations": len(violations) + self.checker.dropped,
-            "by_invariant": dict(summarize(violations)),
-            "violations": [asdict(v) for v in violations[:MAX_REPORTED]],
-            "evaluations": sum(s.evaluations for s in stats.values()),
-            "num_invariants": len(stats),
-        }
-
-    def health(self) -> tuple[bool, str]:
-        if self.stop_admitting():
-            return False, f"invariant violated: {self.checker.violations[0]}"
-        return True, ""
-
-    def stop_admitting(self) -> bool:
-        return self.level >= Level.STRICT and bool(self.checker.violations)
-
-    def metrics(self) -> list[Metric]:
-        from engine.server.monitor import Metric
-
-        counts = summarize(self.checker.violations)
-        evaluations = sum(s.evaluations for s in self.checker.stats().values())
-        total = len(self.checker.violations) + self.checker.dropped
-        return [
-            Metric(
-                "kvspec_violations",
-                "Invariant violations recorded",
-                "counter",
-                (({}, float(total)),),
-            ),
-            Metric(
-                "kvspec_invariant_violations",
-                "Invariant violations recorded, per invariant",
-                "counter",
-                tuple(({"invariant": rid}, float(n)) for rid, n in sorted(counts.items())),
-            ),
-            Metric(
-                "kvspec_checker_evaluations",
-                "Invariant evaluations",
-                "counter",
-                (({}, float(evaluations)),),
-            ),
-            Metric(
-                "kvspec_strict_level",
-                "--strict-mem-check level",
-                "gauge",
-                (({}, float(self.level)),),
-            ),
-        ]
-
-
-def serve_app(args: ServerArgs) -> FastAPI:
-    """The app `kvspec serve` runs: an engine on wall time, the shipped catalog checked at
-    every event (levels 1 and 2), the monitor behind /health, /invariants and /metrics."""
-    from engine.engine import Engine
-    from engine.hooks import WallClock
-    from engine.server.app import build_app
-    from engine.server.monitor import NullMonitor
-    from invariants.checking.loader import shipped_catalog
-
-    engine = Engine(args.engine_config(), clock=WallClock())
-    if engine.strict_level == 0:
-        application = build_app(engine, NullMonitor(), args)
-        application.state.num_invariants = 0
-        return application
-    catalog = shipped_catalog()
-    checker = Checker(catalog, Level.RECORD)
-    engine.attach(CheckerHook(checker))
-    application = build_app(engine, CheckerMonitor(checker, engine.strict_level), args)
-    application.state.num_invariants = len(catalog)
-    return application
+__all__ = ["serve", "serve_app", "startup_line"]
 
 
 def startup_line(args: ServerArgs, num_invariants: int) -> str:
@@ -183,8 +91,6 @@ def serve(
     idle with exact accounting."""
     flags = dict(locals())  # first: the flags only
     del flags["log_level"]  # uvicorn's, not the engine's
-    import uvicorn
-
     from engine.errors import ConfigError
 
     flags["chunked_prefill_size"] = None if chunked_prefill_size == -1 else chunked_prefill_size
@@ -194,12 +100,23 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"kvspec serve: {exc}", err=True)
         raise typer.Exit(2) from None
+    _run(application, args, log_level)
+
+
+def _run(application: FastAPI, args: ServerArgs, log_level: str) -> None:
+    """Print the start-up line and serve until Ctrl-C (then the engine loop drains)."""
+    import uvicorn
+
     if log_level not in LOG_LEVELS:
         typer.echo(f"kvspec serve: --log-level {log_level!r}: one of {', '.join(LOG_LEVELS)}")
         raise typer.Exit(2)
     typer.echo(startup_line(args, application.state.num_invariants))
     uvicorn.run(
-        application, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10
+        application,
+        host=args.host,
+        port=args.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=10,
     )
 
 
