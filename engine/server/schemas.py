@@ -41,6 +41,7 @@ UNSUPPORTED: dict[str, Any] = {
     "json_schema": None,
     "ebnf": None,
     "structural_tag": None,
+    "stop_regex": None,
 }
 
 
@@ -76,9 +77,12 @@ class SamplingParamsIn(_Body):
     json_schema: Text | None = None
     ebnf: Text | None = None
     structural_tag: Text | None = None
+    stop_regex: Text | list[Text] | None = None
 
     @model_validator(mode="after")
     def _supported(self) -> SamplingParamsIn:
+        if self.stop_regex == []:
+            self.stop_regex = None  # the frontend's "no stop regex"
         for name, neutral in UNSUPPORTED.items():
             if getattr(self, name) != neutral:
                 raise ValueError(
