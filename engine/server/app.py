@@ -134,28 +134,37 @@ class Server:
                 self.loop.post(self.loop.abort(started.rid))
 
     async def generate(self, body: GenerateRequest) -> Response:
-        ids = TOKENIZER.encode(body.text) if body.text is not None else list(body.input_ids or ())
         session = body.session_params.model_dump() if body.session_params is not None else None
         if body.session_id is not None:  # SGLang's top-level session id (#29436)
             session = {"id": body.session_id}
-        submission = Submission(
-            ids,
-            body.sampling_params.engine_params(),
-            body.rid or uuid.uuid4().hex,
-            session,
-            body.return_logprob,
-            body.logprob_start_len,
-        )
+        prompts = [TOKENIZER.encode(p) if isinstance(p, str) else p for p in body.prompts()]
+        rid = body.rid or uuid.uuid4().hex
+        rids = [rid] if not body.is_batch else [f"{rid}-{i}" for i in range(len(prompts))]
+        params = body.sampling_params.engine_params()
+        subs = [
+            Submission(p, params, r, session, body.return_logprob, body.logprob_start_len)
+            for p, r in zip(prompts, rids)
+        ]
         began = time.perf_counter()
-        started = await self.start(submission, body.stream)
-        if not isinstance(started, Started):
+        started = await self.start_all(subs, body.stream)
+        if isinstance(started, Response):
             return started
         if body.stream:
-            return StreamingResponse(
-                self.stream(started, body, began), media_type="text/event-stream"
-            )
-        assert started.result is not None
-        return JSONResponse(final_body(started.result, body, began))
+            chunks = self.stream(started[0], body, began)
+            return StreamingResponse(chunks, media_type="text/event-stream")
+        bodies = [final_body(s.result, body, began) for s in started if s.result is not None]
+        return JSONResponse(bodies if body.is_batch else bodies[0])
+
+    async def start_all(self, subs: list[Submission], stream: bool) -> list[Started] | Response:
+        """Start every submission; an error of any one is the answer (the others aborted)."""
+        started = await asyncio.gather(*(self.start(s, stream) for s in subs))
+        failed = [s for s in started if isinstance(s, Response)]
+        if not failed:
+            return [s for s in started if isinstance(s, Started)]
+        for s in started:
+            if isinstance(s, Started) and s.result is None:
+                self.loop.post(self.loop.abort(s.rid))
+        return failed[0]
 
     async def stream(
         self, started: Started, body: GenerateRequest, began: float
@@ -240,7 +249,7 @@ def _add_generate_routes(app: FastAPI, server: Server) -> None:
         "/generate",
         generate,
         ("POST", "PUT"),
-        response_model=GenerateResponse,
+        response_model=GenerateResponse | list[GenerateResponse],
         responses=ERRORS,
     )
 

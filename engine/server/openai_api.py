@@ -11,7 +11,6 @@ never splits a UTF-8 character: bytes that do not decode yet wait for the next c
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator
@@ -124,13 +123,9 @@ async def _answer(
     rids = [rid] if len(prompts) == 1 else [f"{rid}-{i}" for i in range(len(prompts))]
     params = body.engine_params(budget)
     subs = [Submission(p, params, r, body.session_params()) for p, r in zip(prompts, rids)]
-    started = await asyncio.gather(*(server.start(s, body.stream) for s in subs))
-    failed = [s for s in started if isinstance(s, Response)]
-    if failed:
-        for s in started:
-            if not isinstance(s, Response) and s.result is None:
-                server.loop.post(server.loop.abort(s.rid))
-        return failed[0]
+    started = await server.start_all(subs, body.stream)
+    if isinstance(started, Response):
+        return started
     if body.stream:
         chunks = _stream(server, started[0], body, shape)
         return StreamingResponse(chunks, media_type="text/event-stream")

@@ -117,10 +117,11 @@ class SessionParamsIn(_Body):
 
 
 class GenerateRequest(_Body):
-    """``/generate``: exactly one of ``text`` (byte-tokenized, BOS first) and ``input_ids``."""
+    """``/generate``: exactly one of ``text`` (byte-tokenized, BOS first) and ``input_ids``;
+    either may be a list of prompts (a batch, answered as a list; not streamed)."""
 
-    text: Text | None = None
-    input_ids: list[int] | None = Field(None, min_length=1, max_length=1 << 20)
+    text: Text | list[Text] | None = None
+    input_ids: list[int] | list[list[int]] | None = Field(None, min_length=1, max_length=1 << 20)
     sampling_params: SamplingParamsIn = SamplingParamsIn()
     rid: Text | None = Field(None, min_length=1, max_length=256)
     stream: bool = False
@@ -137,10 +138,29 @@ class GenerateRequest(_Body):
             raise ValueError("Either text or input_ids should be provided (exactly one).")
         if self.session_id is not None and self.session_params is not None:
             raise ValueError("session_id and session_params are mutually exclusive")
-        bad = [t for t in self.input_ids or () if not 0 <= t < VOCAB_SIZE]
-        if bad:
-            raise ValueError(f"input_ids {bad[:5]} are outside the vocabulary [0, {VOCAB_SIZE})")
+        for ids in self.prompts() if self.input_ids is not None else ():
+            bad = [t for t in ids if not 0 <= t < VOCAB_SIZE]
+            if bad:
+                raise ValueError(
+                    f"input_ids {bad[:5]} are outside the vocabulary [0, {VOCAB_SIZE})"
+                )
+            if not ids:
+                raise ValueError("input_ids: an empty prompt")
+        if self.is_batch and not self.prompts():
+            raise ValueError("text: an empty list of prompts")
+        if self.is_batch and (self.stream or self.session_params or self.session_id):
+            raise ValueError("a batch of prompts is neither streamed nor a session turn")
         return self
+
+    @property
+    def is_batch(self) -> bool:
+        prompt = self.text if self.text is not None else self.input_ids
+        return isinstance(prompt, list) and (self.text is not None or isinstance(prompt[0], list))
+
+    def prompts(self) -> list[Any]:
+        """Each prompt: a text or a list of ids."""
+        prompt = self.text if self.text is not None else self.input_ids
+        return list(prompt) if self.is_batch else [prompt]  # type: ignore[arg-type]
 
 
 class OpenSessionRequest(_Body):

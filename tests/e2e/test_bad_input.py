@@ -51,7 +51,8 @@ SCHEMA_CASES: list[tuple[str, str, Any, str]] = [
         {"text": "a", "session_params": {"id": "s", "streaming": True}},
         "streaming",
     ),
-    ("batch-text", "/generate", {"text": ["a", "b"]}, "text"),
+    ("batch-stream", "/generate", {"text": ["a", "b"], "stream": True}, "neither streamed"),
+    ("batch-empty", "/generate", {"text": []}, "empty list"),
     ("lone-surrogate", "/generate", {"text": "\ud800x"}, "lone surrogate"),
     ("surrogate-rid", "/generate", {"text": "a", "rid": "\udfff"}, "rid: Value error, not valid"),
     (

@@ -47,6 +47,22 @@ def test_a_stop_string_finishes_and_is_trimmed(client: httpx.Client) -> None:
     assert_clean_idle(client)
 
 
+def test_a_batch_of_prompts_answers_a_list(client: httpx.Client) -> None:
+    """``text`` (or ``input_ids``) as a list: one answer per prompt, in order, each equal to
+    the prompt sent alone (SGLang's frontend sends ``select``'s choices so)."""
+    alone = [generate(client, text=t, max_new_tokens=5).json()["output_ids"] for t in "ab"]
+    batch = client.post(
+        "/generate", json={"text": ["a", "b"], "sampling_params": {"max_new_tokens": 5}}
+    )
+    assert [b["output_ids"] for b in batch.json()] == alone
+    ids = client.post(
+        "/generate",
+        json={"input_ids": [encode("a"), encode("b")], "sampling_params": {"max_new_tokens": 5}},
+    )
+    assert [b["output_ids"] for b in ids.json()] == alone
+    assert_clean_idle(client)
+
+
 def test_the_frontend_routes_answer(client: httpx.Client) -> None:
     """``RuntimeEndpoint`` reads ``/get_model_info`` first; ``/server_info`` is the newer name
     of ``/get_server_info``; ``/health_generate`` runs one token through the engine."""
