@@ -118,17 +118,15 @@ class Server:
     async def events(self, started: Started) -> AsyncGenerator[Progress | GenerateResult | Failure]:
         """A streamed request's progress, then its result (or a failure); a client gone
         before the end aborts the request, so its KV returns."""
-        result, done = started.result, started.result is not None
+        if started.result is not None:
+            yield started.result
+            return
+        done = False
         try:
-            while result is None:
+            while not done:
                 event = await started.watch.events.get()
-                if isinstance(event, Progress):
-                    yield event
-                    continue
-                done = True
+                done = not isinstance(event, Progress)
                 yield event
-                return
-            yield result
         finally:
             if not done:
                 self.loop.post(self.loop.abort(started.rid))
