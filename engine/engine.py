@@ -65,6 +65,9 @@ class GenerateResult:
     completion_tokens: int
     cached_tokens: int
     output_token_logprobs: tuple[float, ...] = ()  # one per output token, with return_logprob
+    # with return_logprob: prompt positions [logprob_start_len, prompt) and their logprobs
+    input_token_ids: tuple[int, ...] = ()
+    input_token_logprobs: tuple[float, ...] = ()
 
     def meta_info(self) -> dict[str, Any]:
         """SGLang's ``meta_info`` fields."""
@@ -246,6 +249,7 @@ class Engine(SessionAPI):
                 n,
                 req.cached_tokens,
                 tuple(req.output_token_logprobs[:n]),
+                *_input_logprobs(req),
             )
             self._retired(req, len(req.origin_input_ids), n)
 
@@ -310,3 +314,11 @@ def default_runner(config: EngineConfig, mem: KVMemory) -> ModelRunner:
         mem.allocator, config.memory.sliding_window if config.memory.is_hybrid else None
     )
     return SimModel(config.seed, kv, config.eos_prob)
+
+
+def _input_logprobs(req: Req) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The prompt tokens from ``logprob_start_len`` on and the logprobs taken for them."""
+    if not req.return_logprob or req.finished_reason is None or req.logprob_start_len < 0:
+        return (), ()
+    ids = req.origin_input_ids[req.logprob_start_len :]
+    return tuple(ids[: len(req.input_token_logprobs)]), tuple(req.input_token_logprobs)

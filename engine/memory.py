@@ -91,6 +91,8 @@ class KVMemory:
         key = req.fill_ids[: len(req.fill_ids) - 1]
         streaming = self.streaming  # a streaming turn continues its session slot's row
         match = streaming.match_request(req, key) if streaming is not None else None
+        if match is None and req.return_logprob:  # SGLang: the logprob span is recomputed
+            key = key[: max(req.logprob_start_len, 0)]
         match = match if match is not None else self.tree_cache.match_prefix(key, req.extra_key)
         req.prefix_indices = match.prefix_indices
         req.last_node = match.last_node

@@ -16,7 +16,7 @@ invariants transfer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -105,6 +105,10 @@ class Req:
     eos_token_ids: frozenset[int] = frozenset()
     return_logprob: bool = False
     output_token_logprobs: list[float] = field(default_factory=list)  # only with return_logprob
+    # with return_logprob: the prompt positions [logprob_start_len, len(origin)) get their
+    # logprobs (SGLang's input_token_logprobs; the default start is the prompt's end: none)
+    logprob_start_len: int = -1
+    input_token_logprobs: list[float] = field(default_factory=list)
     # KV ownership
     prefix_indices: np.ndarray = field(default_factory=lambda: EMPTY_INDICES)
     req_pool_idx: int | None = None
@@ -145,6 +149,18 @@ class Req:
         self.output_ids.append(token)
         if self.return_logprob:
             self.output_token_logprobs.append(logprob)
+
+    def take_input_logprobs(self, values: Sequence[float], first: int) -> None:
+        """A forward's logprobs of the written positions ``first, first + 1, …``: keep those
+        of prompt positions not yet taken (chunks continue; a re-prefill adds nothing)."""
+        have, end = (
+            self.logprob_start_len + len(self.input_token_logprobs),
+            len(self.origin_input_ids),
+        )
+        for position, value in enumerate(values, start=first):
+            if position == have and position < end:
+                self.input_token_logprobs.append(float(value))
+                have += 1
 
     # ---- lifecycle ----
 

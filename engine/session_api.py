@@ -107,9 +107,11 @@ class SessionAPI:
 
     @staticmethod
     def _check_logprob_start(req: Req, return_logprob: bool, logprob_start_len: int) -> None:
-        """SGLang's ``handle_generate_request``: a logprob start past the prompt is a 400."""
+        """SGLang's ``handle_generate_request``: a logprob start past the prompt is a 400;
+        without one (-1) only the output's logprobs are returned (start = the prompt's end)."""
         req.return_logprob = return_logprob
         n = len(req.origin_input_ids)
+        req.logprob_start_len = n if logprob_start_len == -1 else min(logprob_start_len, n)
         if (
             return_logprob
             and logprob_start_len != -1

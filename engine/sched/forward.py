@@ -49,7 +49,7 @@ def extend_forward(
         req_to_token=mem.req_to_token_pool.req_to_token,
         swa_out_cache_loc=_swa_loc(mem, out),
         return_logprob=[r.return_logprob for r in reqs],
-        logprob_start_lens=[0] * len(reqs),
+        logprob_start_lens=[max(r.logprob_start_len, 0) for r in reqs],
         sample=[r is not chunked_req for r in reqs],
     )
 

@@ -337,12 +337,15 @@ class Scheduler:
     def _process_prefill(self, batch: ScheduleBatch, out: ForwardOutput) -> None:
         """Append each request's first (or next, for mixed decodes) token; a non-final chunk
         only counts down; finished requests are released, the rest checkpointed."""
-        decoding = set(batch.decoding_reqs or ())
-        for req, token, logprob in zip(
-            batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist()
+        decoding, fb = set(batch.decoding_reqs or ()), batch.forward
+        for i, (req, token, logprob) in enumerate(
+            zip(batch.reqs, out.next_token_ids.tolist(), out.next_token_logprobs.tolist())
         ):
             if req.is_retracted or req.finished():  # overlap: retracted/finished meanwhile
                 continue
+            if req.return_logprob and fb is not None and out.input_token_logprobs[i] is not None:
+                first = max(int(fb.prefix_lens[i]), req.logprob_start_len)
+                req.take_input_logprobs(out.input_token_logprobs[i], first)
             if req.is_chunked > 0:
                 req.is_chunked -= 1
                 continue

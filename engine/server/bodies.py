@@ -78,9 +78,24 @@ def trim_stop(text: str, reason: dict[str, Any] | None) -> str:
 def final_body(result: GenerateResult, req: GenerateRequest, started: float) -> dict[str, Any]:
     reason = result.finish_reason.to_json()
     counts = (result.prompt_tokens, result.cached_tokens)
-    return _body(
+    body = _body(
         result.rid, result.output_ids, result.output_token_logprobs, reason, counts, req, started
     )
+    if req.return_logprob:
+        body["meta_info"]["input_token_logprobs"] = input_logprobs(result, req)
+    return body
+
+
+def input_logprobs(result: GenerateResult, req: GenerateRequest) -> list[list[Any]]:
+    """The prompt's ``[logprob, token id, text]`` from ``logprob_start_len`` on; the first
+    token of a prompt has no context, so no logprob (None), as in SGLang."""
+    triples = token_logprobs(
+        result.input_token_ids, result.input_token_logprobs, req.return_text_in_logprobs
+    )
+    start = result.prompt_tokens - len(result.input_token_ids)
+    if start == 0 and triples:
+        triples[0][0] = None
+    return triples
 
 
 def progress_body(

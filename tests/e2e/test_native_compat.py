@@ -63,6 +63,20 @@ def test_a_batch_of_prompts_answers_a_list(client: httpx.Client) -> None:
     assert_clean_idle(client)
 
 
+def test_prompt_logprobs_come_with_their_text(client: httpx.Client) -> None:
+    """``logprob_start_len`` 2 of a 6-token prompt: four ``[logprob, id, text]`` entries;
+    from 0 the first token (no context) has no logprob."""
+    body = {"text": "hello", "return_logprob": True, "return_text_in_logprobs": True}
+    body |= {"logprob_start_len": 2, "sampling_params": {"max_new_tokens": 0}}
+    entries = client.post("/generate", json=body).json()["meta_info"]["input_token_logprobs"]
+    assert [(e[1], e[2]) for e in entries] == [(101, "e"), (108, "l"), (108, "l"), (111, "o")]
+    assert all(isinstance(e[0], float) for e in entries)
+    body["logprob_start_len"] = 0
+    first = client.post("/generate", json=body).json()["meta_info"]["input_token_logprobs"]
+    assert first[0][0] is None and len(first) == 6
+    assert_clean_idle(client)
+
+
 def test_the_frontend_routes_answer(client: httpx.Client) -> None:
     """``RuntimeEndpoint`` reads ``/get_model_info`` first; ``/server_info`` is the newer name
     of ``/get_server_info``; ``/health_generate`` runs one token through the engine."""

@@ -1,5 +1,6 @@
 """SGLang's own frontend drives `kvspec serve`: a ``@sgl.function`` program (multi-turn
-``gen`` with ``stop`` strings and ``max_tokens``, ``fork``) runs end to end through
+``gen`` with ``stop`` strings and ``max_tokens``, ``fork``, ``select`` — a batch of
+``max_new_tokens: 0`` requests with prompt logprobs) runs end to end through
 ``sgl.RuntimeEndpoint`` — its ``/get_model_info`` probe, the sampling parameters it sends
 (penalties, ``min_new_tokens``, ``stop_regex`` at their neutral values) — and the server
 ends idle with zero violations and balanced pools."""
@@ -45,5 +46,9 @@ def test_a_frontend_program_runs_end_to_end() -> None:
         assert meta["finish_reason"] == {"type": "length", "length": 16}
     assert state["second_meta"]["completion_tokens"] <= 8
     assert state["text"].startswith("Q: what is a KV cache?\nA:" + answer + "\nQ: and then?\nA:")
+    assert state["kind"] in ("radix tree", "hash map", "paged pool")
+    scores = state["kind_meta"]["normalized_prompt_logprobs"]
+    chosen = ["radix tree", "hash map", "paged pool"][scores.index(max(scores))]
+    assert len(scores) == 3 and state["kind"] == chosen
     assert report["healthy"] and report["checker"]["num_violations"] == 0
     assert all(p["balanced"] and p["request_owned"] == 0 for p in report["engine"]["pools"])

@@ -1,6 +1,7 @@
 """An SGLang frontend program, run by the sglang venv's python against `kvspec serve` (argv:
-the server's URL): multi-turn ``gen`` with ``stop`` strings and ``max_tokens``, then ``fork``
-into two branches. Prints the program's state as one JSON line."""
+the server's URL): multi-turn ``gen`` with ``stop`` strings and ``max_tokens``, ``fork`` into
+two branches, then ``select`` among three choices (by the prompt logprobs of each). Prints the
+program's state as one JSON line."""
 
 import json
 import sys
@@ -25,6 +26,8 @@ def chat(s, question):
         branch += f" branch {i}:"
         branch += sgl.gen("branch", max_tokens=4, temperature=0)
     forks.join()
+    s += "\nThe best cache is the "
+    s += sgl.select("kind", choices=["radix tree", "hash map", "paged pool"])
 
 
 sgl.set_default_backend(sgl.RuntimeEndpoint(sys.argv[1]))
@@ -37,6 +40,8 @@ print(
             "text": state.text(),
             "answer_meta": state.get_meta_info("answer"),
             "second_meta": state.get_meta_info("second"),
+            "kind": state["kind"],
+            "kind_meta": state.get_meta_info("kind"),
         }
     )
 )
