@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from fastapi import FastAPI
@@ -136,9 +137,16 @@ class Server:
         if body.session_id is not None:  # SGLang's top-level session id (#29436)
             session = {"id": body.session_id}
         prompts = [TOKENIZER.encode(p) if isinstance(p, str) else p for p in body.prompts()]
-        rid = body.rid or uuid.uuid4().hex
-        rids = [rid] if not body.is_batch else [f"{rid}-{i}" for i in range(len(prompts))]
-        params = body.sampling_params.engine_params()
+        rid, params, n = body.rid or uuid.uuid4().hex, body.sampling_params.engine_params(), 1
+        if body.sampling_params.n > 1:  # SGLang's parallel sampling: cache each prompt first
+            n, cache = body.sampling_params.n, replace(params, max_new_tokens=0)
+            cached = await self.start_all(
+                [Submission(p, cache, f"{rid}-prefix-{i}") for i, p in enumerate(prompts)], False
+            )
+            if isinstance(cached, Response):
+                return cached
+        prompts = [p for p in prompts for _ in range(n)]
+        rids = [rid] if not body.is_list else [f"{rid}-{i}" for i in range(len(prompts))]
         subs = [
             Submission(p, params, r, session, body.return_logprob, body.logprob_start_len)
             for p, r in zip(prompts, rids)
@@ -151,7 +159,7 @@ class Server:
             chunks = self.stream(started[0], body, began)
             return StreamingResponse(chunks, media_type="text/event-stream")
         bodies = [final_body(s.result, body, began) for s in started if s.result is not None]
-        return JSONResponse(bodies if body.is_batch else bodies[0])
+        return JSONResponse(bodies if body.is_list else bodies[0])
 
     async def start_all(self, subs: list[Submission], stream: bool) -> list[Started] | Response:
         """Start every submission; an error of any one is the answer (the others aborted)."""

@@ -68,7 +68,7 @@ class SamplingParamsIn(_Body):
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     spaces_between_special_tokens: bool = True
-    n: Literal[1] = 1
+    n: int = Field(1, ge=1, le=64)  # parallel samples: the prompt is cached once, then n run
     min_new_tokens: int = Field(0, ge=0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
@@ -148,9 +148,16 @@ class GenerateRequest(_Body):
                 raise ValueError("input_ids: an empty prompt")
         if self.is_batch and not self.prompts():
             raise ValueError("text: an empty list of prompts")
-        if self.is_batch and (self.stream or self.session_params or self.session_id):
-            raise ValueError("a batch of prompts is neither streamed nor a session turn")
+        if self.is_list and (self.stream or self.session_params or self.session_id):
+            raise ValueError(
+                "a batch of prompts (or n > 1 samples) is neither streamed nor a session turn"
+            )
         return self
+
+    @property
+    def is_list(self) -> bool:
+        """Answered as a list: a batch of prompts, or n > 1 samples (SGLang's shapes)."""
+        return self.is_batch or self.sampling_params.n > 1
 
     @property
     def is_batch(self) -> bool:

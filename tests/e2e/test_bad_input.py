@@ -43,7 +43,13 @@ SCHEMA_CASES: list[tuple[str, str, Any, str]] = [
         {"text": "a", "sampling_params": {"temperature": "hot"}},
         "temperature",
     ),
-    ("n-above-one", "/generate", {"text": "a", "sampling_params": {"n": 2}}, "n"),
+    (
+        "n-streamed",
+        "/generate",
+        {"text": "a", "stream": True, "sampling_params": {"n": 2}},
+        "n > 1",
+    ),
+    ("n-too-many", "/generate", {"text": "a", "sampling_params": {"n": 65}}, "sampling_params.n"),
     ("unknown-key", "/generate", {"text": "a", "priority": 3}, "priority"),
     (
         "unknown-session-key",

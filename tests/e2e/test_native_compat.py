@@ -77,6 +77,17 @@ def test_prompt_logprobs_come_with_their_text(client: httpx.Client) -> None:
     assert_clean_idle(client)
 
 
+def test_n_samples_share_the_cached_prompt(client: httpx.Client) -> None:
+    """``n: 3`` (SGLang's parallel sampling): the prompt is prefilled once (a
+    ``max_new_tokens: 0`` request), then three samples that each find it cached."""
+    body = {"text": "shared prompt for three", "sampling_params": {"max_new_tokens": 4, "n": 3}}
+    answers = client.post("/generate", json=body).json()
+    assert len(answers) == 3 and len({tuple(a["output_ids"]) for a in answers}) == 1  # greedy
+    prompt = answers[0]["meta_info"]["prompt_tokens"]
+    assert all(a["meta_info"]["cached_tokens"] == prompt - 1 for a in answers)
+    assert_clean_idle(client)
+
+
 def test_the_frontend_routes_answer(client: httpx.Client) -> None:
     """``RuntimeEndpoint`` reads ``/get_model_info`` first; ``/server_info`` is the newer name
     of ``/get_server_info``; ``/health_generate`` runs one token through the engine."""
