@@ -137,15 +137,11 @@ class Server:
         if body.session_id is not None:  # SGLang's top-level session id (#29436)
             session = {"id": body.session_id}
         prompts = [TOKENIZER.encode(p) if isinstance(p, str) else p for p in body.prompts()]
-        rid, params, n = body.rid or uuid.uuid4().hex, body.sampling_params.engine_params(), 1
-        if body.sampling_params.n > 1:  # SGLang's parallel sampling: cache each prompt first
-            n, cache = body.sampling_params.n, replace(params, max_new_tokens=0)
-            cached = await self.start_all(
-                [Submission(p, cache, f"{rid}-prefix-{i}") for i, p in enumerate(prompts)], False
-            )
-            if isinstance(cached, Response):
-                return cached
-        prompts = [p for p in prompts for _ in range(n)]
+        rid, params = body.rid or uuid.uuid4().hex, body.sampling_params.engine_params()
+        sampled = await self.samples(prompts, params, rid, body.sampling_params.n)
+        if isinstance(sampled, Response):
+            return sampled
+        prompts = sampled
         rids = [rid] if not body.is_list else [f"{rid}-{i}" for i in range(len(prompts))]
         subs = [
             Submission(p, params, r, session, body.return_logprob, body.logprob_start_len)
@@ -160,6 +156,20 @@ class Server:
             return StreamingResponse(chunks, media_type="text/event-stream")
         bodies = [final_body(s.result, body, began) for s in started if s.result is not None]
         return JSONResponse(bodies if body.is_list else bodies[0])
+
+    async def samples(
+        self, prompts: list[list[int]], params: SamplingParams, rid: str, n: int
+    ) -> list[list[int]] | Response:
+        """Each prompt ``n`` times, in order. For n > 1, SGLang's parallel sampling: each prompt
+        is first cached by a ``max_new_tokens: 0`` request, so the samples find it cached."""
+        if n > 1:
+            cache = replace(params, max_new_tokens=0)
+            cached = await self.start_all(
+                [Submission(p, cache, f"{rid}-prefix-{i}") for i, p in enumerate(prompts)], False
+            )
+            if isinstance(cached, Response):
+                return cached
+        return [p for p in prompts for _ in range(n)]
 
     async def start_all(self, subs: list[Submission], stream: bool) -> list[Started] | Response:
         """Start every submission; an error of any one is the answer (the others aborted)."""

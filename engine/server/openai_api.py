@@ -120,8 +120,12 @@ async def _answer(
 ) -> Response:
     """Start every prompt; an error of any one is the answer (the others are aborted)."""
     rid = body.rid or f"{shape.prefix}{uuid.uuid4().hex}"
-    rids = [rid] if len(prompts) == 1 else [f"{rid}-{i}" for i in range(len(prompts))]
     params = body.engine_params(budget)
+    sampled = await server.samples(prompts, params, rid, body.n)
+    if isinstance(sampled, Response):
+        return sampled
+    prompts = sampled
+    rids = [rid] if len(prompts) == 1 else [f"{rid}-{i}" for i in range(len(prompts))]
     subs = [Submission(p, params, r, body.session_params()) for p, r in zip(prompts, rids)]
     started = await server.start_all(subs, body.stream)
     if isinstance(started, Response):

@@ -3,7 +3,8 @@ them), and the byte-level chat template.
 
 Keeps: a body that validates can be handed to the engine. Unknown keys are refused naming
 them; OpenAI's knobs that change nothing in a greedy engine's KV are accepted at their
-neutral value only (``n``, penalties, ``logprobs``), like the native API; SGLang's top-level
+neutral value only (penalties, ``logprobs``); ``n`` > 1 choices are sampled as SGLang does
+(the prompt cached once), like the native API; SGLang's top-level
 ``session_id`` (#29436) names an open session the prompt is appended to.
 """
 
@@ -43,7 +44,7 @@ class _Sampling(_Body):
     stream_options: StreamOptions | None = None
     seed: int | None = None
     user: Text | None = None
-    n: Literal[1] = 1
+    n: int = Field(1, ge=1, le=64)  # choices per prompt (SGLang's parallel sampling)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     ignore_eos: bool = False
@@ -52,6 +53,8 @@ class _Sampling(_Body):
 
     @model_validator(mode="after")
     def _supported(self) -> _Sampling:
+        if self.n > 1 and self.stream:
+            raise ValueError("n > 1 choices are not streamed")
         for name in ("frequency_penalty", "presence_penalty"):
             if getattr(self, name) != UNSUPPORTED[name]:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not supported (only 0.0)")

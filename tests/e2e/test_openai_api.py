@@ -113,3 +113,16 @@ def test_errors_come_in_openai_shape(oai: openai.OpenAI, client: httpx.Client) -
         oai.completions.create(model="kvspec-sim", prompt="x", presence_penalty=1.0)
     assert "presence_penalty" in penalty.value.message
     assert_clean_idle(client)
+
+
+def test_n_choices_share_the_cached_prompt(oai: openai.OpenAI, client: httpx.Client) -> None:
+    """``n=3``: three choices, indexed 0..2, each sampled after the prompt was cached once
+    (greedy: the same text); usage counts the three completions."""
+    answer = oai.completions.create(model="kvspec-sim", prompt="three ways", max_tokens=4, n=3)
+    assert [c.index for c in answer.choices] == [0, 1, 2]
+    assert len({c.text for c in answer.choices}) == 1
+    assert answer.usage.completion_tokens == 12
+    assert answer.usage.prompt_tokens_details.cached_tokens == 3 * (
+        answer.usage.prompt_tokens // 3 - 1
+    )
+    assert_clean_idle(client)
