@@ -228,7 +228,7 @@ class Engine(SessionAPI):
                 return steps
             # one empty iteration is normal (finished requests are filtered only after the
             # prefill attempt); two in a row mean nothing can ever run
-            empty = 0 if outcome.launched or outcome.processed or outcome.relieved else empty + 1
+            empty = 0 if outcome.progressed else empty + 1
             if empty >= 2:
                 raise SchedulerStall(self._stall_message())
         return steps

@@ -212,8 +212,8 @@ class SchedView:
     # work waits, nothing runs or is in flight, and the wedge breaker could do nothing
     wedged: bool = False
     waiting_rids: tuple[str, ...] = ()  # the waiting queue, oldest first (named by sched.no_wedge)
-    # overlap: pages freed since a launched, unprocessed batch's launch that it reads for a
-    # request whose result is kept (engine/observe/inflight.py), each named in words
+    # overlap: reads of a launched, unprocessed batch, for a request whose result is kept,
+    # whose slot is now free or unmapped (engine/observe/inflight.py), each named in words
     inflight_freed: tuple[str, ...] = ()
 
 

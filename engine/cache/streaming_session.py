@@ -222,24 +222,24 @@ class StreamingSession:
         slot = None if session is None else self.slots.get(session.session_id)
         if session is None or slot is None or not slot.is_holding_kv:
             return False
-        if slot.is_on_loan_to(req):
-            slot.forget(req)
         if slot.lent_to is not None and slot.is_on_loan_to(slot.lent_to):
-            slot.forget(slot.lent_to)  # a stale loan of a turn that no longer waits
+            slot.forget(slot.lent_to)  # ``req``'s loan, or one of a turn that no longer waits
         if slot.row_owner() is not None:
             return False  # a turn runs on the row
-        self.release_session(session.session_id)
-        self.lookup.slot_dropped(session.session_id)
+        self._drop(session.session_id)
         return True
 
     def reclaim_idle(self) -> bool:
         """Wipe the oldest slot no request holds (a session with no turn waiting)."""
         for session_id, slot in self.slots.items():
             if slot.is_holding_kv and slot.lent_to is None and slot.row_owner() is None:
-                self.release_session(session_id)
-                self.lookup.slot_dropped(session_id)
+                self._drop(session_id)
                 return True
         return False
+
+    def _drop(self, session_id: str) -> None:
+        self.release_session(session_id)
+        self.lookup.slot_dropped(session_id)
 
     # ---- stale KV ----
 

@@ -64,8 +64,7 @@ class InFlightReads:
         alloc = mem.allocator
         self.full: PagedAllocator = alloc.full if isinstance(alloc, SWAAllocator) else alloc
         self.swa = alloc if isinstance(alloc, SWAAllocator) else None
-        self._launched: dict[int, _Launched] = {}  # id(ForwardBatch) -> its reads
-        self._alive: dict[int, ForwardBatch] = {}  # keeps each followed id unique
+        self._launched: dict[ForwardBatch, _Launched] = {}  # hashed by identity (eq=False)
 
     def update(
         self, in_flight: list[ForwardBatch], launched: ForwardBatch | None, number: int, when: str
@@ -73,12 +72,11 @@ class InFlightReads:
         """Follow ``launched`` (forward number ``number``, at its forward event) from now; drop
         the processed batches; name each held read whose slot is gone (``when``: the event and
         iteration that sees it)."""
-        if launched is not None and id(launched) not in self._launched:
-            self._launched[id(launched)] = self._record(launched, number)
-            self._alive[id(launched)] = launched
-        live = {id(fb) for fb in in_flight} | ({id(launched)} if launched is not None else set())
-        for key in [k for k in self._launched if k not in live]:
-            del self._launched[key], self._alive[key]
+        if launched is not None and launched not in self._launched:
+            self._launched[launched] = self._record(launched, number)
+        live = {*in_flight, launched}
+        for fb in [fb for fb in self._launched if fb not in live]:
+            del self._launched[fb]
         out: list[str] = []
         for record in self._launched.values():
             out += self._lost_reads(record, when)

@@ -135,7 +135,7 @@ class StateViews:
         )
 
     def _inflight_freed(self, event: str) -> tuple[str, ...]:
-        """Pages freed under a read of a launched, unprocessed batch (inflight.py)."""
+        """Reads of a launched, unprocessed batch whose slot is gone (inflight.py)."""
         sched, launched = self.scheduler, None
         if event == "forward" and sched.cur_batch is not None:
             launched = sched.cur_batch.forward

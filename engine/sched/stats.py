@@ -24,6 +24,11 @@ class StepOutcome(NamedTuple):
     idle: bool
     relieved: bool = False
 
+    @property
+    def progressed(self) -> bool:
+        """Something changed: a batch launched or processed, or a wedge relieved."""
+        return self.launched or self.processed or self.relieved
+
 
 class SchedulerError(RuntimeError):
     """A scheduling rule was broken (e.g. a second chunked prefill while one is in flight)."""

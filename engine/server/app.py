@@ -137,18 +137,17 @@ class Server:
         if body.session_id is not None:  # SGLang's top-level session id (#29436)
             session = {"id": body.session_id}
         prompts = [TOKENIZER.encode(p) if isinstance(p, str) else p for p in body.prompts()]
-        rid, params = body.rid or uuid.uuid4().hex, body.sampling_params.engine_params()
-        sampled = await self.samples(prompts, params, rid, body.sampling_params.n)
-        if isinstance(sampled, Response):
-            return sampled
-        prompts = sampled
-        rids = [rid] if not body.is_list else [f"{rid}-{i}" for i in range(len(prompts))]
-        subs = [
-            Submission(p, params, r, session, body.return_logprob, body.logprob_start_len)
-            for p, r in zip(prompts, rids)
-        ]
+        template = Submission(
+            [],
+            body.sampling_params.engine_params(),
+            body.rid or uuid.uuid4().hex,
+            session,
+            body.return_logprob,
+            body.logprob_start_len,
+        )
         began = time.perf_counter()
-        started = await self.start_all(subs, body.stream)
+        n = body.sampling_params.n
+        started = await self.start_prompts(prompts, template, n, body.stream, body.is_list)
         if isinstance(started, Response):
             return started
         if body.stream:
@@ -157,11 +156,14 @@ class Server:
         bodies = [final_body(s.result, body, began) for s in started if s.result is not None]
         return JSONResponse(bodies if body.is_list else bodies[0])
 
-    async def samples(
-        self, prompts: list[list[int]], params: SamplingParams, rid: str, n: int
-    ) -> list[list[int]] | Response:
-        """Each prompt ``n`` times, in order. For n > 1, SGLang's parallel sampling: each prompt
-        is first cached by a ``max_new_tokens: 0`` request, so the samples find it cached."""
+    async def start_prompts(
+        self, prompts: list[list[int]], template: Submission, n: int, stream: bool, listed: bool
+    ) -> list[Started] | Response:
+        """Each prompt ``n`` times, in order, submitted as ``template`` under its rid (``rid``
+        alone, or ``rid-i`` when the answer is a list). For n > 1, SGLang's parallel sampling:
+        each prompt is first cached by a ``max_new_tokens: 0`` request, so the samples find it
+        cached."""
+        rid, params = template.rid, template.sampling_params
         if n > 1:
             cache = replace(params, max_new_tokens=0)
             cached = await self.start_all(
@@ -169,7 +171,10 @@ class Server:
             )
             if isinstance(cached, Response):
                 return cached
-        return [p for p in prompts for _ in range(n)]
+        prompts = [p for p in prompts for _ in range(n)]
+        rids = [f"{rid}-{i}" for i in range(len(prompts))] if listed else [rid]
+        subs = [replace(template, input_ids=p, rid=r) for p, r in zip(prompts, rids)]
+        return await self.start_all(subs, stream)
 
     async def start_all(self, subs: list[Submission], stream: bool) -> list[Started] | Response:
         """Start every submission; an error of any one is the answer (the others aborted)."""

@@ -31,7 +31,8 @@ SSE_DONE = b"data: [DONE]\n\n"
 def token_logprobs(
     ids: tuple[int, ...], logprobs: tuple[float, ...], with_text: bool
 ) -> list[list[Any]]:
-    """SGLang's ``[logprob, token id, text]`` triples, one per output token."""
+    """SGLang's ``[logprob, token id, text]`` triples, one per token (``None`` for a token
+    with no logprob)."""
     padded = list(logprobs) + [None] * (len(ids) - len(logprobs))
     return [
         [lp, tok, TOKENIZER.decode([tok], skip_special_tokens=False) if with_text else None]

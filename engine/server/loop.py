@@ -214,8 +214,7 @@ class EngineLoop:
             self.fatal = f"engine loop stopped: {type(exc).__name__}: {exc}"
             self._fail_all(self.fatal)
             return False
-        progressed = outcome.launched or outcome.processed or outcome.relieved
-        self._stalls = 0 if progressed or outcome.idle else self._stalls + 1
+        self._stalls = 0 if outcome.progressed or outcome.idle else self._stalls + 1
         return not outcome.idle or bool(self.watched)
 
     def _drain(self, max_steps: int = 100_000) -> None:

@@ -32,7 +32,7 @@ from engine.server.openai_schemas import (
 
 
 def add_openai_routes(app: FastAPI, server: Any) -> None:
-    """``server``: engine/server/app.py's ``Server`` (its ``start`` and ``events``)."""
+    """``server``: engine/server/app.py's ``Server`` (its ``start_prompts`` and ``events``)."""
     model = f"kvspec-{server.args.model}"
 
     @app.get("/v1/models")
@@ -120,14 +120,9 @@ async def _answer(
 ) -> Response:
     """Start every prompt; an error of any one is the answer (the others are aborted)."""
     rid = body.rid or f"{shape.prefix}{uuid.uuid4().hex}"
-    params = body.engine_params(budget)
-    sampled = await server.samples(prompts, params, rid, body.n)
-    if isinstance(sampled, Response):
-        return sampled
-    prompts = sampled
-    rids = [rid] if len(prompts) == 1 else [f"{rid}-{i}" for i in range(len(prompts))]
-    subs = [Submission(p, params, r, body.session_params()) for p, r in zip(prompts, rids)]
-    started = await server.start_all(subs, body.stream)
+    template = Submission([], body.engine_params(budget), rid, body.session_params())
+    listed = len(prompts) * body.n > 1
+    started = await server.start_prompts(prompts, template, body.n, body.stream, listed)
     if isinstance(started, Response):
         return started
     if body.stream:

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from engine.model.tokenizer import VOCAB_SIZE
 from engine.request import SamplingParams
-from engine.server.schemas import UNSUPPORTED, Text, _Body
+from engine.server.schemas import Text, _Body, refuse_unsupported, stop_strings
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -55,18 +55,15 @@ class _Sampling(_Body):
     def _supported(self) -> _Sampling:
         if self.n > 1 and self.stream:
             raise ValueError("n > 1 choices are not streamed")
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name) != UNSUPPORTED[name]:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not supported (only 0.0)")
+        refuse_unsupported(self, ("frequency_penalty", "presence_penalty"))
         return self
 
     def engine_params(self, max_tokens: int) -> SamplingParams:
-        stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
         return SamplingParams(
             max_new_tokens=max_tokens,
             ignore_eos=self.ignore_eos,
             temperature=self.temperature,
-            stop_strs=tuple(s for s in stops if s),
+            stop_strs=stop_strings(self.stop),
         )
 
     def session_params(self) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ to name exactly one prompt. Everything else (sessions, lengths) is the engine's 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -43,6 +44,22 @@ UNSUPPORTED: dict[str, Any] = {
     "structural_tag": None,
     "stop_regex": None,
 }
+
+
+def refuse_unsupported(body: BaseModel, names: Iterable[str]) -> None:
+    """A 400 (a schema error) naming the first of ``names`` not at its neutral value."""
+    for name in names:
+        if getattr(body, name) != UNSUPPORTED[name]:
+            raise ValueError(
+                f"{name}={getattr(body, name)!r} is not supported by kvspec's engine "
+                f"(only {UNSUPPORTED[name]!r}): constrained decoding and penalties change no KV"
+            )
+
+
+def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    """SGLang's and OpenAI's ``stop`` (one string or a list) as the engine's tuple."""
+    stops = [stop] if isinstance(stop, str) else stop or []
+    return tuple(s for s in stops if s)
 
 
 class _Body(BaseModel):
@@ -83,18 +100,8 @@ class SamplingParamsIn(_Body):
     def _supported(self) -> SamplingParamsIn:
         if self.stop_regex == []:
             self.stop_regex = None  # the frontend's "no stop regex"
-        for name, neutral in UNSUPPORTED.items():
-            if getattr(self, name) != neutral:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is not supported by kvspec's engine "
-                    f"(only {neutral!r}): constrained decoding and penalties change no KV"
-                )
+        refuse_unsupported(self, UNSUPPORTED)
         return self
-
-    @property
-    def stop_strs(self) -> tuple[str, ...]:
-        stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
-        return tuple(s for s in stops if s)
 
     def engine_params(self) -> SamplingParams:
         return SamplingParams(
@@ -102,7 +109,7 @@ class SamplingParamsIn(_Body):
             stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos,
             temperature=self.temperature,
-            stop_strs=self.stop_strs,
+            stop_strs=stop_strings(self.stop),
         )
 
 
