@@ -144,17 +144,24 @@ class Engine(SessionAPI):
         rid: str | None = None,
         *,
         session_params: SessionParamsLike | None = None,
+        session_id: str | None = None,
         return_logprob: bool = False,
         logprob_start_len: int = -1,
     ) -> str:
         """Queue a request; returns its id. A prompt over the length limit finishes at once
         (abort, status 400) without touching memory; so does a session request the session
         rejects (``session_params``: SGLang's ``id, rid, offset, replace,
-        drop_previous_output``)."""
+        drop_previous_output``). A top-level ``session_id`` (SGLang #29436) tags the
+        request's KV for that session when the cache has session tags (no open needed);
+        otherwise it names an open session, as ``session_params={"id": ...}`` does."""
         rid = rid if rid is not None else f"req-{next(self._rids)}"
         if rid in self.requests:
             raise ValueError(f"duplicate request id {rid!r}")
-        req = self._new_req(rid, input_ids, sampling_params, session_params)
+        if session_id is not None and session_params is not None:
+            raise ValueError("session_id and session_params are mutually exclusive")
+        if session_id is not None and self.mem.session_refs is None:
+            session_params, session_id = {"id": session_id}, None
+        req = self._new_req(rid, input_ids, sampling_params, session_params, session_id)
         self._check_logprob_start(req, return_logprob, logprob_start_len)
         self.requests[rid] = req
         self.scheduler.add_request(req)

@@ -23,6 +23,7 @@ import numpy as np
 from engine.cache.base import PrefixCache
 from engine.cache.chunk_cache import ChunkCache
 from engine.cache.radix_cache import RadixCache
+from engine.cache.session_refs import SessionRefs
 from engine.cache.streaming_session import SessionLookup, StreamingSession
 from engine.cache.swa_radix_cache import SWARadixCache
 from engine.config import MemoryConfig
@@ -71,6 +72,13 @@ class KVMemory:
     @property
     def page_size(self) -> int:
         return self.config.page_size
+
+    @property
+    def session_refs(self) -> SessionRefs | None:
+        """The radix tree's session tags (--enable-session-radix-cache), else None; read it
+        afresh each time (a flush rebuilds it with the tree)."""
+        cache = self.streaming.inner if self.streaming is not None else self.tree_cache
+        return getattr(cache, "session_refs", None)
 
     def admittable_size(self) -> int:
         """Tokens an admission may count on: free plus evictable, in the tighter pool."""
@@ -248,4 +256,4 @@ def _make_cache(
     if isinstance(allocator, SWAAllocator):
         assert config.sliding_window is not None
         return SWARadixCache(pool, allocator, config.page_size, config.sliding_window)
-    return RadixCache(pool, allocator, config.page_size)
+    return RadixCache(pool, allocator, config.page_size, session_tags=config.session_radix_cache)

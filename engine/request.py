@@ -101,6 +101,8 @@ class Req:
     output_ids: list[int] = field(default_factory=list)
     fill_ids: list[int] = field(default_factory=list)
     extra_key: str | None = None
+    # (session id, generation): a finished turn tags the tree (--enable-session-radix-cache)
+    session_tag: tuple[str, int] | None = None
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
     eos_token_ids: frozenset[int] = frozenset()
     return_logprob: bool = False

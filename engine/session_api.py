@@ -57,13 +57,21 @@ class SessionAPI:
         """Open a session; returns its id (generated when None). Raises ``SessionError``
         (SGLang's HTTP 400) for a duplicate id, or streaming without the flag."""
         sid = self.sessions.open(capacity_of_str_len, session_id, streaming, timeout)
+        refs = self.mem.session_refs
+        if refs is not None:
+            refs.open(sid)  # a new incarnation: turns of an earlier one tag nothing
         self._emit("session")
         return sid
 
     def close_session(self, session_id: str) -> bool:
         """Close a session — at once, or when its in-flight streaming turn ends (deferred);
-        False for an unknown id (SGLang answers 200 and logs)."""
-        found = self.sessions.close(session_id)
+        with session tags, its tags go at once (its KV stays, evictable). False for an
+        unknown id (SGLang answers 200 and logs)."""
+        refs = self.mem.session_refs
+        tagged = refs is not None and session_id in refs.generations
+        if refs is not None:
+            refs.release(session_id)
+        found = self.sessions.close(session_id) or tagged
         self._release_closed()
         self._emit("session")
         return found
@@ -88,6 +96,7 @@ class SessionAPI:
         input_ids: Sequence[int],
         sampling_params: SamplingParams | None,
         session_params: SessionParamsLike | None,
+        session_id: str | None = None,
     ) -> Req:
         def make(ids: list[int]) -> Req:
             return Req(
@@ -99,11 +108,21 @@ class SessionAPI:
 
         ids = [int(t) for t in input_ids]
         if session_params is None:
-            return make(ids)
+            return self._tagged(make(ids), session_id)
         params = SessionParams.of(session_params)
         if params.id is None:
             return make(ids)
-        return self.sessions.create_req(rid, ids, params, make, self.scheduler.abort)
+        req = self.sessions.create_req(rid, ids, params, make, self.scheduler.abort)
+        session = self.sessions.sessions.get(params.id)
+        return req if session is None or session.streaming else self._tagged(req, params.id)
+
+    def _tagged(self, req: Req, session_id: str | None) -> Req:
+        """With session tags, a turn of a (non-streaming or top-level) session carries its
+        session's generation: finished, it tags its KV in the tree."""
+        refs = self.mem.session_refs
+        if refs is not None and session_id is not None:
+            req.session_tag = (session_id, refs.generation(session_id))
+        return req
 
     @staticmethod
     def _check_logprob_start(req: Req, return_logprob: bool, logprob_start_len: int) -> None:

@@ -84,6 +84,8 @@ class NodeView(NamedTuple):
     swa_tombstone: bool = False
     session_lock_ref: int = 0  # of lock_ref: the streaming sessions' turn-1 locks
     session_swa_lock_ref: int = 0  # of swa_lock_ref: the same locks' SWA part
+    session_ref: int = 0  # session-radix tags: (session, frontier) pairs in this subtree
+    session_tags: tuple[str, ...] = ()  # the sessions this node is a frontier of
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,8 @@ class TreeView:
     swa_evictable_size: int = 0
     swa_protected_size: int = 0
     num_evictable_leaves: int = 0
+    session_radix: bool = False  # sessions tag the tree (--enable-session-radix-cache)
+    closed_sessions: tuple[str, ...] = ()  # session-radix closes remembered (SGLang's tombstones)
     nodes_taken: bool = True  # False: nodes not listed for this view (no rule reads them)
     nodes: tuple[NodeView, ...] = ()
 

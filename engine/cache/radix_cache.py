@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from engine.cache.base import MatchResult, SlotOwner
+from engine.cache.session_refs import SessionRefs, eviction_priority
 from engine.cache.tree_util import (
     Key,
     TreeNode,
@@ -43,7 +44,11 @@ class RadixCache:
     disable = False
 
     def __init__(
-        self, req_to_token_pool: ReqToTokenPool, allocator: PagedAllocator, page_size: int
+        self,
+        req_to_token_pool: ReqToTokenPool,
+        allocator: PagedAllocator,
+        page_size: int,
+        session_tags: bool = False,
     ) -> None:
         if page_size != allocator.page_size:
             raise KVAccountingError(
@@ -52,6 +57,7 @@ class RadixCache:
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
         self.page_size = page_size
+        self.session_tags = session_tags
         self.reset()
 
     def reset(self) -> None:
@@ -63,6 +69,10 @@ class RadixCache:
         self.evictable_size_ = 0
         self.protected_size_ = 0
         self.evictable_leaves: dict[int, TreeNode] = {}  # by node id: deterministic order
+        # --enable-session-radix-cache: sessions tag nodes (a flush forgets every tag)
+        self.session_refs = (
+            SessionRefs(self.root_node, self._registry.relock) if self.session_tags else None
+        )
 
     def supports_swa(self) -> bool:
         return False
@@ -83,7 +93,8 @@ class RadixCache:
         pkey = page_key(key, self.page_size)
         if len(value) < len(pkey):
             raise KVAccountingError(f"insert of {len(pkey)} tokens with only {len(value)} slots")
-        return self._insert_helper(pkey, np.asarray(value[: len(pkey)], dtype=np.int64), extra_key)
+        value = np.asarray(value[: len(pkey)], dtype=np.int64)
+        return self._insert_helper(pkey, value, extra_key)[0]
 
     def _match_helper(self, key: Key, extra_key: str | None) -> tuple[list[np.ndarray], TreeNode]:
         node, pos, values = self.root_node, 0, list[np.ndarray]()
@@ -102,7 +113,10 @@ class RadixCache:
             node, pos = child, pos + n
         return values, node
 
-    def _insert_helper(self, key: Key, value: np.ndarray, extra_key: str | None) -> int:
+    def _insert_helper(
+        self, key: Key, value: np.ndarray, extra_key: str | None
+    ) -> tuple[int, TreeNode]:
+        """The length already cached, and the node the key ends on (SGLang's last node)."""
         node, pos = self.root_node, 0
         self._touch(node)
         while pos < len(key):
@@ -123,7 +137,8 @@ class RadixCache:
             self.evictable_size_ += len(leaf.value)
             self._update_leaf_status(node)
             self._update_leaf_status(leaf)
-        return pos
+            node = leaf
+        return pos, node
 
     def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
         """Cut ``child`` after ``split_len`` tokens; returns the new upper node (same locks)."""
@@ -133,6 +148,7 @@ class RadixCache:
             child.key[:split_len], child.value[:split_len].copy(), child.extra_key, parent
         )
         new.lock_ref = child.lock_ref
+        SessionRefs.split(new, child)
         child.key, child.value = child.key[split_len:], child.value[split_len:].copy()
         child.parent = new
         self._registry.touch(child)
@@ -167,8 +183,10 @@ class RadixCache:
         token_ids, kv, key_len = committed_kv(self.req_to_token_pool, req, self.page_size)
         cpl = req.cache_protected_len
         if is_insert:
-            new_prefix_len = self.insert(token_ids[:key_len], kv[:key_len], req.extra_key)
+            pkey = page_key(token_ids[:key_len], self.page_size)
+            new_prefix_len, leaf = self._insert_helper(pkey, kv[:key_len], req.extra_key)
             self.allocator.free(kv[cpl:new_prefix_len])
+            self._tag(req, leaf)
         else:
             self.allocator.free(kv[cpl:key_len])
         self.allocator.free(kv[key_len:])
@@ -200,6 +218,14 @@ class RadixCache:
         req.prefix_indices = np.concatenate([new_indices, kv[len(new_indices) :]])
         req.last_node = new_last_node
 
+    def _tag(self, req: Req, leaf: TreeNode) -> None:
+        """A finished, tagged turn (not an abort) makes its insert's last node a frontier of
+        its session (SGLang ``register_session_ref``)."""
+        tag, reason = req.session_tag, req.finished_reason
+        if self.session_refs is None or tag is None or reason is None or reason.kind == "abort":
+            return
+        self.session_refs.register(tag[0], tag[1], leaf)
+
     # ---- locks and eviction ----
 
     def inc_lock_ref(self, node: TreeNode | None) -> None:
@@ -229,23 +255,26 @@ class RadixCache:
 
     def evict(self, num_tokens: int, swa_num_tokens: int = 0) -> int:
         """Free least-recently-used unlocked leaves until ``num_tokens`` are freed (or none is
-        left); a parent left childless and unlocked becomes a candidate. Returns tokens freed."""
-        heap = [(n.last_access, n.id, n) for n in self.evictable_leaves.values()]
+        left); a parent left childless and unlocked becomes a candidate. Returns tokens freed.
+        Session-tagged leaves go last (``eviction_priority``: without tags, plain LRU)."""
+        heap = [(eviction_priority(n), n) for n in self.evictable_leaves.values()]
         heapq.heapify(heap)
         num_evicted = 0
         while num_evicted < num_tokens and heap:
-            x = heapq.heappop(heap)[2]
+            x = heapq.heappop(heap)[1]
             self.allocator.free(x.value)
             num_evicted += len(x.value)
             self._delete_leaf(x)
             parent = x.parent
             assert parent is not None
             if not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+                heapq.heappush(heap, (eviction_priority(parent), parent))
         return num_evicted
 
     def _delete_leaf(self, node: TreeNode) -> None:
         assert node.parent is not None
+        if node.session_ids and self.session_refs is not None:
+            self.session_refs.discard(node)  # its frontiers move up before it goes
         node.parent.children.pop(child_key(node.key, 0, self.page_size, node.extra_key))
         self.evictable_size_ -= len(node.key)
         self.evictable_leaves.pop(node.id, None)
@@ -281,6 +310,8 @@ class RadixCache:
             evictable_size=self.evictable_size_,
             protected_size=self.protected_size_,
             num_evictable_leaves=len(self.evictable_leaves),
+            session_radix=self.session_refs is not None,
+            closed_sessions=tuple(self.session_refs.closed) if self.session_refs else (),
             nodes=self._registry.views(),
         )
 

@@ -36,6 +36,8 @@ class TreeNode:
     children: dict[ChildKey, TreeNode] = field(default_factory=dict, repr=False)
     lock_ref: int = 0
     last_access: int = 0  # logical clock; larger = more recently used
+    session_ref: int = 0  # (session, frontier) pairs in this subtree (engine/cache/session_refs.py)
+    session_ids: frozenset[str] | None = None  # the sessions this node is a frontier of
 
 
 @dataclass(slots=True, eq=False)
@@ -135,6 +137,8 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
         lock_ref=getattr(node, lock_attr),
         swa_lock_ref=node.swa_lock_ref if swa else 0,  # type: ignore[union-attr]
         swa_tombstone=node.swa_tombstone if swa else False,  # type: ignore[union-attr]
+        session_ref=0 if swa else node.session_ref,  # type: ignore[union-attr]
+        session_tags=() if swa else tuple(sorted(node.session_ids or ())),  # type: ignore[union-attr]
     )
 
 

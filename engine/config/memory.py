@@ -36,6 +36,7 @@ class MemoryConfig:
     cache: CacheKind = "radix"
     swa_tokens: int | None = None  # a SWA pool of this many tokens makes the pools hybrid
     sliding_window: int | None = None
+    session_radix_cache: bool = False  # --enable-session-radix-cache: sessions tag the tree
     strict: bool = True
 
     def __post_init__(self) -> None:
@@ -56,6 +57,11 @@ class MemoryConfig:
             yield "swa_tokens", "must hold at least one page"
         if self.swa_tokens is not None and (self.sliding_window is None or self.sliding_window < 1):
             yield "sliding_window", "a hybrid SWA pool needs a window >= 1"
+        if self.session_radix_cache and (self.cache != "radix" or self.swa_tokens is not None):
+            yield (
+                "session_radix_cache",
+                "needs the full-attention radix cache (cache radix, no SWA)",
+            )
 
     @property
     def is_hybrid(self) -> bool:

@@ -134,14 +134,13 @@ class Server:
 
     async def generate(self, body: GenerateRequest) -> Response:
         session = body.session_params.model_dump() if body.session_params is not None else None
-        if body.session_id is not None:  # SGLang's top-level session id (#29436)
-            session = {"id": body.session_id}
         prompts = [TOKENIZER.encode(p) if isinstance(p, str) else p for p in body.prompts()]
         template = Submission(
             [],
             body.sampling_params.engine_params(),
             body.rid or uuid.uuid4().hex,
             session,
+            body.session_id,  # SGLang's top-level session id (#29436)
             body.return_logprob,
             body.logprob_start_len,
         )

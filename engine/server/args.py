@@ -35,6 +35,7 @@ class ServerArgs:
     enable_mixed_chunk: bool = False
     disable_overlap_schedule: bool = False
     enable_streaming_session: bool = False
+    enable_session_radix_cache: bool = False
     speculative_algorithm: Literal["EAGLE", "EAGLE_V2"] | None = None
     speculative_num_steps: int = 3
     speculative_eagle_topk: int = 1
@@ -120,6 +121,7 @@ class ServerArgs:
             context_len=self.context_length,
             swa_tokens=swa_tokens if swa else None,
             sliding_window=self.sliding_window if swa else None,
+            session_radix_cache=self.enable_session_radix_cache,
         )
 
     def _tiny(self) -> TinyConfig:

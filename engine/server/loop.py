@@ -71,6 +71,7 @@ class Submission:
     sampling_params: SamplingParams
     rid: str | None = None
     session_params: dict[str, Any] | None = None
+    session_id: str | None = None  # top-level (#29436): a tag, or an open session's id
     return_logprob: bool = False
     logprob_start_len: int = -1
 
@@ -124,6 +125,7 @@ class EngineLoop:
                 s.sampling_params,
                 s.rid,
                 session_params=s.session_params,
+                session_id=s.session_id,
                 return_logprob=s.return_logprob,
                 logprob_start_len=s.logprob_start_len,
             )
@@ -140,7 +142,7 @@ class EngineLoop:
         away: its abort is on the way)."""
 
         def command(engine: Engine) -> bool:
-            sid = (submission.session_params or {}).get("id")
+            sid = (submission.session_params or {}).get("id", submission.session_id)
             session = engine.sessions.sessions.get(sid) if sid is not None else None
             if session is None or not session.streaming or session.inflight_rid is None:
                 return False

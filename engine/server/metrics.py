@@ -66,7 +66,7 @@ def pool_summary(pool: PoolView) -> dict[str, Any]:
 def engine_state(engine: Engine) -> dict[str, Any]:
     """Pools (counters and census), requests, sessions and slots, scheduler counters."""
     view = engine.state_view("step")
-    cache = engine.mem.streaming
+    cache, refs = engine.mem.streaming, engine.mem.session_refs
     stats = engine.stats
     return {
         "step": view.step,
@@ -77,6 +77,7 @@ def engine_state(engine: Engine) -> dict[str, Any]:
         "num_requests": len(engine.requests),
         "open_sessions": sorted(engine.sessions.sessions),
         "session_slots": sorted(cache.slots) if cache else [],
+        "tagged_sessions": sorted(refs.frontiers) if refs else [],  # session-radix tags
         "req_rows_in_use": len(view.req_pool.rows_in_use),
         "stats": {name: getattr(stats, name) for name in STAT_COUNTERS},
     }
@@ -114,9 +115,11 @@ def _engine_counters(state: dict[str, Any]) -> list[Metric]:
         ({"state": "running"}, float(state["num_running"])),
     )
     sessions = (({}, float(len(state["open_sessions"]))),)
+    tagged = (({}, float(len(state["tagged_sessions"]))),)
     return [
         Metric("kvspec_requests", "Requests waiting and running", "gauge", requests),
         Metric("kvspec_open_sessions", "Open sessions", "gauge", sessions),
+        Metric("kvspec_tagged_sessions", "Sessions tagging radix KV", "gauge", tagged),
         *(
             Metric(
                 f"kvspec_{STAT_COUNTERS[name]}",

@@ -120,7 +120,7 @@ async def _answer(
 ) -> Response:
     """Start every prompt; an error of any one is the answer (the others are aborted)."""
     rid = body.rid or f"{shape.prefix}{uuid.uuid4().hex}"
-    template = Submission([], body.engine_params(budget), rid, body.session_params())
+    template = Submission([], body.engine_params(budget), rid, session_id=body.session_id)
     listed = len(prompts) * body.n > 1
     started = await server.start_prompts(prompts, template, body.n, body.stream, listed)
     if isinstance(started, Response):

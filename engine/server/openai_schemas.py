@@ -10,7 +10,7 @@ neutral value only (penalties, ``logprobs``); ``n`` > 1 choices are sampled as S
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -65,9 +65,6 @@ class _Sampling(_Body):
             temperature=self.temperature,
             stop_strs=stop_strings(self.stop),
         )
-
-    def session_params(self) -> dict[str, Any] | None:
-        return None if self.session_id is None else {"id": self.session_id}
 
     @property
     def include_usage(self) -> bool:

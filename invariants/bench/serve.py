@@ -4,8 +4,10 @@ aborts; turns/s and per-turn latency percentiles, per session mode.
 
 Modes: ``pinned`` — streaming sessions, each turn appends to the session's pinned slot (SGLang
 ``--enable-streaming-session``); ``radix`` — no session: each turn resends the whole history
-as a plain request and reuses what the radix cache still holds (the KV a session-radix cache
-tags stays ordinary evictable radix KV, #27058). Each turn at random: read to the end (most),
+as a plain request and reuses what the radix cache still holds; ``session-radix`` — the same
+turns with a top-level ``session_id`` on a server with ``--enable-session-radix-cache``: the
+session's KV is tagged, stays ordinary evictable radix KV and goes after untagged KV
+(#27058/#29173). Each turn at random: read to the end (most),
 dropped by the client after a few tokens (disconnect), or aborted by rid. Afterwards every
 session is closed, the engine must reach idle with zero violations and balanced pools: a
 benchmark that breaks the accounting reports that, not a number.
@@ -30,7 +32,7 @@ from engine.model.tokenizer import BOS_ID
 from engine.server.args import ServerArgs
 from invariants.bench.machine import machine_info
 
-MODES = ("pinned", "radix")
+MODES = ("pinned", "radix", "session-radix")
 CUT_AFTER = 3  # tokens a dropped or aborted turn streams first
 
 
@@ -107,12 +109,14 @@ async def _session(
         }
         if sid is not None:
             body["session_params"] = {"id": sid}
+        elif mode == "session-radix":
+            body["session_id"] = f"b{index}"  # tags the history's KV; no open needed
         latency, output = await _turn(client, body, cut)
         if output is not None:
             latencies.append(latency)
             history += new + output
-    if sid is not None:
-        await client.post("/close_session", json={"session_id": sid})
+    if sid is not None or mode == "session-radix":
+        await client.post("/close_session", json={"session_id": sid or f"b{index}"})
     return latencies
 
 
@@ -140,7 +144,11 @@ def _settled(url: str, timeout: float = 60.0) -> dict[str, Any]:
 
 def bench_mode(args: ServerArgs, sessions: int, turns: int, mode: str, seed: int) -> dict[str, Any]:
     """One mode's run: throughput, latency percentiles, and the accounting afterwards."""
-    streaming = replace(args, enable_streaming_session=mode == "pinned")
+    streaming = replace(
+        args,
+        enable_streaming_session=mode == "pinned",
+        enable_session_radix_cache=mode == "session-radix",
+    )
     with Served(streaming) as served:
         began = time.perf_counter()
         latencies = asyncio.run(_load(served.url, sessions, turns, mode, seed))

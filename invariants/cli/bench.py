@@ -132,9 +132,9 @@ def bench_scheduler_command(
 def bench_serve_command(
     sessions: Annotated[int, typer.Option(min=1, help="Concurrent sessions (clients).")] = 64,
     turns: Annotated[int, typer.Option(min=1, help="Turns per session.")] = 8,
-    modes: Annotated[str, typer.Option(help="pinned (streaming sessions), radix.")] = (
-        "pinned,radix"
-    ),
+    modes: Annotated[
+        str, typer.Option(help="pinned (streaming sessions), radix, session-radix (tags).")
+    ] = ("pinned,radix,session-radix"),
     max_total_tokens: Annotated[int, typer.Option(help="KV pool size in tokens.")] = 16384,
     page_size: Annotated[int, typer.Option(min=1, help="Tokens per KV page.")] = 1,
     strict_mem_check: Annotated[int, typer.Option(help="The server's checking level.")] = 1,

@@ -43,6 +43,9 @@ ChunkedPrefillSize = Annotated[int, Opt(help="Chunk size; -1 turns chunked prefi
 EnableMixedChunk = Annotated[bool, Opt(help="Decodes ride in prefill batches.")]
 DisableOverlapSchedule = Annotated[bool, Opt(help="Turn the overlap scheduler off.")]
 EnableStreamingSession = Annotated[bool, Opt(help="Allow streaming sessions.")]
+EnableSessionRadixCache = Annotated[
+    bool, Opt(help="Sessions tag evictable radix KV (session_id needs no open).")
+]
 SpeculativeAlgorithm = Annotated[str | None, Opt(help="EAGLE (v1) | EAGLE_V2.")]
 SpeculativeNumSteps = Annotated[int, Opt(help="EAGLE draft steps.")]
 SpeculativeEagleTopk = Annotated[int, Opt(help="EAGLE top-k (1: a chain).")]
@@ -71,6 +74,7 @@ def serve(
     enable_mixed_chunk: EnableMixedChunk = DEFAULTS.enable_mixed_chunk,
     disable_overlap_schedule: DisableOverlapSchedule = DEFAULTS.disable_overlap_schedule,
     enable_streaming_session: EnableStreamingSession = DEFAULTS.enable_streaming_session,
+    enable_session_radix_cache: EnableSessionRadixCache = DEFAULTS.enable_session_radix_cache,
     speculative_algorithm: SpeculativeAlgorithm = DEFAULTS.speculative_algorithm,
     speculative_num_steps: SpeculativeNumSteps = DEFAULTS.speculative_num_steps,
     speculative_eagle_topk: SpeculativeEagleTopk = DEFAULTS.speculative_eagle_topk,
@@ -85,10 +89,9 @@ def serve(
     api_key: ApiKey = DEFAULTS.api_key,
     log_level: LogLevel = "info",
 ) -> None:
-    """Serve SGLang's native HTTP API (/generate, sessions, abort, flush) and OpenAI's (/v1)
-    with the checker behind /invariants, /metrics and /health; prints a start-up line, logs
-    every request at --log-level info, and on Ctrl-C aborts what still runs and stops at
-    idle with exact accounting."""
+    """Serve SGLang's native API and OpenAI's (/v1), checked behind /invariants, /metrics and
+    /health; prints a start-up line, logs requests at --log-level info, and on Ctrl-C aborts
+    what still runs and stops at idle with exact accounting."""
     flags = dict(locals())  # first: the flags only
     del flags["log_level"]  # uvicorn's, not the engine's
     from engine.errors import ConfigError

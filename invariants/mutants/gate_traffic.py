@@ -3,12 +3,13 @@
 and what one unit of it finds under a zoo entry.
 
 Keeps: the traffic is the same for every entry up to what the entry changes (the report's
-cells in report order; the campaign's fresh seeds, then the mutants its coverage under that
-entry asks for, each generation drawn after the last one's results are in, as `kvspec
-explore` does); an engine mutant is patched inside the worker around one unit, so no run
-outlives its entry; a finding is what the gate fails on — a violated invariant (a crash is
-one: engine.*), a failed response oracle, a drain short of idle — never an unmet ``expect``
-goal, which says nothing about correctness.
+cells breadth first — each spec's next cell in turn, in report order, so a bug only one spec
+reaches is not queued behind every other spec's matrix; the campaign's fresh seeds, then the
+mutants its coverage under that entry asks for, each generation drawn after the last one's
+results are in, as `kvspec explore` does); an engine mutant is patched inside the worker
+around one unit, so no run outlives its entry; a finding is what the gate fails on — a
+violated invariant (a crash is one: engine.*), a failed response oracle, a drain short of
+idle — never an unmet ``expect`` goal, which says nothing about correctness.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class GateTraffic:
     """The interleaved traffic of one entry: report cells and campaign runs, alternately."""
 
     def __init__(self, seeds: int, steps: int, cells: list[ReportCell] | None = None) -> None:
-        self.cells = deque(report_cells() if cells is None else cells)
+        self.cells = deque(breadth_first(report_cells() if cells is None else cells))
         self.campaign = Campaign(seeds, steps)
         self.runs: deque[Run] = deque()
         self.outstanding = 0  # runs of the current generation not yet back
@@ -100,6 +101,15 @@ class GateTraffic:
     @property
     def exhausted(self) -> bool:
         return not self.cells and not self.runs and not self.outstanding and self.campaign.done
+
+
+def breadth_first(cells: list[ReportCell]) -> list[ReportCell]:
+    """The cells round-robin by spec (memory cells are one group), each group in order."""
+    groups: dict[str, list[ReportCell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.spec.name if cell.spec is not None else "memory", []).append(cell)
+    rounds = itertools.zip_longest(*groups.values())
+    return [cell for round_ in rounds for cell in round_ if cell is not None]
 
 
 def run_gate_task(name: str, task: GateTask, steps: int) -> TaskResult:

@@ -40,6 +40,7 @@ class EngineSpec(_Strict):
     enable_overlap: bool = True
     enable_mixed_chunk: bool = False
     enable_streaming_session: bool = False  # --enable-streaming-session
+    session_radix_cache: bool = False  # --enable-session-radix-cache
     test_retract: bool = False
     test_retract_interval: int = 3  # SGLANG_TEST_RETRACT_INTERVAL
     max_running_requests: int | None = None
@@ -57,6 +58,7 @@ class EngineSpec(_Strict):
             cache=self.cache,
             swa_tokens=self.swa_tokens,
             sliding_window=self.sliding_window,
+            session_radix_cache=self.session_radix_cache,
         )
         return EngineConfig(
             memory=memory,

@@ -136,8 +136,8 @@ def make_stack(
     context: int = 1024,
     strict: bool = True,
 ) -> Stack:
-    """A memory stack of ``size`` full tokens; ``cache`` is chunk | radix | swa_radix |
-    swa_chunk."""
+    """A memory stack of ``size`` full tokens; ``cache`` is chunk | radix | session_radix
+    (radix with session tags) | swa_radix | swa_chunk."""
     pool = ReqToTokenPool(rows, context, strict=strict)
     allocator: PagedAllocator | SWAAllocator
     if cache.startswith("swa"):
@@ -151,9 +151,9 @@ def make_stack(
         built = ChunkCache(pool, allocator, page_size)
     elif cache == "swa_chunk":
         built = ChunkCache(pool, allocator, page_size, sliding_window_size=window or page_size)
-    elif cache == "radix":
+    elif cache in ("radix", "session_radix"):
         assert isinstance(allocator, PagedAllocator)
-        built = RadixCache(pool, allocator, page_size)
+        built = RadixCache(pool, allocator, page_size, session_tags=cache == "session_radix")
     else:
         assert isinstance(allocator, SWAAllocator)
         built = SWARadixCache(pool, allocator, page_size, window or page_size)
