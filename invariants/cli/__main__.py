@@ -1,5 +1,5 @@
 """``python -m invariants.cli``: the `kvspec` command."""
 
-from invariants.cli import app
+from invariants.cli import main
 
-app()
+main()

@@ -7,23 +7,52 @@ Keeps: command functions stay tiny — each parses its arguments and calls one l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from invariants.report.terminal import Format
+
+# click's own help layout: it wraps descriptions at words and never cuts a flag (rich's
+# panels cut flag names to fit a narrow terminal or a pipe's 80 columns)
+PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None, "pretty_exceptions_enable": False}
+
 app = typer.Typer(
+    **PLAIN_HELP,
     help="kvspec: spec-driven verification of KV-cache accounting.",
     no_args_is_help=True,
     add_completion=False,
 )
-invariants_app = typer.Typer(help="The invariant catalog.", no_args_is_help=True)
+invariants_app = typer.Typer(help="The invariant catalog.", no_args_is_help=True, **PLAIN_HELP)
 app.add_typer(invariants_app, name="invariants")
-bench_app = typer.Typer(help="Benchmarks (results: docs/benchmarks.md).", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks (results: docs/benchmarks.md).", no_args_is_help=True, **PLAIN_HELP
+)
 app.add_typer(bench_app, name="bench")
+
+
+@app.callback()
+def _options(
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="On an error, show the traceback (anywhere on the line)."),
+    ] = False,
+) -> None:
+    """kvspec: spec-driven verification of KV-cache accounting (exit 1: a finding; 2: a
+    mistake in a file or flag, said in one line)."""
+    # read by invariants.cli.main before the app runs; declared here to show in --help
+
 
 OutPath = Annotated[
     Path | None,
     typer.Option(help="Write the JSON here (default: stdout)."),
+]
+
+FormatOption = Annotated[
+    Format,
+    typer.Option(
+        "--format", help="table (fits the terminal) | plain (tab-separated, one row a line) | json."
+    ),
 ]
 
 CrossCheck = Annotated[

@@ -143,10 +143,9 @@ def bench_serve_command(
 ) -> None:
     """Sessions × turns over HTTP on loopback (disconnects and aborts included): turns/s,
     p50/p99 turn latency, slots reclaimed, and the accounting afterwards, per mode."""
-    from rich.table import Table
-
     from engine.server.args import ServerArgs
     from invariants.bench.serve import MODES, bench_serve
+    from invariants.report.terminal import Col, out_console, print_table
 
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     if not mode_list or set(mode_list) - set(MODES):
@@ -156,11 +155,9 @@ def bench_serve_command(
     )  # type: ignore[arg-type]
     result = bench_serve(args, sessions, turns, mode_list, seed)
     emit_json(result, out)
-    table = Table(title=f"kvspec bench serve — {result['machine']['cpu_model']}")
-    for column in ("mode", "ok_turns", "wall_s", "turns_per_s", "p50_ms", "p99_ms"):
-        table.add_column(column)
-    for column in ("slots_reclaimed", "violations", "balanced"):
-        table.add_column(column)
-    for row in result["rows"]:
-        table.add_row(*(str(row[c]) for c in (c.header for c in table.columns)))
-    Console(stderr=True).print(table)
+    names = ("mode", "ok_turns", "wall_s", "turns_per_s", "p50_ms", "p99_ms", "slots_reclaimed",
+             "violations", "balanced")  # fmt: skip
+    cols = [Col(name, "id" if name == "mode" else "num") for name in names]
+    rows = [[row[name] for name in names] for row in result["rows"]]
+    title = f"kvspec bench serve — {result['machine']['cpu_model']}"
+    print_table(out_console(stderr=True), cols, rows, title=title)

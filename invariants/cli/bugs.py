@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from invariants.cli.app import app, emit_json
+from invariants.cli.app import FormatOption, app, emit_json
+from invariants.report.terminal import Format
 
 Only = Annotated[list[str] | None, typer.Option("--only", help="Run only this entry (repeatable).")]
 NoShrink = Annotated[bool, typer.Option("--no-shrink", help="Skip shrinking the reproducers.")]
@@ -33,6 +34,7 @@ def bugs_command(
     json_out: JsonOut = None,
     gate: Gate = False,
     workers: Workers = 2,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Run every zoo entry (research/sglang.md §5): the trigger clean, then under its mutant
     (a planted entry: the fixed state, then the bug's); exit 1 if any entry is not caught —
@@ -48,7 +50,7 @@ def bugs_command(
     except KeyError as exc:
         typer.echo(str(exc.args[0]), err=True)
         raise typer.Exit(2) from None
-    print_findings(findings)
+    print_findings(findings, fmt=fmt)
     if json_out is not None:
         emit_json(zoo_json(findings), json_out)
     raise typer.Exit(0 if all(f.ok for f in findings) else 1)

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from invariants.checking.loader import CatalogError, catalog_files, lint, load_catalog
-from invariants.cli.app import invariants_app
+from invariants.checking.loader import catalog_files, lint, load_catalog
+from invariants.cli.app import FormatOption, invariants_app
+from invariants.report.terminal import Col, Format, out_console, print_table
 
 Paths = Annotated[
     list[Path] | None,
@@ -20,18 +19,16 @@ Paths = Annotated[
 
 
 @invariants_app.command("list")
-def list_invariants(paths: Paths = None) -> None:
-    """Show every invariant: id, events, title, origin."""
-    try:
-        catalog = load_catalog(paths)
-    except CatalogError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from None
-    table = Table("id", "events", "title", "origin", title=f"{len(catalog)} invariants")
-    for rule in catalog:
-        events = ", ".join(sorted(rule.events))
-        table.add_row(rule.id, events, rule.title, ", ".join(rule.origin))
-    Console().print(table)
+def list_invariants(paths: Paths = None, fmt: FormatOption = Format.table) -> None:
+    """Show every invariant: id, events, title, origin (a catalog that does not load: one
+    line per problem, exit 2)."""
+    catalog = load_catalog(paths)
+    cols = (Col("id"), Col("events"), Col("title", "text"), Col("origin", "text"))
+    rows = [
+        [rule.id, ",".join(sorted(rule.events)), rule.title, ", ".join(rule.origin)]
+        for rule in catalog
+    ]
+    print_table(out_console(), cols, rows, fmt, title=f"{len(catalog)} invariants")
 
 
 @invariants_app.command("lint")

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from invariants.checking.loader import load_catalog
-from invariants.cli.app import CrossCheck, app, use_crosscheck
+from invariants.cli.app import PLAIN_HELP, CrossCheck, app, use_crosscheck
 from invariants.cli.scheduler import PythonOpt, VersionOpt
 from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
 from invariants.explore.report import print_report, write_report_json
@@ -54,7 +54,7 @@ TargetOpt = Annotated[
 ]
 
 explore_app = typer.Typer(
-    help="Seed-driven simulation (engine), or one memory-layer cell (memory)."
+    **PLAIN_HELP, help="Seed-driven simulation (engine), or one memory-layer cell (memory)."
 )
 app.add_typer(explore_app, name="explore")
 

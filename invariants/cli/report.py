@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from invariants.cli.app import CrossCheck, app, use_crosscheck
+from invariants.cli.app import CrossCheck, FormatOption, app, use_crosscheck
+from invariants.report.terminal import Format
 
 
 class ReportTarget(str, Enum):
@@ -62,11 +63,12 @@ def report(
     sglang_python: SGLangPython = None,
     sglang_version: SGLangVersion = None,
     crosscheck: CrossCheck = False,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Run every spec, matrix cell and memory-layer cell under the checker (level 1: every
-    violation recorded); print the summary table, write the report files; exit 1 on any failure
-    (on the sglang target: a violation or crash), 2 when a backend or the sglang target is
-    missing."""
+    violation recorded); print the verdict, the failures and the summary, write the report
+    files; exit 1 on any failure (on the sglang target: a violation or crash), 2 when a
+    backend or the sglang target is missing."""
     from invariants.report.backends import BackendError
     from invariants.report.run import default_workers, run_report
     from invariants.sglang.scheduler.target import ShimDrift
@@ -82,6 +84,7 @@ def report(
             target=target.value,
             sglang_python=sglang_python,
             sglang_version=sglang_version,
+            fmt=fmt,
         )
     except ShimDrift as exc:
         typer.echo(f"shim drift: {exc}", err=True)

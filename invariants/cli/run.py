@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from invariants.checking.loader import load_catalog
-from invariants.cli.app import CrossCheck, app, use_crosscheck
+from invariants.cli.app import CrossCheck, FormatOption, app, use_crosscheck
+from invariants.report.terminal import Format, out_console
 
 if TYPE_CHECKING:
     from invariants.scenarios.matrix import Cell
@@ -79,43 +80,38 @@ def run_command(
     matrix: Matrix = False,
     full: Full = False,
     crosscheck: CrossCheck = False,
+    fmt: FormatOption = Format.table,
 ) -> None:
-    """Run one scenario spec with the checker after every event; exit 1 on a violation,
-    an unmet goal, a failed response oracle or an engine error (2: the spec is invalid)."""
-    from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
+    """Run one scenario spec with the checker after every event; print the verdict table;
+    exit 1 on a violation, an unmet goal, a failed response oracle or an engine error (2: the
+    spec or a flag is invalid)."""
+    from invariants.scenarios.spec import load_spec, parse_overrides
 
     level = 2 if strict or (strict is None and target is Target.sglang_scheduler) else 1
     use_crosscheck(crosscheck)
     if matrix:
-        raise typer.Exit(_run_matrix(spec, set_ or [], full, level))
-    try:
-        loaded = load_spec(spec, parse_overrides(set_ or []))
-    except SpecError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(_run_matrix(spec, set_ or [], full, level, fmt))
+    loaded = load_spec(spec, parse_overrides(set_ or []))  # a SpecError: one line, exit 2
     if target is Target.sglang:
         raise typer.Exit(_run_on_sglang(loaded, level, sglang_python))
     if target is Target.sglang_scheduler:
         raise typer.Exit(
             _run_on_scheduler(loaded, spec, set_ or [], level, sglang_version, sglang_python)
         )
-    raise typer.Exit(_run_on_kvspec(loaded, level, save_trace))
+    replay = f"kvspec run {spec}{''.join(f' --set {s}' for s in set_ or [])}"
+    raise typer.Exit(_run_on_kvspec(loaded, level, save_trace, replay, fmt))
 
 
-def _run_on_kvspec(loaded: Spec, level: int, save_trace: Path | None) -> int:
+def _run_on_kvspec(
+    loaded: Spec, level: int, save_trace: Path | None, replay: str, fmt: Format
+) -> int:
+    from invariants.cli.run_table import RunResult, print_runs
     from invariants.scenarios.runner import run_spec
 
     outcome = run_spec(loaded, load_catalog(), level=level)
     if save_trace is not None:
         outcome.trace.save(save_trace)
-    typer.echo(f"{loaded.name}: {outcome.stats}")
-    typer.echo(f"{len(outcome.trace.ops)} ops, {outcome.checks} checks, {outcome.seconds:.2f}s")
-    details = outcome.trace_outcome.describe()
-    if details:
-        typer.echo(details)
-    for goal in outcome.unmet:
-        typer.echo(f"expected {goal}")
-    return 0 if outcome.ok else 1
+    return print_runs(out_console(), [RunResult(loaded.name, replay, outcome)], fmt)
 
 
 def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
@@ -170,35 +166,16 @@ def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:
     ]
 
 
-def _run_matrix(path: Path, sets: list[str], full: bool, level: int) -> int:
-    """Each matching cell checked, one line each, failures with their replay command:
+def _run_matrix(path: Path, sets: list[str], full: bool, level: int, fmt: Format) -> int:
+    """Each matching cell checked, in the verdict table, failures with their replay command:
     0 all passed, 1 one failed, 2 invalid spec or filter, or no cell matches."""
+    from invariants.cli.run_table import RunResult, print_runs
     from invariants.scenarios.runner import run_spec
     from invariants.scenarios.spec import SpecError
 
-    try:
-        cells = _matching_cells(path, sets, full)
-    except SpecError as exc:
-        typer.echo(str(exc), err=True)
-        return 2
+    cells = _matching_cells(path, sets, full)
     if not cells:
-        typer.echo(f"{path}: no matrix cell matches {' '.join(sets)}", err=True)
-        return 2
-    catalog, failed = load_catalog(), 0
-    for cell in cells:
-        out = run_spec(cell.spec, catalog, level=level)
-        failed += not out.ok
-        typer.echo(
-            f"{'ok' if out.ok else 'FAILED':6} {cell.name}: {out.stats.iterations} steps, "
-            f"{out.checks} checks, {len(out.violations)} violations, {out.seconds:.2f}s"
-        )
-        if not out.ok:
-            findings = [*map(str, out.violations[:3]), *(f"expected {g}" for g in out.unmet)]
-            for line in [
-                f"replay: {cell.replay}",
-                *findings,
-                *([f"error: {out.error}"] if out.error else []),
-            ]:
-                typer.echo(f"       {line}")
-    typer.echo(f"{len(cells) - failed}/{len(cells)} cells passed")
-    return 1 if failed else 0
+        raise SpecError(f"{path}: no matrix cell matches {' '.join(sets)} (drop a --set)")
+    catalog = load_catalog()
+    results = [RunResult(c.name, c.replay, run_spec(c.spec, catalog, level=level)) for c in cells]
+    return print_runs(out_console(), results, fmt)

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from invariants.cli.sglang import sglang_app
+from invariants.report.terminal import Col, out_console, print_table
 
 if TYPE_CHECKING:
     from invariants.scenarios.spec import Spec
@@ -172,13 +171,15 @@ def history_command(
 
 def print_history(histories) -> None:
     """The release x finding table, then one line per release."""
-    table = Table("release", "source", "seen by", "invariant", "iter", "pages", "replay")
-    for h in histories:
-        for r in h.rows:
-            seen = r.kind + (f" x{r.iterations}" if r.iterations > 1 else "")
-            pages = ",".join(map(str, r.pages)) or "-"
-            table.add_row(r.release, r.source, seen, r.invariant, str(r.iteration), pages, r.replay)
-    Console(width=240).print(table)
+    cols = (Col("release"), Col("source"), Col("seen by"), Col("invariant"), Col("iter", "num"),
+            Col("pages", "text"), Col("replay"))  # fmt: skip
+    rows = [
+        [r.release, r.source, r.kind + (f" x{r.iterations}" if r.iterations > 1 else ""),
+         r.invariant, r.iteration, ", ".join(map(str, r.pages)) or "-", r.replay]
+        for h in histories
+        for r in h.rows
+    ]  # fmt: skip
+    print_table(out_console(), cols, rows)
     for h in histories:
         if h.error:
             typer.echo(f"{h.release}: not run: {h.error}")

@@ -7,10 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from invariants.cli.app import app
+from invariants.cli.app import PLAIN_HELP, app
 
 sglang_app = typer.Typer(
-    help="Real SGLang's memory classes on CPU, under the same invariants.", no_args_is_help=True
+    **PLAIN_HELP,
+    help="Real SGLang's memory classes on CPU, under the same invariants.",
+    no_args_is_help=True,
 )
 app.add_typer(sglang_app, name="sglang")
 

@@ -15,12 +15,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from invariants.checking.loader import load_catalog
 from invariants.explore.ddmin import shrink as shrink_trace
 from invariants.mutants import ZOO, Planted, entry
 from invariants.mutants.hunt import Finding, Shrinker, hunt
+from invariants.report.terminal import Col, Format, out_console, print_table, verdict_line
 
 STYLE = {"caught": "green"}
 
@@ -41,46 +42,50 @@ def _caught_cell(f: Finding) -> str:
     return ", ".join(f.caught_by) or "-"
 
 
-def print_findings(findings: Sequence[Finding], console: Console | None = None) -> None:
-    """One row per entry, then the totals (median shrunk length over the shrunk ones)."""
-    table = Table(title="kvspec bug zoo (research/sglang.md §5)")
-    for column in (
-        "entry",
-        "issue",
-        "kind",
-        "status",
-        "caught by",
-        "event",
-        "step",
-        "seconds",
-        "ops",
-        "shrunk",
-    ):
-        table.add_column(column, overflow="fold")
-    for f in findings:
-        shrunk = "-" if f.shrunk_ops is None else str(f.shrunk_ops)
-        status = f"[{STYLE.get(f.status, 'red')}]{f.status}[/]"
-        ops = "-" if isinstance(f.entry, Planted) else str(f.trace_ops)
-        table.add_row(
+COLS = (
+    Col("entry"),
+    Col("issue", "text"),
+    Col("kind"),
+    Col("status"),
+    Col("caught by"),
+    Col("event"),
+    Col("step", "num"),
+    Col("seconds", "num"),
+    Col("ops", "num"),
+    Col("shrunk", "num"),
+)
+
+
+def print_findings(
+    findings: Sequence[Finding], console: Console | None = None, fmt: Format = Format.table
+) -> None:
+    """One row per entry (ids whole, the issue wraps), then the notes and the totals (median
+    shrunk length over the shrunk ones)."""
+    console = console or out_console()
+    rows = [
+        [
             f.entry.name,
             f.entry.issue,
             f.entry.kind,
-            status,
+            Text(f.status, style=STYLE.get(f.status, "red")),
             _caught_cell(f),
             f.event or "-",
-            "-" if f.step < 0 else str(f.step),
-            f"{f.seconds:.2f}",
-            ops,
-            shrunk,
-        )
-    console = console or Console()
-    console.print(table)
+            "-" if f.step < 0 else f.step,
+            round(f.seconds, 2),
+            "-" if isinstance(f.entry, Planted) else f.trace_ops,
+            "-" if f.shrunk_ops is None else f.shrunk_ops,
+        ]
+        for f in findings
+    ]
+    print_table(console, COLS, rows, fmt, title="kvspec bug zoo (research/sglang.md §5)")
+    if fmt is Format.json:
+        return
     for f in findings:
         if isinstance(f.entry, Planted) and f.ok:
             console.print(f"[cyan]{f.entry.name}[/] planted: {escape(f.entry.why)}")
         elif not f.ok:
             console.print(f"[{STYLE.get(f.status, 'red')}]{f.entry.name}[/]: {escape(f.detail)}")
-    console.print(summary_line(findings))
+    console.print(verdict_line(all(f.ok for f in findings), [summary_line(findings)]))
 
 
 def summary_line(findings: Sequence[Finding]) -> str:

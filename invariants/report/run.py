@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,12 @@ from invariants.checking.checker import Level
 from invariants.checking.loader import lint, shipped_catalog
 from invariants.report.backends import import_ray, run_cells
 from invariants.report.cells import ReportCell, default_specs, memory_report_cells, spec_cells
-from invariants.report.console import print_report
+from invariants.report.console import print_report, report_verdict
 from invariants.report.files import write_report
 from invariants.report.memory_cells import MemoryCell
 from invariants.report.model import CellResult, ReportHeader, TargetRow
 from invariants.report.targets import TARGETS, as_written_cells, run_sglang_rows, side_by_side
+from invariants.report.terminal import Format, out_console
 from invariants.scenarios.matrix import report_exclusions
 
 __all__ = ["default_specs", "default_workers", "run_report"]
@@ -37,12 +39,6 @@ __all__ = ["default_specs", "default_workers", "run_report"]
 def default_workers() -> int:
     """One worker per CPU this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def report_console() -> Console:
-    """The terminal as it is; a wide console for logs, so table rows stay one line each."""
-    console = Console()
-    return console if console.is_terminal else Console(width=220)
 
 
 def run_report(
@@ -61,15 +57,18 @@ def run_report(
     specs: list[tuple[str, Path]] | None = None,
     sglang_driver: Any = None,
     sglang_version: str | None = None,
+    fmt: Format = Format.table,
 ) -> int:
     """Run the report; write its files into ``out`` (none when None); return the exit code
     (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set.
     ``target`` sglang / sglang-scheduler: every spec of ``specs`` (default: all) as written on
     kvspec and on SGLang's memory classes / real scheduler (``sglang_version``), side by side;
-    both: the kvspec report plus the sglang one. No sglang: ``SGLangUnavailable`` up front."""
+    both: the kvspec report plus the sglang one. No sglang: ``SGLangUnavailable`` up front.
+    Printed as ``fmt`` (plain, json: one row per cell and nothing else)."""
     if ray_address:
         import_ray()  # fail before any work when the extra is missing
-    console = console or report_console()
+    began = time.perf_counter()
+    console = console or out_console()
     errors = _lint(console)
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
     args = (sglang_specs, level, sglang_python, sglang_driver, sglang_version)
@@ -80,9 +79,12 @@ def run_report(
     results = _run_with_progress(console, cells, level, workers, ray_address)
     pairs = None if rows is None else side_by_side(results, rows)
     header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
-    failed = print_report(console, header, results, pairs, excluded, table=not alone)
-    for path in write_report(out, header, results, pairs, excluded) if out is not None else ():
-        console.print(f"wrote {path}", markup=False)
+    failed = print_report(console, header, results, pairs, excluded, table=not alone, fmt=fmt)
+    if out is not None:
+        write_report(out, header, results, pairs, excluded)
+    if fmt is Format.table:
+        wall = time.perf_counter() - began
+        console.print(report_verdict(header, results, pairs, wall, out), soft_wrap=True)
     return 1 if errors or failed else 0
 
 

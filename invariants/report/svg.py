@@ -4,7 +4,10 @@ with a red line where an invariant starts failing and a red bar above the plot w
 keeps failing (the tooltip names the invariants, steps and messages).
 
 Keeps: the SVG is plain text with no script and no external reference, so the report opens
-offline; long runs are thinned to at most MAX_POINTS samples (violation lines stay exact).
+offline; long runs are thinned to at most MAX_POINTS samples (violation lines stay exact). The
+y-axis spans what the run used, rounded up to a readable step (1, 2 or 5 × 10^k) — the free
+band fills the rest, the capacity line shows when it is in range — so a cell that uses 3% of
+its pool is not a flat line; ticks mark every step.
 """
 
 from __future__ import annotations
@@ -63,8 +66,13 @@ def pool_plot(series: PoolSeries, marks: Sequence[Mark], caption: str) -> str:
     index = thin(len(series.steps))
     steps = [series.steps[i] for i in index]
     values = {b: [series.buckets[b][i] for i in index] for b in STACK_ORDER}
-    totals = [sum(values[b][k] for b in STACK_ORDER) for k in range(len(steps))]
-    frame = _Frame(steps[0], steps[-1], max(series.capacity, max(totals)))
+    used = max(sum(values[b][k] for b in STACK_ORDER if b != "free") for k in range(len(steps)))
+    ticks = nice_ticks(used if used * 10 < series.capacity * 8 else series.capacity)
+    frame = _Frame(steps[0], steps[-1], ticks[-1])
+    values["free"] = [  # clipped to the frame (the capacity may lie above it)
+        max(0, min(v, ticks[-1] - (sum(values[b][k] for b in STACK_ORDER) - v)))
+        for k, v in enumerate(values["free"])
+    ]
     parts = [
         (
             '<svg class="plot" xmlns="http://www.w3.org/2000/svg" '
@@ -74,7 +82,7 @@ def pool_plot(series: PoolSeries, marks: Sequence[Mark], caption: str) -> str:
         f"<title>{escape(caption)}</title>",
     ]
     parts += _areas(frame, steps, values)
-    parts += _axes(frame, steps, series.capacity, caption)
+    parts += _axes(frame, steps, series.capacity, caption, ticks)
     parts += _marks(frame, marks, steps[0], steps[-1])
     return "".join(parts) + "</svg>"
 
@@ -97,20 +105,40 @@ def _areas(frame: _Frame, steps: list[int], values: dict[str, list[int]]) -> lis
     return out
 
 
-def _axes(frame: _Frame, steps: list[int], capacity: int, caption: str) -> list[str]:
+def nice_ticks(top: int, most: int = 5) -> list[int]:
+    """0, s, 2s, … up to the first multiple of s at or above ``top``, with s the smallest
+    1, 2 or 5 × 10^k that needs at most ``most`` steps."""
+    top = max(1, top)
+    magnitude = 1
+    while True:
+        for factor in (1, 2, 5):
+            step = factor * magnitude
+            if -(-top // step) <= most:
+                return [i * step for i in range(-(-top // step) + 1)]
+        magnitude *= 10
+
+
+def _axes(
+    frame: _Frame, steps: list[int], capacity: int, caption: str, ticks: list[int]
+) -> list[str]:
     bottom, right = HEIGHT - BOTTOM, WIDTH - RIGHT
-    cap_y = frame.y(capacity)
-    return [
+    out = [
         f'<line x1="{LEFT}" y1="{bottom}" x2="{right}" y2="{bottom}" class="axis"/>',
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" class="axis"/>',
-        f'<line x1="{LEFT}" y1="{cap_y}" x2="{right}" y2="{cap_y}" class="capacity"/>',
-        f'<text x="{LEFT - 4}" y="{cap_y + 4}" text-anchor="end">{capacity}</text>',
-        f'<text x="{LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
+    ]
+    for tick in ticks:
+        y = frame.y(tick)
+        out.append(f'<line x1="{LEFT - 3}" y1="{y}" x2="{LEFT}" y2="{y}" class="axis"/>')
+        out.append(f'<text x="{LEFT - 5}" y="{y + 4}" text-anchor="end">{tick:,}</text>')
+    if capacity <= ticks[-1]:
+        cap_y = frame.y(capacity)
+        out.append(f'<line x1="{LEFT}" y1="{cap_y}" x2="{right}" y2="{cap_y}" class="capacity"/>')
+    return out + [
         f'<text x="{LEFT}" y="{HEIGHT - 8}">step {steps[0]}</text>',
         f'<text x="{right}" y="{HEIGHT - 8}" text-anchor="end">step {steps[-1]}</text>',
         (
             f'<text x="{(LEFT + right) / 2}" y="{HEIGHT - 8}" text-anchor="middle" class="caption">'
-            f"{escape(caption)}</text>"
+            f"{escape(caption)} · capacity {capacity:,}</text>"
         ),
     ]
 

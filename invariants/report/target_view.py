@@ -11,8 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from rich.console import Console
-from rich.markup import escape as escape_markup
-from rich.table import Table
+from rich.text import Text
 
 from invariants.report.model import LISTED_IN_TEXT, SideBySide, TargetRow
 from invariants.report.targets import (
@@ -24,6 +23,7 @@ from invariants.report.targets import (
     sglang_text,
     sglang_version,
 )
+from invariants.report.terminal import Col, print_table
 from invariants.report.text import md_cell, violation_line
 
 COLUMNS = (
@@ -40,27 +40,23 @@ def _title(pairs: list[SideBySide]) -> str:
     return f"kvspec and SGLang {version} side by side — each spec as written"
 
 
-def side_by_side_table(pairs: list[SideBySide]) -> Table:
-    """The printed side-by-side table."""
-    table = Table(title=_title(pairs), caption=GOALS_NOTE)
-    for column in COLUMNS:
-        table.add_column(
-            column,
-            justify="right" if column == "sglang time" else "left",
-            no_wrap=column == "spec",
-            overflow="fold",
-        )
+def print_side_by_side(console: Console, pairs: list[SideBySide]) -> None:
+    """The printed side-by-side table (spec names whole; the findings wrap), then the note."""
+    cols = (Col(COLUMNS[0]), Col(COLUMNS[1]), Col(COLUMNS[2]), Col(COLUMNS[3], "text"),
+            Col(COLUMNS[4], "num"))  # fmt: skip
+    rows = []
     for p in pairs:
         row = p.sglang
         colour = "red" if not row.ok else "yellow" if row.unsupported or row.unmet else "green"
-        table.add_row(
+        rows.append([
             p.name,
             kvspec_text(p.kvspec),
-            f"[{colour}]{escape_markup(sglang_text(row))}[/{colour}]",
-            escape_markup(sglang_detail(row)),
+            Text(sglang_text(row), style=colour),
+            sglang_detail(row),
             "" if row.unsupported else f"{row.seconds:.2f}s",
-        )
-    return table
+        ])  # fmt: skip
+    print_table(console, cols, rows, title=_title(pairs))
+    console.print(GOALS_NOTE, markup=False)
 
 
 def failure_lines(row: TargetRow) -> list[str]:

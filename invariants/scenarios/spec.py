@@ -136,8 +136,15 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
     path = Path(path)
     try:
         raw = read_yaml(path.read_text())
+    except OSError as exc:
+        raise SpecError(
+            f"{path}: cannot read the spec ({exc.strerror}); specs live in specs/"
+        ) from None
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: YAML error: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        line = f"{mark.line + 1}:" if mark is not None else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}:{line} YAML error: {what}") from None
     data = dict(raw or {})
     if overrides:
         data["engine"] = _overridden(path, dict(data.get("engine") or {}), overrides)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from cli_support import kvspec
 from typer.testing import CliRunner
 
 from invariants.cli import app
@@ -38,10 +40,13 @@ def test_lint_broken_file_exits_one_with_file_line(tmp_path: Path) -> None:
     assert f"{path}:6: [t.bad] expr: col 1: call to method '.pop' is not allowed" in result.output
 
 
-def test_list_broken_file_exits_one(tmp_path: Path) -> None:
-    """`list` on a broken file prints the load errors and exits 1."""
+def test_list_broken_file_exits_two(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`list` on a broken file prints the load error in one line and exits 2 (a user's
+    mistake, not a finding)."""
     path = tmp_path / "broken.yaml"
     path.write_text("version: 1\ninvariants: [\n")
-    result = runner.invoke(app, ["invariants", "list", str(path)])
-    assert result.exit_code == 1
-    assert f"{path}:3: [?] YAML:" in result.output
+    result = kvspec(capsys, monkeypatch, "invariants", "list", str(path))
+    assert result.code == 2
+    assert result.err.startswith(f"kvspec: {path}:3: [?] YAML:") and result.err.count("\n") == 1

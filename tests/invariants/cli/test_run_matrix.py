@@ -1,15 +1,14 @@
 """`kvspec run SPEC --matrix`: the spec's matrix cells, filtered by `--set AXIS=VALUE`, each
-checked — exactly the cells whose axis values match, one line each; a failing cell prints
+checked — exactly the cells whose axis values match, one row each; a failing cell prints
 its replay command and fails the run; a filter on something that is not an axis, or one no
-cell matches, is a usage error (exit 2)."""
+cell matches, is a usage error (one line, exit 2)."""
 
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
+from cli_support import Ran, kvspec
 
 from engine.mem.req_to_token import ReqToTokenPool
-from invariants.cli import app
 from invariants.scenarios.matrix import spec_cells
 from invariants.scenarios.matrix_axes import axis_values
 from invariants.scenarios.spec import load_spec
@@ -17,37 +16,41 @@ from invariants.scenarios.spec import load_spec
 SPEC = "specs/abort-storm.yaml"
 
 
-def _invoke(*args: str):
-    return CliRunner().invoke(app, ["run", SPEC, "--matrix", *args])
+@pytest.fixture
+def run_matrix(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    def run(*args: str) -> Ran:
+        return kvspec(capsys, monkeypatch, "run", SPEC, "--matrix", *args)
+
+    return run
 
 
-def test_filter_runs_exactly_the_matching_cells() -> None:
-    """--set page_size=16 runs every pairwise cell at page size 16 and no other."""
+def test_filter_runs_exactly_the_matching_cells(run_matrix) -> None:
+    """--set page_size=16 runs every pairwise cell at page size 16 and no other (one
+    tab-separated row each with --format plain), then the verdict line."""
     expected = [
         c.name
         for c in spec_cells(load_spec(SPEC))
         if axis_values(c.spec.engine.model_dump())["page_size"] == 16
     ]
-    result = _invoke("--set", "page_size=16")
-    assert result.exit_code == 0, result.output
-    ran = [
-        line.split(": ")[0].split(None, 1)[1]
-        for line in result.output.splitlines()
-        if line.startswith("ok ")
-    ]
+    result = run_matrix("--set", "page_size=16", "--format", "plain")
+    assert result.code == 0, result.out
+    lines = result.out.splitlines()
+    assert lines[0].split("\t")[:2] == ["cell", "steps"]
+    ran = [line.split("\t")[0] for line in lines[1:] if "\t" in line]
     assert expected and ran == expected
-    assert f"{len(expected)}/{len(expected)} cells passed" in result.output
+    assert lines[-1].startswith(f"PASS · {len(expected)}/{len(expected)} cells passed")
 
 
-def test_a_failing_cell_prints_its_replay_and_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With request rows that never come back, the cells fail: exit 1, replay commands shown."""
+def test_a_failing_cell_prints_its_replay_and_fails(
+    run_matrix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With request rows that never come back, the cells fail: exit 1, replay commands shown,
+    the last line a FAIL verdict."""
     monkeypatch.setattr(ReqToTokenPool, "free", lambda self, row: None)
-    result = _invoke("--set", "page_size=16", "--set", "speculative=none")
-    assert result.exit_code == 1
-    assert (
-        "FAILED" in result.output
-        and f"replay: kvspec run {SPEC} --set page_size=16" in result.output
-    )
+    result = run_matrix("--set", "page_size=16", "--set", "speculative=none")
+    assert result.code == 1
+    assert "FAIL " in result.out and f"replay: kvspec run {SPEC} --set page_size=16" in result.out
+    assert result.out.splitlines()[-1].startswith("FAIL · 0/")
 
 
 @pytest.mark.parametrize(
@@ -57,7 +60,7 @@ def test_a_failing_cell_prints_its_replay_and_fails(monkeypatch: pytest.MonkeyPa
         (["page_size=3"], "no matrix cell matches page_size=3"),
     ],
 )
-def test_bad_filters_are_usage_errors(sets: list[str], message: str) -> None:
+def test_bad_filters_are_usage_errors(run_matrix, sets: list[str], message: str) -> None:
     """A filter that is not an axis, or that no cell matches, exits 2 and says why."""
-    result = _invoke(*[arg for s in sets for arg in ("--set", s)])
-    assert result.exit_code == 2 and message in result.output
+    result = run_matrix(*[arg for s in sets for arg in ("--set", s)])
+    assert result.code == 2 and message in result.err and result.err.count("\n") == 1

@@ -73,13 +73,17 @@ def test_timeline_is_plain_data() -> None:
 
 
 def test_report_passes_and_writes_four_agreeing_files(tmp_path: Path) -> None:
-    """On the correct engine: exit 0, the table printed, and report.json, junit.xml, report.md
-    and report.html name the same cells, none failed."""
+    """On the correct engine: exit 0; the console leads and ends with the verdict (the last
+    line says where the files are) around the per-spec summary; report.json, junit.xml,
+    report.md and report.html name the same cells, none failed."""
     console = Console(record=True, width=220)
     cells = small_cells()
     assert run_report(console=console, out=tmp_path, cells=cells) == 0
-    text = console.export_text()
-    assert "first violation" in text and "memory ps4-radix seed 0" in text
+    lines = console.export_text().strip().splitlines()
+    assert lines[0] == "PASS · 2/2 cells passed · " + lines[0].split(" · ", 2)[2]
+    assert lines[-1].startswith(lines[0]) and lines[-1].endswith(f"files in {tmp_path}/")
+    summary = "\n".join(lines)
+    assert "first violation" in summary and "swa-hybrid" in summary and "│ memory" in summary
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FILES)
     document = json.loads((tmp_path / "report.json").read_text())
     assert [c["name"] for c in document["cells"]] == [c.name for c in cells]
@@ -103,7 +107,9 @@ def test_row_leak_fails_every_file_with_the_replay(
     console = Console(record=True, width=300)
     cells = small_cells()
     assert run_report(console=console, out=tmp_path, cells=cells) == 1
-    assert "replay with `kvspec run specs/swa-hybrid.yaml`" in console.export_text()
+    text = console.export_text().strip()
+    assert text.startswith("FAIL · 0/2 cells passed") and "FAIL swa-hybrid" in text
+    assert "replay: kvspec run specs/swa-hybrid.yaml" in text
     failure = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite/testcase/failure")
     assert failure is not None and failure.get("type") == "InvariantViolation"
     assert "req_pool.conservation" in failure.get("message", "")
