@@ -292,6 +292,21 @@ class CrashView:
     pages: tuple[int, ...] = ()
 
 
+class BlockView(NamedTuple):
+    """One KV block of a block-pool engine (the vllm target; kvspec's engine lists none): its
+    reference count, whether it sits in the free queue, its prefix-cache hash (empty: none),
+    the hashes under which the cache's hash map lists it, and how many request block tables
+    list it."""
+
+    id: int = 0
+    ref_cnt: int = 0
+    in_free_queue: bool = False
+    hash: str = ""
+    mapped_as: tuple[str, ...] = ()
+    holders: int = 0
+    is_null: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class StateView:
     """Everything an invariant may read at one event."""
@@ -309,6 +324,7 @@ class StateView:
     sessions: tuple[SessionView, ...] = ()
     response: ResponseView = field(default_factory=ResponseView)  # at the response event
     crash: tuple[CrashView, ...] = ()  # at the crash event: what the engine raised
+    blocks: tuple[BlockView, ...] = ()  # a block-pool target's blocks (vllm), by id
 
 
 # The costly parts of a view, built only for events whose rules read them: the census of
@@ -347,6 +363,7 @@ VIEW_TYPES: tuple[type, ...] = (
     SessionView,
     ResponseView,
     CrashView,
+    BlockView,
     StateView,
 )
 

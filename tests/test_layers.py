@@ -29,13 +29,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.server",),
     ("=invariants", "invariants.checking"),  # catalog → compiled rules → per-event checker
     ("invariants.scenarios",),  # specs → op traces → checked runs
-    ("invariants.sglang", "invariants.explore", "invariants.bench"),  # targets, search, speed
+    # the targets (real SGLang, real vLLM), search, speed
+    ("invariants.sglang", "invariants.vllm", "invariants.explore", "invariants.bench"),
     ("invariants.report", "invariants.mutants"),  # report → sglang rows; mutants → explore
     ("invariants.cli",),
     ("invariants.pytest_plugin",),
 )
-# Runs in the sglang venv: imports nothing of the project.
-ISOLATED = ("invariants.sglang.driver",)
+# Run in the sglang and vllm venvs: import nothing of the project.
+ISOLATED = ("invariants.sglang.driver", "invariants.vllm.driver")
 
 
 def modules() -> dict[str, Path]:

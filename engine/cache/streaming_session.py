@@ -174,6 +174,13 @@ class StreamingSession:
             return
         self.inner.cache_unfinished_req(req, chunked=chunked)
 
+    def widen_swa_lock(self, req: Req, reads_back: int) -> None:
+        """The inner SWA tree's (a session turn's lock never moved: its checkpoint skipped
+        the tree)."""
+        widen = getattr(self.inner, "widen_swa_lock", None)
+        if widen is not None and self._streaming(req) is None:
+            widen(req, reads_back)
+
     # ---- locks, eviction, reset ----
 
     def inc_lock_ref(self, node: Any) -> Any:

@@ -232,6 +232,14 @@ class SWARadixCache(SWATree):
         if req.last_node is not None:
             self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
 
+    def widen_swa_lock(self, req: Req, reads_back: int) -> None:
+        """Re-take the request's lock with its SWA part ``reads_back`` tokens longer: the chunk
+        just published is still in flight (overlap) and reads its window from before the new
+        lock's (kvspec's guard; SGLang 0.5.11 moves the lock at once: sched.inflight_reads_held
+        names what tree eviction may then free under the launched batch)."""
+        self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+        req.swa_uuid_for_lock = self.inc_lock_ref(req.last_node, reads_back)
+
     def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
         """Insert a running request's page-aligned KV and re-point its row at the tree's copy.
 

@@ -66,18 +66,19 @@ class SWATree:
     def supports_swa(self) -> bool:
         return True
 
-    def inc_lock_ref(self, node: SWATreeNode | None) -> int | None:
-        """Full-lock ``node`` up to the root, SWA-lock it until ``sliding_window_size`` tokens are
-        covered; returns the uuid of the node the SWA chain stops at (None: path < window)."""
+    def inc_lock_ref(self, node: SWATreeNode | None, reads_back: int = 0) -> int | None:
+        """Full-lock ``node`` up to the root, SWA-lock it until ``sliding_window_size`` tokens
+        (plus ``reads_back``: a chunk still in flight reads its window from further back) are
+        covered; returns the uuid of the node the SWA chain stops at (None: path too short)."""
         path = path_to_root(self.root_node, node, "inc_lock_ref")
-        swa_path, covered = [], 0
+        swa_path, covered, window = [], 0, self.sliding_window_size + reads_back
         for n in path:
-            if covered >= self.sliding_window_size:
+            if covered >= window:
                 break
             swa_path.append(n)
             covered += len(n.value)
         self._move_locks("inc_lock_ref", path, swa_path, +1)
-        if covered < self.sliding_window_size:
+        if covered < window:
             return None
         if swa_path[-1].swa_uuid is None:
             swa_path[-1].swa_uuid = next(self._uuids)

@@ -181,7 +181,8 @@ class Scheduler:
         exclude: list[Req] = []
         if self.chunked_req is not None:
             exclude.append(self.chunked_req)
-            self.mem.checkpoint(self.chunked_req, chunked=True)  # keeps its row (0.5.11)
+            inflight = self.chunked_req.extend_input_len if self.config.enable_overlap else 0
+            self.mem.checkpoint(self.chunked_req, chunked=True, reads_back=inflight)  # row kept
         last = self.last_batch
         if last is not None and last.is_extend:
             if last.chunked_req is not None:

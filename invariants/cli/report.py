@@ -65,10 +65,9 @@ def report(
     crosscheck: CrossCheck = False,
     fmt: FormatOption = Format.table,
 ) -> None:
-    """Run every spec, matrix cell and memory-layer cell under the checker (level 1: every
-    violation recorded); print the verdict, the failures and the summary, write the report
-    files; exit 1 on any failure (on the sglang target: a violation or crash), 2 when a
-    backend or the sglang target is missing."""
+    """Run every spec, matrix cell and memory-layer cell under the checker (level 1); print
+    the verdict, the failures and the summary, write the report files; exit 1 on any failure
+    (sglang target: a violation or crash), 2 when a backend or the sglang target is missing."""
     from invariants.report.backends import BackendError
     from invariants.report.run import default_workers, run_report
     from invariants.sglang.scheduler.target import ShimDrift

@@ -28,10 +28,10 @@ from invariants.report.cells import ReportCell, default_specs, memory_report_cel
 from invariants.report.console import print_report, report_verdict
 from invariants.report.files import write_report
 from invariants.report.memory_cells import MemoryCell
-from invariants.report.model import CellResult, ReportHeader, TargetRow
+from invariants.report.model import CellResult, ReportHeader, SideBySide, TargetRow
 from invariants.report.targets import TARGETS, as_written_cells, run_sglang_rows, side_by_side
 from invariants.report.terminal import Format, out_console
-from invariants.scenarios.matrix import report_exclusions
+from invariants.scenarios.matrix import Exclusion, report_exclusions
 
 __all__ = ["default_specs", "default_workers", "run_report"]
 
@@ -63,12 +63,11 @@ def run_report(
     (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set.
     ``target`` sglang / sglang-scheduler: every spec of ``specs`` (default: all) as written on
     kvspec and on SGLang's memory classes / real scheduler (``sglang_version``), side by side;
-    both: the kvspec report plus the sglang one. No sglang: ``SGLangUnavailable`` up front.
-    Printed as ``fmt`` (plain, json: one row per cell and nothing else)."""
+    both: the kvspec report plus the sglang one (no sglang: ``SGLangUnavailable`` up front);
+    ``fmt`` plain or json: one row per cell, nothing else."""
     if ray_address:
         import_ray()  # fail before any work when the extra is missing
-    began = time.perf_counter()
-    console = console or out_console()
+    began, console = time.perf_counter(), console or out_console()
     errors = _lint(console)
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
     args = (sglang_specs, level, sglang_python, sglang_driver, sglang_version)
@@ -80,12 +79,25 @@ def run_report(
     pairs = None if rows is None else side_by_side(results, rows)
     header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
     failed = print_report(console, header, results, pairs, excluded, table=not alone, fmt=fmt)
+    _finish(console, header, results, pairs, excluded, out, fmt, time.perf_counter() - began)
+    return 1 if errors or failed else 0
+
+
+def _finish(
+    console: Console,
+    header: ReportHeader,
+    results: list[CellResult],
+    pairs: list[SideBySide] | None,
+    excluded: list[Exclusion],
+    out: Path | None,
+    fmt: Format,
+    wall: float,
+) -> None:
+    """The files, then (as a table) the verdict line again, with where they are."""
     if out is not None:
         write_report(out, header, results, pairs, excluded)
     if fmt is Format.table:
-        wall = time.perf_counter() - began
         console.print(report_verdict(header, results, pairs, wall, out), soft_wrap=True)
-    return 1 if errors or failed else 0
 
 
 def _target_rows(
