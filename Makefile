@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: venv report test test-full lint gate clean sglang-env test-sglang
+.PHONY: venv report test test-full lint gate clean sglang-env test-sglang vllm-env test-vllm
 
 venv: $(STAMP)
 
@@ -59,6 +59,15 @@ test-sglang: $(STAMP)
 	SGLANG_VERSION=0.5.23 SGLANG_VENV=.sglang-venv bash ci/sglang_env.sh
 	SGLANG_VERSION=0.5.10.post1 bash ci/sglang_env.sh
 	$(PY) -m pytest -p no:cacheprovider -m sglang tests/invariants/sglang
+
+# real vLLM (0.33.0) on CPU in its own venv, for the vllm target (invariants/vllm/): its v1
+# Scheduler and KVCacheManager with a faked model runner. Idempotent (ci/vllm_env.sh).
+vllm-env:
+	bash ci/vllm_env.sh
+
+# the vllm target's tests: engine-neutral specs clean on vLLM, planted block-pool faults caught
+test-vllm: $(STAMP) vllm-env
+	$(PY) -m pytest -p no:cacheprovider -m vllm tests/invariants/vllm
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis report

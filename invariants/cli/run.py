@@ -24,6 +24,7 @@ class Target(str, Enum):
     kvspec = "kvspec"
     sglang = "sglang"
     sglang_scheduler = "sglang-scheduler"
+    vllm = "vllm"
 
 
 SpecPath = Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")]
@@ -48,7 +49,8 @@ TargetOption = Annotated[
     Target,
     typer.Option(
         help="kvspec's engine; sglang: real SGLang's memory classes under kvspec's glue; "
-        "sglang-scheduler: real SGLang's Scheduler and event loop, only the forward faked."
+        "sglang-scheduler: real SGLang's Scheduler and event loop, only the forward faked; "
+        "vllm: vLLM v1's real Scheduler and KV cache manager, only the runner faked."
     ),
 ]
 SGLangVersion = Annotated[
@@ -94,6 +96,8 @@ def run_command(
     loaded = load_spec(spec, parse_overrides(set_ or []))  # a SpecError: one line, exit 2
     if target is Target.sglang:
         raise typer.Exit(_run_on_sglang(loaded, level, sglang_python))
+    if target is Target.vllm:
+        raise typer.Exit(_run_on_vllm(loaded, level))
     if target is Target.sglang_scheduler:
         raise typer.Exit(
             _run_on_scheduler(loaded, spec, set_ or [], level, sglang_version, sglang_python)
@@ -129,6 +133,21 @@ def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
         typer.echo(f"sglang target: {exc}", err=True)
         return 2
     return print_outcome(spec.name, outcome)
+
+
+def _run_on_vllm(spec: Spec, level: int) -> int:
+    """The spec on vLLM's real scheduler (invariants/vllm/): 0 clean, 1 a finding, 2 no vllm
+    env or a spec vLLM has no counterpart for (said, never passed)."""
+    from invariants.cli.sglang import print_outcome
+    from invariants.vllm.run import run_spec_on_vllm
+    from invariants.vllm.target import VLLMUnavailable
+
+    try:
+        outcome = run_spec_on_vllm(spec, load_catalog(), level)
+    except VLLMUnavailable as exc:
+        typer.echo(f"vllm target: {exc}", err=True)
+        return 2
+    return print_outcome(spec.name, outcome, "vllm")
 
 
 def _run_on_scheduler(

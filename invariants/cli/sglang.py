@@ -25,17 +25,17 @@ PythonOpt = Annotated[
 ]
 
 
-def print_outcome(name: str, outcome) -> int:
-    """Print an sglang run; its exit code: 2 a spec the adapter does not model (said, never
-    passed silently), 1 a finding (violation, unmet goal, crash), 0 clean. Both `kvspec sglang
-    run` and `kvspec run --target sglang` answer through this."""
+def print_outcome(name: str, outcome, target: str = "sglang") -> int:
+    """Print an sglang (or vllm) run; its exit code: 2 a spec the adapter does not model (said,
+    never passed silently), 1 a finding (violation, unmet goal, crash), 0 clean. `kvspec sglang
+    run` and `kvspec run --target sglang|vllm` answer through this."""
     if outcome.unsupported:
         typer.echo(
-            f"{name}: not supported by the sglang target: {'; '.join(outcome.unsupported)}",
+            f"{name}: not supported by the {target} target: {'; '.join(outcome.unsupported)}",
             err=True,
         )
         return 2
-    typer.echo(f"{name} on sglang {outcome.sglang_version}: {outcome.stats}")
+    typer.echo(f"{name} on {target} {outcome.sglang_version}: {outcome.stats}")
     typer.echo(
         f"{outcome.checks} checks, {len(outcome.violations)} violations, {outcome.seconds:.1f}s"
     )

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds a CPU-only venv holding one real vLLM release for the vllm target (invariants/vllm/): the
+# wheel --no-deps (its declared dependencies pull CUDA), torch's CPU wheel, and only the
+# pure-Python packages vLLM's v1 scheduler, KV cache manager and config import (found by
+# importing them on a bare venv; xgrammar --no-deps: it would pull triton). No stubs are needed:
+# a missing vllm._C is logged and ignored; the driver selects the CPU platform itself.
+#   VLLM_VERSION  0.33.0 (default) -> .vllm-venv; VLLM_VENV overrides the directory
+# Idempotent: <venv>/.installed holds the recipe it was built from; when it matches, nothing runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VLLM_VERSION=${VLLM_VERSION:-0.33.0}
+PYTHON=${PYTHON:-python3}
+case "$VLLM_VERSION" in
+    0.33.0)
+        PINS="packaging pydantic==2.14.4 regex numpy==2.4.6 cbor2 psutil pyzmq transformers==5.20.2
+            aiohttp requests openai-harmony==0.0.8 openai==3.57.0 pillow pybase64 cachetools
+            msgspec==0.22.0 cloudpickle uvloop py-cpuinfo prometheus_client fastapi==0.136.3
+            partial-json-parser llguidance==1.7.6 einops"
+        NODEPS="xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2" ;;
+    *)
+        echo "ci/vllm_env.sh: no recipe for VLLM_VERSION=$VLLM_VERSION (supported: 0.33.0)" >&2
+        exit 2 ;;
+esac
+VENV=${VLLM_VENV:-.vllm-venv}
+STAMP="$VENV/.installed"
+RECIPE="vllm==$VLLM_VERSION torch==2.13.0 $(echo $NODEPS $PINS)"
+if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$RECIPE" ]; then
+    echo "$VENV: vllm $VLLM_VERSION up to date"
+    exit 0
+fi
+test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip install --quiet"
+$PIP --upgrade pip
+$PIP torch==2.13.0   # the CPU wheel these machines provide; an unpinned torch pulls CUDA packages
+$PIP --no-deps "vllm==$VLLM_VERSION"
+# shellcheck disable=SC2086  # word splitting intended
+$PIP --no-deps $NODEPS
+# shellcheck disable=SC2086
+$PIP $PINS
+echo "$RECIPE" >"$STAMP"
+echo "$VENV: vllm $VLLM_VERSION built"

@@ -1,0 +1,152 @@
+"""The vllm target's subprocess: vLLM v1's real Scheduler and KVCacheManager on CPU, driven by
+JSON lines (ops in, views out). Run by the vllm venv's python; imports nothing of kvspec.
+
+Only the model runner is faked: each scheduled request that reaches the end of its known
+tokens samples its next token from the op's seeded ``output_ids`` (a partial prefill chunk
+samples nothing, as the GPU runner discards it). Protocol, one line each way per op:
+
+  in:  {"op": "config", "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
+        "max_model_len", "prefix_caching", "fault": null | {"kind", "step"}}
+       {"op": "submit", "rid", "input_ids", "max_new_tokens", "output_ids", "ignore_eos"}
+       {"op": "abort", "rid"} | {"op": "abort", "rid": null, "phase", "pick"}
+       {"op": "step"}  {"op": "idle"}  {"op": "unfinished", "rids"}  {"op": "stats"}
+  out: {"views": [...], "result": ...} or {"error": "..."}; the first line is a banner
+       {"ready": true, "vllm": VERSION}.
+A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
+vLLM's free count and ref counts, the census input by block id) and one record per block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the CUDA wheel cannot infer a device
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import faults
+import views
+import vllm
+from stack import build_scheduler, make_request
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import RequestStatus
+
+
+class Driver:
+    """One scheduler and the state kvspec's ops need around it."""
+
+    def __init__(self) -> None:
+        self.sched = None
+        self.outputs: dict[str, list[int]] = {}
+        self.order: list[str] = []  # rids in submit order (phase aborts pick from it)
+        self.counts = dict(steps=0, finished=0, aborted=0, preempted=0, prefix_hit_tokens=0,
+                           evicted_tokens=0)  # fmt: skip
+        self.fault = None
+        self.result = None
+
+    def config(self, op: dict) -> list[dict]:
+        model_dir = tempfile.mkdtemp(prefix="kvspec-vllm-model-")
+        self.sched = build_scheduler(op, model_dir)
+        self.block_size = op["block_size"]
+        self.fault = faults.install(op.get("fault"), self.sched, self.counts, self.block_size)
+        return [views.state(self.sched, "step", 0, self.block_size)]
+
+    def submit(self, op: dict) -> list[dict]:
+        rid = op["rid"]
+        self.outputs[rid] = list(op["output_ids"])
+        self.order.append(rid)
+        eos = op.get("ignore_eos", True)
+        request = make_request(rid, op["input_ids"], op["max_new_tokens"], eos, self.block_size)
+        self.sched.add_request(request)
+        return []
+
+    def abort(self, op: dict) -> list[dict]:
+        rid = op.get("rid") or self._pick(op.get("phase", "any"), op.get("pick", 0))
+        self.result = rid
+        if rid is None or rid not in self.sched.requests:
+            return []
+        self.sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+        self.counts["aborted"] += 1
+        return [views.state(self.sched, "step", self.counts["steps"], self.block_size)]
+
+    def _pick(self, phase: str, pick: int) -> str | None:
+        live = [r for r in self.order if r in self.sched.requests]
+        running = {r.request_id for r in self.sched.running}
+        chosen = {
+            "waiting": [r for r in live if r not in running],
+            "running": [r for r in live if r in running],
+            "chunked": [
+                r for r in live if r in running and self.sched.requests[r].is_prefill_chunk
+            ],
+        }.get(phase, live)
+        return chosen[pick % len(chosen)] if chosen else None
+
+    def step(self, op: dict) -> list[dict]:
+        self.counts["steps"] += 1
+        if self.fault is not None:
+            self.fault.at_step(self.counts["steps"])
+        out = self.sched.schedule()
+        self.counts["preempted"] += len(getattr(out, "preempted_req_ids", ()) or ())
+        self.sched.update_from_output(out, self._sampled(out))
+        self._count_finished()
+        return [views.state(self.sched, "step", self.counts["steps"], self.block_size)]
+
+    def _sampled(self, out) -> ModelRunnerOutput:
+        """One token per request whose chunk reaches the end of its known tokens."""
+        rids = list(out.num_scheduled_tokens)
+        sampled = []
+        for rid in rids:
+            req = self.sched.requests[rid]
+            if req.is_prefill_chunk:
+                sampled.append([])
+            else:
+                sampled.append([self.outputs[rid][req.num_output_tokens % len(self.outputs[rid])]])
+        return ModelRunnerOutput(
+            req_ids=rids,
+            req_id_to_index={r: i for i, r in enumerate(rids)},
+            sampled_token_ids=sampled,
+        )
+
+    def _count_finished(self) -> None:
+        gone = [r for r in self.order if r not in self.sched.requests and r in self.outputs]
+        for rid in gone:
+            del self.outputs[rid]
+            self.counts["finished"] += 1
+
+    def idle(self, op: dict) -> list[dict]:
+        if self.sched.has_unfinished_requests():
+            return []
+        return [views.state(self.sched, "idle", self.counts["steps"], self.block_size)]
+
+    def unfinished(self, op: dict) -> list[dict]:
+        self.result = [r for r in op["rids"] if r in self.sched.requests]
+        return []
+
+    def stats(self, op: dict) -> list[dict]:
+        finished = self.counts["finished"] - self.counts["aborted"]
+        self.result = {"fault_fired": self.fault.fired if self.fault else []}
+        return [{"counts": {**self.counts, "finished": max(finished, 0)}}]
+
+
+def main() -> None:
+    driver = Driver()
+    print(json.dumps({"ready": True, "vllm": vllm.__version__}), flush=True)
+    for line in sys.stdin:
+        op = json.loads(line)
+        driver.result = None
+        try:
+            produced = getattr(driver, op["op"])(op)
+            answer = {"views": produced, "result": driver.result}
+        except Exception as exc:  # the op's failure is the answer; the driver goes on
+            answer = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+        print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main()

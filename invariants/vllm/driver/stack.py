@@ -1,0 +1,62 @@
+"""vLLM 0.33.0's Scheduler built as its own tests build it (tests/v1/core/utils.py
+``create_scheduler`` / ``create_requests``), from a local one-layer config.json (no model hub)
+and a fake KV cache config of ``num_blocks`` blocks of one full-attention group."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+EOS_TOKEN_ID = 2
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "num_hidden_layers": 1, "vocab_size": 1024, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-6, "bos_token_id": 1, "eos_token_id": EOS_TOKEN_ID,
+    "torch_dtype": "float32", "tie_word_embeddings": False,
+}  # fmt: skip
+init_none_hash(sha256)
+
+
+def build_scheduler(op: dict, model_dir: str) -> Scheduler:
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(TINY_LLAMA, f)
+    block_size, num_blocks = op["block_size"], op["num_blocks"]
+    model = ModelConfig(model=model_dir, dtype="float32", seed=42, skip_tokenizer_init=True,
+                        max_model_len=op["max_model_len"])  # fmt: skip
+    sched = SchedulerConfig(
+        max_num_seqs=op["max_num_seqs"], max_num_batched_tokens=op["max_num_batched_tokens"],
+        max_model_len=op["max_model_len"], long_prefill_token_threshold=0,
+        enable_chunked_prefill=True, async_scheduling=False,
+        is_encoder_decoder=model.is_encoder_decoder,
+    )  # fmt: skip
+    cache = CacheConfig(block_size=block_size, cache_dtype="auto",
+                        enable_prefix_caching=op["prefix_caching"])  # fmt: skip
+    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
+                             dtype=torch.float32)  # fmt: skip
+    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])  # fmt: skip
+    cache.num_gpu_blocks = num_blocks
+    return Scheduler(vllm_config=config, kv_cache_config=kv,
+                     structured_output_manager=StructuredOutputManager(config),
+                     block_size=block_size, log_stats=True)  # fmt: skip
+
+
+def make_request(rid: str, prompt: list[int], max_tokens: int, ignore_eos: bool,
+                 block_size: int) -> Request:  # fmt: skip
+    params = SamplingParams(ignore_eos=ignore_eos, max_tokens=max_tokens)
+    params.update_from_generation_config({}, eos_token_id=EOS_TOKEN_ID)
+    hasher = get_request_block_hasher(block_size, sha256)
+    return Request(request_id=rid, prompt_token_ids=list(prompt), sampling_params=params,
+                   pooling_params=None, block_hasher=hasher)  # fmt: skip
