@@ -128,6 +128,26 @@ def bench_scheduler_command(
     emit_json(guarded(lambda: bench_scheduler(sglang_version, runs, seeds, workers, chosen)), out)
 
 
+@bench_app.command("vllm")
+def bench_vllm_command(
+    spec: Annotated[Path, typer.Argument(help="A spec vLLM can run.")] = Path(
+        "specs/radix-eviction.yaml"
+    ),
+    runs: Annotated[int, typer.Option(min=1, help="Runs per mode (best kept).")] = 3,
+    out: OutPath = None,
+) -> None:
+    """vLLM's real scheduler (the vllm target): iterations/s unchecked vs checked on one
+    spec's trace, one driver, and the ratio (needs `make vllm-env`)."""
+    from invariants.vllm.bench import bench_vllm
+    from invariants.vllm.target import VLLMUnavailable
+
+    try:
+        emit_json(bench_vllm(spec, runs), out)
+    except VLLMUnavailable as exc:
+        typer.echo(f"vllm target: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 @bench_app.command("serve")
 def bench_serve_command(
     sessions: Annotated[int, typer.Option(min=1, help="Concurrent sessions (clients).")] = 64,

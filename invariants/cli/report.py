@@ -17,6 +17,7 @@ class ReportTarget(str, Enum):
     sglang = "sglang"
     both = "both"
     sglang_scheduler = "sglang-scheduler"
+    vllm = "vllm"
 
 
 OutDir = Annotated[
@@ -40,7 +41,8 @@ Target = Annotated[
     typer.Option(
         help="kvspec's engine; sglang: every spec as written on kvspec and on real SGLang's "
         "memory classes, side by side; both: the kvspec report plus that; sglang-scheduler: "
-        "the side by side on SGLang's real scheduler (level 2)."
+        "the side by side on SGLang's real scheduler (level 2); vllm: on vLLM v1's real "
+        "scheduler (make vllm-env)."
     ),
 ]
 SGLangPython = Annotated[
@@ -72,6 +74,7 @@ def report(
     from invariants.report.run import default_workers, run_report
     from invariants.sglang.scheduler.target import ShimDrift
     from invariants.sglang.target import SGLangUnavailable
+    from invariants.vllm.target import VLLMUnavailable
 
     use_crosscheck(crosscheck)
     try:
@@ -88,9 +91,8 @@ def report(
     except ShimDrift as exc:
         typer.echo(f"shim drift: {exc}", err=True)
         raise typer.Exit(2) from None
-    except (BackendError, SGLangUnavailable) as exc:
-        typer.echo(
-            f"sglang target: {exc}" if isinstance(exc, SGLangUnavailable) else str(exc), err=True
-        )
+    except (BackendError, SGLangUnavailable, VLLMUnavailable) as exc:
+        named = {SGLangUnavailable: "sglang target: ", VLLMUnavailable: "vllm target: "}
+        typer.echo(f"{named.get(type(exc), '')}{exc}", err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(code)

@@ -76,6 +76,7 @@ class TargetRow:
     counters: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     version: str = ""
+    target: str = "sglang"  # sglang | sglang-scheduler | vllm
     checker: tuple[str, ...] = ()  # sglang-scheduler: SGLang's own checkers, "iteration N: msg"
 
     @property

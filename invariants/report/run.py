@@ -71,7 +71,7 @@ def run_report(
     errors = _lint(console)
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
     args = (sglang_specs, level, sglang_python, sglang_driver, sglang_version)
-    alone = target in ("sglang", "sglang-scheduler")  # the specs as written, no report table
+    alone = target in ("sglang", "sglang-scheduler", "vllm")  # the specs as written, no table
     excluded = report_exclusions() if cells is None and with_matrix and not alone else []
     cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
     rows = _target_rows(console, target, *args)
@@ -109,9 +109,14 @@ def _target_rows(
     driver: Any,
     version: str | None,
 ) -> list[TargetRow] | None:
-    """The sglang or sglang-scheduler rows (None: no sglang target in this report)."""
+    """The sglang, sglang-scheduler or vllm rows (None: no such target in this report)."""
     if target == "sglang-scheduler":
         return _scheduler_rows(console, specs, version, python)
+    if target == "vllm":
+        from invariants.report.targets import run_vllm_rows
+
+        with _row_progress(console, "vllm", len(specs)) as advance:
+            return run_vllm_rows(specs, level, advance)
     return _sglang_rows(console, specs, level, python, driver)
 
 
@@ -135,7 +140,7 @@ def _target_cells(
     (sglang), or both — the report's own plus any spec as written that is not among them."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
-    if target in ("sglang", "sglang-scheduler"):
+    if target in ("sglang", "sglang-scheduler", "vllm"):
         return as_written_cells(specs)
     own = (
         cells

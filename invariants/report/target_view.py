@@ -22,6 +22,7 @@ from invariants.report.targets import (
     sglang_summary,
     sglang_text,
     sglang_version,
+    target_label,
 )
 from invariants.report.terminal import Col, print_table
 from invariants.report.text import md_cell, violation_line
@@ -29,21 +30,29 @@ from invariants.report.text import md_cell, violation_line
 COLUMNS = (
     "spec",
     "kvspec: steps / violations / goals",
-    "sglang: steps / violations / goals",
-    "sglang: first finding",
-    "sglang time",
+    "{target}: steps / violations / goals",
+    "{target}: first finding",
+    "{target} time",
 )
 
 
+def columns(pairs: list[SideBySide]) -> tuple[str, ...]:
+    """The headers, naming the real engine the rows ran on (sglang or vllm)."""
+    target = pairs[0].sglang.target if pairs else "sglang"
+    return tuple(c.format(target=target) for c in COLUMNS)
+
+
 def _title(pairs: list[SideBySide]) -> str:
-    version = sglang_version([p.sglang for p in pairs]) or "(not run)"
-    return f"kvspec and SGLang {version} side by side — each spec as written"
+    rows = [p.sglang for p in pairs]
+    version = sglang_version(rows) or "(not run)"
+    return f"kvspec and {target_label(rows)} {version} side by side — each spec as written"
 
 
 def print_side_by_side(console: Console, pairs: list[SideBySide]) -> None:
     """The printed side-by-side table (spec names whole; the findings wrap), then the note."""
-    cols = (Col(COLUMNS[0]), Col(COLUMNS[1]), Col(COLUMNS[2]), Col(COLUMNS[3], "text"),
-            Col(COLUMNS[4], "num"))  # fmt: skip
+    names = columns(pairs)
+    cols = (Col(names[0]), Col(names[1]), Col(names[2]), Col(names[3], "text"),
+            Col(names[4], "num"))  # fmt: skip
     rows = []
     for p in pairs:
         row = p.sglang
@@ -66,7 +75,7 @@ def failure_lines(row: TargetRow) -> list[str]:
     if row.num_violations > LISTED_IN_TEXT:
         lines.append(f"... {row.num_violations - LISTED_IN_TEXT} more violations")
     if row.error:
-        lines.append(f"sglang error: {row.error}")
+        lines.append(f"{row.target} error: {row.error}")
     lines += [f"SGLang's own checker, {message}" for message in row.checker]
     lines += [note for note in row.notes if note.startswith("disagreement")]
     return [*lines, f"replay: {row.replay}"]
@@ -76,7 +85,7 @@ def print_target_failures(console: Console, pairs: list[SideBySide]) -> int:
     """Each failing sglang row with its findings; the number of them."""
     failed = list(failing_rows(pairs))
     for row in failed:
-        console.print(f"[red]{row.name} on sglang[/red]:", highlight=False)
+        console.print(f"[red]{row.name} on {row.target}[/red]:", highlight=False)
         for line in failure_lines(row):
             console.print(f"  {line}", markup=False)
     return len(failed)
@@ -95,7 +104,7 @@ def target_markdown(pairs: list[SideBySide]) -> list[str]:
         "",
         f"{GOALS_NOTE.capitalize()}. {counts}.",
         "",
-        "| | " + " | ".join(COLUMNS) + " |",
+        "| | " + " | ".join(columns(pairs)) + " |",
         "|---|---|---|---|---|--:|",
     ]
     for p in pairs:
@@ -107,13 +116,13 @@ def target_markdown(pairs: list[SideBySide]) -> list[str]:
             f"{'' if row.unsupported else f'{row.seconds:.2f}s'} |"
         )
     for row in failing_rows(pairs):
-        lines += ["", f"### {row.name} on sglang", "", "```", *failure_lines(row), "```"]
+        lines += ["", f"### {row.name} on {row.target}", "", "```", *failure_lines(row), "```"]
     return lines
 
 
 def target_html(pairs: list[SideBySide]) -> str:
     """report.html's side-by-side section."""
-    head = "".join(f'<th class="name">{escape(c)}</th>' for c in ("", *COLUMNS))
+    head = "".join(f'<th class="name">{escape(c)}</th>' for c in ("", *columns(pairs)))
     body = []
     for p in pairs:
         row = p.sglang

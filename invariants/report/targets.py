@@ -24,18 +24,18 @@ from invariants.report.text import goals_text, violation_line
 from invariants.scenarios.matrix import relative
 from invariants.scenarios.spec import load_spec
 
-TARGETS = ("kvspec", "sglang", "both", "sglang-scheduler")
+TARGETS = ("kvspec", "sglang", "both", "sglang-scheduler", "vllm")
 GOALS_NOTE = (
     "expect goals were tuned on kvspec's schedule: on the sglang target an unmet goal is "
     "shown, not a failure; an unsupported spec is shown with its reason"
 )
 
 
-def target_row(name: str, path: Path, outcome: Any) -> TargetRow:
-    """An ``SGLangOutcome`` of ``invariants.sglang.run`` as a row."""
-    replay = f"kvspec run {relative(path)} --target sglang"
+def target_row(name: str, path: Path, outcome: Any, target: str = "sglang") -> TargetRow:
+    """An ``SGLangOutcome`` of ``invariants.sglang.run`` (or the vllm target's) as a row."""
+    replay = f"kvspec run {relative(path)} --target {target}"
     if outcome.unsupported:
-        return TargetRow(name, replay, unsupported="; ".join(outcome.unsupported))
+        return TargetRow(name, replay, unsupported="; ".join(outcome.unsupported), target=target)
     s = outcome.stats
     counters = {
         "finished": s.finished,
@@ -58,6 +58,7 @@ def target_row(name: str, path: Path, outcome: Any) -> TargetRow:
         counters,
         outcome.notes,
         outcome.sglang_version,
+        target,
     )
 
 
@@ -187,6 +188,30 @@ def sglang_summary(rows: list[TargetRow]) -> dict[str, Any]:
 
 def sglang_version(rows: list[TargetRow]) -> str:
     return next((r.version for r in rows if r.version), "")
+
+
+def target_label(rows: list[TargetRow]) -> str:
+    """The real engine the rows ran on, as the titles name it."""
+    return "vLLM" if rows and rows[0].target == "vllm" else "SGLang"
+
+
+def run_vllm_rows(
+    specs: list[tuple[str, Path]],
+    level: int = Level.RECORD,
+    progress: Callable[[TargetRow], None] = lambda row: None,
+) -> list[TargetRow]:
+    """Every spec of ``specs`` on vLLM's real scheduler, one driver for all (its import is
+    most of a run); ``VLLMUnavailable`` up front when there is no vllm interpreter."""
+    from invariants.vllm.run import run_spec_on_vllm
+    from invariants.vllm.target import VLLMDriver
+
+    catalog, rows = shipped_catalog(), []
+    with VLLMDriver() as driver:
+        for name, path in specs:
+            outcome = run_spec_on_vllm(load_spec(path), catalog, level, driver=driver)
+            rows.append(target_row(name, path, outcome, "vllm"))
+            progress(rows[-1])
+    return rows
 
 
 def sglang_document(pairs: list[SideBySide]) -> dict[str, Any]:

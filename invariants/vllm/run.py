@@ -69,7 +69,7 @@ def driver_config(engine: EngineSpec, fault: dict[str, Any] | None = None) -> di
 
 def run_spec_on_vllm(
     spec: Spec, catalog: Catalog, level: int = Level.RECORD, python: str | None = None,
-    *, fault: dict[str, Any] | None = None,
+    *, fault: dict[str, Any] | None = None, driver: VLLMDriver | None = None,
 ) -> SGLangOutcome:  # fmt: skip
     """``spec``'s trace on vLLM's real scheduler under the checker (SpecOutcome-compatible)."""
     trace = build_trace(spec)
@@ -80,9 +80,9 @@ def run_spec_on_vllm(
     checker = Checker(spec_catalog(spec, catalog), level=level)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        driver = stack.enter_context(VLLMDriver(python))
-        counts, error = _drive(driver, trace, checker, fault)
-        version = driver.version
+        live = driver if driver is not None else stack.enter_context(VLLMDriver(python))
+        counts, error = _drive(live, trace, checker, fault)
+        version = live.version
     checks = sum(s.evaluations for s in checker.stats().values())
     stats = SGLangStats(**{k: v for k, v in counts.items() if k in SGLangStats.__slots__})
     unmet = tuple(

@@ -6,7 +6,7 @@ tokens samples its next token from the op's seeded ``output_ids`` (a partial pre
 samples nothing, as the GPU runner discards it). Protocol, one line each way per op:
 
   in:  {"op": "config", "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
-        "max_model_len", "prefix_caching", "fault": null | {"kind", "step"}}
+        "max_model_len", "prefix_caching", "fault": null | {"kind", "step"}, "views"?: false}
        {"op": "submit", "rid", "input_ids", "max_new_tokens", "output_ids", "ignore_eos"}
        {"op": "abort", "rid"} | {"op": "abort", "rid": null, "phase", "pick"}
        {"op": "step"}  {"op": "idle"}  {"op": "unfinished", "rids"}  {"op": "stats"}
@@ -43,22 +43,27 @@ class Driver:
 
     def __init__(self) -> None:
         self.sched = None
-        self.outputs: dict[str, list[int]] = {}
-        self.order: list[str] = []  # rids in submit order (phase aborts pick from it)
-        self.counts = dict(steps=0, finished=0, aborted=0, preempted=0, prefix_hit_tokens=0,
-                           evicted_tokens=0)  # fmt: skip
-        self.fault = None
         self.result = None
+        self.model_dir = tempfile.mkdtemp(prefix="kvspec-vllm-model-")
 
     def config(self, op: dict) -> list[dict]:
-        model_dir = tempfile.mkdtemp(prefix="kvspec-vllm-model-")
+        """A fresh scheduler and fresh bookkeeping: every run starts here."""
+        self.outputs: dict[str, list[int]] = {}
+        self.order: list[str] = []  # rids in submit order (phase aborts pick from it)
+        self.counts = dict(steps=0, finished=0, aborted=0, rejected=0, preempted=0,
+                           prefix_hit_tokens=0, evicted_tokens=0)  # fmt: skip
+        model_dir = self.model_dir
         self.sched = build_scheduler(op, model_dir)
-        self.block_size = op["block_size"]
+        self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
         self.fault = faults.install(op.get("fault"), self.sched, self.counts, self.block_size)
-        return [views.state(self.sched, "step", 0, self.block_size)]
+        self.viewing = op.get("views", True)  # False: the scheduler alone (its speed, unchecked)
+        return self._view("step")
 
     def submit(self, op: dict) -> list[dict]:
         rid = op["rid"]
+        if len(op["input_ids"]) >= self.max_model_len:  # vLLM's input processor refuses it
+            self.counts["rejected"] += 1
+            return []
         self.outputs[rid] = list(op["output_ids"])
         self.order.append(rid)
         eos = op.get("ignore_eos", True)
@@ -73,7 +78,12 @@ class Driver:
             return []
         self.sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
         self.counts["aborted"] += 1
-        return [views.state(self.sched, "step", self.counts["steps"], self.block_size)]
+        return self._view("step")
+
+    def _view(self, event: str) -> list[dict]:
+        if not self.viewing:
+            return []
+        return [views.state(self.sched, event, self.counts["steps"], self.block_size)]
 
     def _pick(self, phase: str, pick: int) -> str | None:
         live = [r for r in self.order if r in self.sched.requests]
@@ -95,7 +105,7 @@ class Driver:
         self.counts["preempted"] += len(getattr(out, "preempted_req_ids", ()) or ())
         self.sched.update_from_output(out, self._sampled(out))
         self._count_finished()
-        return [views.state(self.sched, "step", self.counts["steps"], self.block_size)]
+        return self._view("step")
 
     def _sampled(self, out) -> ModelRunnerOutput:
         """One token per request whose chunk reaches the end of its known tokens."""
@@ -122,7 +132,7 @@ class Driver:
     def idle(self, op: dict) -> list[dict]:
         if self.sched.has_unfinished_requests():
             return []
-        return [views.state(self.sched, "idle", self.counts["steps"], self.block_size)]
+        return self._view("idle") or [{"event": "idle"}]  # unviewed: still says idle
 
     def unfinished(self, op: dict) -> list[dict]:
         self.result = [r for r in op["rids"] if r in self.sched.requests]

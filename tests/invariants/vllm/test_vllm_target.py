@@ -57,3 +57,24 @@ def test_specs_vllm_cannot_express_are_said_unsupported() -> None:
     """Sessions, SWA pools, EAGLE, forced retracts: the reason, no run, no pass."""
     out = run_spec_on_vllm(load_spec(ROOT / "specs" / "swa-hybrid.yaml"), CATALOG)
     assert not out.ok and out.unsupported and "SWA pools" in (out.error or "")
+
+
+def test_the_report_shows_kvspec_and_vllm_side_by_side(tmp_path) -> None:
+    """`kvspec report --target vllm`: every spec as written on both; the ones vLLM runs are
+    clean with their steps, the others named unsupported with the reason, not failed."""
+    import json
+
+    from rich.console import Console
+
+    from invariants.report.run import run_report
+
+    console = Console(record=True, width=250)
+    assert run_report(console=console, out=tmp_path, target="vllm") == 0
+    printed = console.export_text()
+    assert "kvspec and vLLM 0.33.0 side by side" in printed
+    document = json.loads((tmp_path / "report.json").read_text())
+    rows = {p["spec"]: p["sglang_row"] for p in document["sglang"]["side_by_side"]}
+    ran = {name for name, row in rows.items() if not row["unsupported"]}
+    assert {"radix-eviction", "aborts-and-preemption", "chunked-prefill-paged"} <= ran
+    assert all(rows[n]["num_violations"] == 0 and rows[n]["error"] is None for n in ran)
+    assert "SWA pools" in rows["swa-hybrid"]["unsupported"]
