@@ -21,20 +21,24 @@ from invariants.vllm.run import driver_config, unsupported
 from invariants.vllm.target import VLLMDriver
 
 
+def _check(checker: Checker | None, views: list[dict[str, Any]]) -> None:
+    """Every view through the catalog (unchecked: the driver built none)."""
+    if checker is None:
+        return
+    for raw in views:
+        view = to_state_view(raw)
+        checker.check(view.event, view)
+
+
 def _one(driver: VLLMDriver, trace: Any, checked: bool) -> tuple[float, int, int]:
     """Seconds, steps and checks of one run of ``trace`` (config op to idle)."""
     checker = Checker(load_catalog(), level=Level.RECORD) if checked else None
     run = TraceDriver(driver, trace.seed)  # type: ignore[arg-type]
     start = time.perf_counter()
-    views = driver.send({**driver_config(trace.engine), "views": checked})
+    _check(checker, driver.send({**driver_config(trace.engine), "views": checked}))
     for op in trace.ops:
-        views += run.apply(op)
-        if checker is not None:
-            for raw in views:
-                view = to_state_view(raw)
-                checker.check(view.event, view)
-        views = []
-    run.drain()
+        _check(checker, run.apply(op))
+    _check(checker, run.drain())
     seconds = time.perf_counter() - start
     steps = driver.send({"op": "stats"})[0]["counts"]["steps"]
     checks = sum(s.evaluations for s in checker.stats().values()) if checker else 0
