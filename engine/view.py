@@ -85,6 +85,7 @@ class NodeView(NamedTuple):
     session_lock_ref: int = 0  # of lock_ref: the streaming sessions' turn-1 locks
     session_swa_lock_ref: int = 0  # of swa_lock_ref: the same locks' SWA part
     session_ref: int = 0  # session-radix tags: (session, frontier) pairs in this subtree
+    session_ref_children: int = 0  # the sum of its children's session_ref, as they read now
     session_tags: tuple[str, ...] = ()  # the sessions this node is a frontier of
 
 

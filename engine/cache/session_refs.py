@@ -110,14 +110,15 @@ class SessionRefs:
         return None
 
     def _add_path(self, node: TreeNode, stop: TreeNode | None, delta: int) -> None:
-        """``delta`` on ``node`` and its ancestors, up to ``stop`` (or the root), exclusive."""
+        """``delta`` on ``node`` and its ancestors, up to ``stop`` (or the root), exclusive;
+        the views of the path and of the node above it (its children's sum) are rebuilt."""
         path = []
         while node is not self.root and node is not stop:
             node.session_ref += delta
             path.append(node)
             assert node.parent is not None
             node = node.parent
-        self._relock(path)
+        self._relock([*path, node])
 
     def _mark(self, session_id: str, node: TreeNode) -> None:
         self.frontiers.setdefault(session_id, {})[node.id] = node

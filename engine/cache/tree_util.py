@@ -138,6 +138,7 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
         swa_lock_ref=node.swa_lock_ref if swa else 0,  # type: ignore[union-attr]
         swa_tombstone=node.swa_tombstone if swa else False,  # type: ignore[union-attr]
         session_ref=0 if swa else node.session_ref,  # type: ignore[union-attr]
+        session_ref_children=0 if swa else sum(c.session_ref for c in node.children.values()),  # type: ignore[union-attr]
         session_tags=() if swa else tuple(sorted(node.session_ids or ())),  # type: ignore[union-attr]
     )
 
