@@ -61,8 +61,8 @@ def row(name: str, **fields) -> TargetRow:
 
 
 def test_each_target_runs_its_own_kvspec_cells():
-    """kvspec: the report's cells as before; sglang: each spec as written; both: the report's
-    cells plus each spec as written that is not already one of them (by name)."""
+    """kvspec: the report's cells as before; sglang and vllm: each spec as written; both: the
+    report's cells plus each spec as written that is not already one of them (by name)."""
     own = [
         ReportCell("chunked-prefill-paged", "kvspec run specs/chunked-prefill-paged.yaml"),
         ReportCell("swa-hybrid ps1 mha", "kvspec run specs/swa-hybrid.yaml --set page_size=1"),
@@ -75,8 +75,10 @@ def test_each_target_runs_its_own_kvspec_cells():
     both = [c.name for c in _target_cells(own, "both", SMALL, False, True, None)]
     assert both == ["chunked-prefill-paged", "swa-hybrid ps1 mha", "swa-hybrid"]
     assert _target_cells(own, "kvspec", [], False, True, None) == own
+    vllm = _target_cells(None, "vllm", SMALL, False, False, None)
+    assert [c.name for c in vllm] == ["chunked-prefill-paged", "swa-hybrid"]  # as written too
     with pytest.raises(ValueError, match="choose one of kvspec, sglang, both"):
-        _target_cells(None, "vllm", SMALL, False, False, None)
+        _target_cells(None, "trtllm", SMALL, False, False, None)
 
 
 def test_rows_pair_by_spec_name_and_say_why_a_spec_is_unsupported():
