@@ -68,7 +68,8 @@ def report_verdict(
         f"{sum(r.checks for r in results):,} checks",
         f"{violations} violation{'s' * (violations != 1)}",
     ]
-    facts += [f"{sglang_failed} sglang rows failed"] if sglang_failed else []
+    target = pairs[0].sglang.target if pairs else "sglang"
+    facts += [f"{sglang_failed} {target} rows failed"] if sglang_failed else []
     facts += [seconds(wall)] if wall is not None else []
     facts += [f"files in {out}/"] if out else []
     return verdict_line(not failed, facts)
