@@ -60,13 +60,16 @@ test-sglang: $(STAMP)
 	SGLANG_VERSION=0.5.10.post1 bash ci/sglang_env.sh
 	$(PY) -m pytest -p no:cacheprovider -m sglang tests/invariants/sglang
 
-# real vLLM (0.33.0) on CPU in its own venv, for the vllm target (invariants/vllm/): its v1
-# Scheduler and KVCacheManager with a faked model runner. Idempotent (ci/vllm_env.sh).
+# real vLLM on CPU in its own venv, for the vllm target (invariants/vllm/): its v1 Scheduler and
+# KVCacheManager with a faked model runner. 0.33.0 (default) in .vllm-venv; `make vllm-env
+# VLLM_VERSION=0.30.0` into .vllm-venv-0.30.0 (point $KVSPEC_VLLM_PYTHON at it). Idempotent.
+VLLM_VERSION ?= 0.33.0
 vllm-env:
-	bash ci/vllm_env.sh
+	VLLM_VERSION=$(VLLM_VERSION) bash ci/vllm_env.sh
 
 # the vllm target's tests: engine-neutral specs clean on vLLM, planted block-pool faults caught
-test-vllm: $(STAMP) vllm-env
+test-vllm: $(STAMP)
+	VLLM_VERSION=0.33.0 bash ci/vllm_env.sh
 	$(PY) -m pytest -p no:cacheprovider -m vllm tests/invariants/vllm
 
 clean:

@@ -29,6 +29,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the CUDA wheel cannot infer a device
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the protocol owns stdout: whatever vLLM or its imports print goes to stderr instead
+PROTOCOL = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
 
 import faults
 import views
@@ -146,7 +150,7 @@ class Driver:
 
 def main() -> None:
     driver = Driver()
-    print(json.dumps({"ready": True, "vllm": vllm.__version__}), flush=True)
+    print(json.dumps({"ready": True, "vllm": vllm.__version__}), file=PROTOCOL, flush=True)
     for line in sys.stdin:
         op = json.loads(line)
         driver.result = None
@@ -155,7 +159,7 @@ def main() -> None:
             answer = {"views": produced, "result": driver.result}
         except Exception as exc:  # the op's failure is the answer; the driver goes on
             answer = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-        print(json.dumps(answer), flush=True)
+        print(json.dumps(answer), file=PROTOCOL, flush=True)
 
 
 if __name__ == "__main__":
