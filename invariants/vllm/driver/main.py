@@ -34,12 +34,12 @@ PROTOCOL = os.fdopen(os.dup(1), "w", buffering=1)
 os.dup2(2, 1)
 sys.stdout = sys.stderr
 
-import faults
-import views
-import vllm
-from stack import build_scheduler, make_request
-from vllm.v1.outputs import ModelRunnerOutput
-from vllm.v1.request import RequestStatus
+import faults  # noqa: E402
+import views  # noqa: E402
+import vllm  # noqa: E402
+from stack import build_scheduler, make_request  # noqa: E402
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
 
 
 class Driver:
