@@ -56,8 +56,7 @@ class Driver:
         self.order: list[str] = []  # rids in submit order (phase aborts pick from it)
         self.counts = dict(steps=0, finished=0, aborted=0, rejected=0, preempted=0,
                            prefix_hit_tokens=0, evicted_tokens=0)  # fmt: skip
-        model_dir = self.model_dir
-        self.sched = build_scheduler(op, model_dir)
+        self.sched = build_scheduler(op, self.model_dir)
         self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
         self.fault = faults.install(op.get("fault"), self.sched, self.counts, self.block_size)
         self.viewing = op.get("views", True)  # False: the scheduler alone (its speed, unchecked)
@@ -70,8 +69,10 @@ class Driver:
             return []
         self.outputs[rid] = list(op["output_ids"])
         self.order.append(rid)
-        eos = op.get("ignore_eos", True)
-        request = make_request(rid, op["input_ids"], op["max_new_tokens"], eos, self.block_size)
+        ignore_eos = op.get("ignore_eos", True)
+        request = make_request(
+            rid, op["input_ids"], op["max_new_tokens"], ignore_eos, self.block_size
+        )
         self.sched.add_request(request)
         return []
 
