@@ -19,7 +19,7 @@ from invariants.scenarios.ops import Submit, Trace, op_label
 from invariants.scenarios.runner import spec_catalog
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import Spec
-from invariants.sglang.target import DriverError, SGLangDriver
+from invariants.sglang.target import DriverError, LineDriver, SGLangDriver
 from invariants.sglang.trace_driver import TraceDriver, driver_config, unsupported
 from invariants.sglang.views import to_state_view
 
@@ -174,12 +174,26 @@ def _drive(
     keep_views: bool,
     fault: dict[str, Any] | None,
 ) -> tuple[SGLangStats, list[Any], str | None]:
-    """Config, every op, the drain; every view through ``checker``."""
+    config = driver_config(trace.engine, trace.seed, fault)
+    counts, kept, error = drive_trace(driver, trace, config, checker, keep_views)
+    return SGLangStats(**counts), kept, error
+
+
+def drive_trace(
+    driver: LineDriver,
+    trace: Trace,
+    config: dict[str, Any],
+    checker: Checker | None,
+    keep_views: bool = False,
+) -> tuple[dict[str, Any], list[Any], str | None]:
+    """The config op, every op of ``trace``, the drain to idle, each view through
+    ``checker`` (None: unchecked); the driver's counts, the views kept, the error (a refused
+    op, named with its index). Both real-engine targets run their traces through this."""
     kept: list[Any] = []
-    run = TraceDriver(driver, trace.seed)
+    run = TraceDriver(driver, trace.seed)  # type: ignore[arg-type]
 
     def check(raw_views: list[dict[str, Any]]) -> None:
-        for raw in raw_views:
+        for raw in raw_views if checker is not None else ():
             view = to_state_view(raw)
             checker.check(view.event, view)
             if keep_views:
@@ -187,7 +201,7 @@ def _drive(
 
     error = None
     try:
-        driver.send(driver_config(trace.engine, trace.seed, fault))
+        check(driver.send(config))
         for index, op in enumerate(trace.ops):
             try:
                 check(run.apply(op))
@@ -196,5 +210,4 @@ def _drive(
         check(run.drain(MAX_STEPS))
     except DriverError as exc:
         error = str(exc)
-    counts = driver.send({"op": "stats"})[0]["counts"]
-    return SGLangStats(**counts), kept, error
+    return driver.send({"op": "stats"})[0]["counts"], kept, error

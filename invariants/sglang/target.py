@@ -43,38 +43,40 @@ def unavailable_reason(python: Path) -> str | None:
     return None
 
 
-class SGLangDriver:
-    """One driver subprocess; ``send(op)`` returns the views that op produced."""
+class LineDriver:
+    """A driver subprocess speaking JSON lines under another venv's python: ``send(op)``
+    returns the views that op produced, ``result`` the op's own answer, ``faults`` what an
+    injected fault did; ``banner`` is its first line (``version`` under ``banner_key``)."""
 
-    def __init__(self, python: str | Path | None = None) -> None:
-        self.python = sglang_python(python)
-        reason = unavailable_reason(self.python)
-        if reason:
-            raise SGLangUnavailable(reason)
+    name = "sglang"
+    banner_key = "sglang"
+    unavailable: type[RuntimeError] = SGLangUnavailable
+
+    def __init__(self, python: Path, script: Path) -> None:
+        self.python, self.script = python, script
         self.faults: list[dict[str, Any]] = []
-        self.result: Any = None  # the last op's own answer (abort: the rid, unfinished: rids)
+        self.result: Any = None
         self.proc = subprocess.Popen(
-            [str(self.python), str(DRIVER)],
+            [str(self.python), str(script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
             bufsize=1,
         )
-        banner = self._read("startup")
-        if not banner.get("ready"):
-            raise SGLangUnavailable(f"sglang driver did not start: {banner}")
-        self.version: str = banner["sglang"]
-        self.stubs: list[str] = banner["stubs"]
+        self.banner = self._read("startup")
+        if not self.banner.get("ready"):
+            raise self.unavailable(f"{self.name} driver did not start: {self.banner}")
+        self.version: str = self.banner[self.banner_key]
 
     def _read(self, what: str) -> dict[str, Any]:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait(timeout=30)
-            raise SGLangUnavailable(
-                f"sglang driver exited ({code}) during {what}; run "
-                f"`{self.python} {DRIVER}` by hand to see why"
+            raise self.unavailable(
+                f"{self.name} driver exited ({code}) during {what}; run "
+                f"`{self.python} {self.script}` by hand to see why"
             )
         return json.loads(line)
 
@@ -97,8 +99,20 @@ class SGLangDriver:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
 
-    def __enter__(self) -> SGLangDriver:
+    def __enter__(self) -> LineDriver:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SGLangDriver(LineDriver):
+    """The sglang target's driver (driver/main.py, SGLang's memory classes)."""
+
+    def __init__(self, python: str | Path | None = None) -> None:
+        chosen = sglang_python(python)
+        reason = unavailable_reason(chosen)
+        if reason:
+            raise SGLangUnavailable(reason)
+        super().__init__(chosen, DRIVER)
+        self.stubs: list[str] = self.banner["stubs"]

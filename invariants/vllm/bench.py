@@ -15,34 +15,22 @@ from invariants.checking.checker import Checker, Level
 from invariants.checking.loader import load_catalog
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import load_spec
-from invariants.sglang.trace_driver import TraceDriver
-from invariants.sglang.views import to_state_view
+from invariants.sglang.run import drive_trace
 from invariants.vllm.run import driver_config, unsupported
 from invariants.vllm.target import VLLMDriver
-
-
-def _check(checker: Checker | None, views: list[dict[str, Any]]) -> None:
-    """Every view through the catalog (unchecked: the driver built none)."""
-    if checker is None:
-        return
-    for raw in views:
-        view = to_state_view(raw)
-        checker.check(view.event, view)
 
 
 def _one(driver: VLLMDriver, trace: Any, checked: bool) -> tuple[float, int, int]:
     """Seconds, steps and checks of one run of ``trace`` (config op to idle)."""
     checker = Checker(load_catalog(), level=Level.RECORD) if checked else None
-    run = TraceDriver(driver, trace.seed)  # type: ignore[arg-type]
+    config = {**driver_config(trace.engine), "views": checked}  # unchecked: no view is built
     start = time.perf_counter()
-    _check(checker, driver.send({**driver_config(trace.engine), "views": checked}))
-    for op in trace.ops:
-        _check(checker, run.apply(op))
-    _check(checker, run.drain())
+    counts, _, error = drive_trace(driver, trace, config, checker)
     seconds = time.perf_counter() - start
-    steps = driver.send({"op": "stats"})[0]["counts"]["steps"]
+    if error is not None:
+        raise RuntimeError(f"vllm bench: {error}")
     checks = sum(s.evaluations for s in checker.stats().values()) if checker else 0
-    return seconds, steps, checks
+    return seconds, counts["steps"], checks
 
 
 def bench_vllm(spec_path: Path, runs: int = 3, python: str | None = None) -> dict[str, Any]:

@@ -16,17 +16,13 @@ from typing import Any
 
 from invariants.checking.checker import Checker, Level
 from invariants.checking.loader import Catalog
-from invariants.scenarios.ops import CloseSession, OpenSession, Trace, op_label
+from invariants.scenarios.ops import CloseSession, OpenSession, Trace
 from invariants.scenarios.runner import spec_catalog
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import EngineSpec, Spec
-from invariants.sglang.run import GOALS, SGLangOutcome, SGLangStats
-from invariants.sglang.target import DriverError
-from invariants.sglang.trace_driver import TraceDriver
-from invariants.sglang.views import to_state_view
-from invariants.vllm.target import VLLMDriver, VLLMDriverError
+from invariants.sglang.run import GOALS, SGLangOutcome, SGLangStats, drive_trace
+from invariants.vllm.target import VLLMDriver
 
-MAX_STEPS = 200_000
 UNSUPPORTED_OPS = {
     "force_retract": "force_retract: vLLM preempts under pressure only",
     "flush_cache": "flush_cache: not driven on vLLM yet",
@@ -99,25 +95,7 @@ def run_spec_on_vllm(
 
 def _drive(
     driver: VLLMDriver, trace: Trace, checker: Checker, fault: dict[str, Any] | None
-) -> tuple[dict[str, int], str | None]:
-    """Config, every op, the drain; every view through ``checker``."""
-    run = TraceDriver(driver, trace.seed)  # type: ignore[arg-type]
-
-    def check(raw_views: list[dict[str, Any]]) -> None:
-        for raw in raw_views:
-            view = to_state_view(raw)
-            checker.check(view.event, view)
-
-    error = None
-    try:
-        check(driver.send(driver_config(trace.engine, fault)))
-        for index, op in enumerate(trace.ops):
-            try:
-                check(run.apply(op))
-            except (DriverError, VLLMDriverError) as exc:
-                raise VLLMDriverError(f"op #{index} ({op_label(op)}): {exc}") from None
-        check(run.drain(MAX_STEPS))
-    except (DriverError, VLLMDriverError) as exc:
-        error = str(exc)
-    counts = driver.send({"op": "stats"})[0]["counts"]
+) -> tuple[dict[str, Any], str | None]:
+    """The trace through the real-engine targets' ``drive_trace``, plus what the fault did."""
+    counts, _, error = drive_trace(driver, trace, driver_config(trace.engine, fault), checker)
     return {**counts, "fault_fired": driver.result["fault_fired"]}, error
