@@ -16,39 +16,14 @@ class Fault:
         self.armed = step >= self.step and not self.fired
 
 
-def install(spec: dict | None, sched, counts: dict, block_size: int) -> Fault | None:
+def install(spec: dict | None, sched) -> Fault | None:
     pool = sched.kv_cache_manager.coordinator.block_pool
-    _count_evictions(pool, counts, block_size)
-    _count_hits(sched.kv_cache_manager, counts)
     if not spec:
         return None
     fault = Fault(spec["kind"], spec["step"], pool)
     patch = {"skip_free": _skip_free, "double_free": _double_free, "unpinned_hit": _unpinned}
     patch[fault.kind](pool, fault)
     return fault
-
-
-def _count_evictions(pool, counts: dict, block_size: int) -> None:
-    real = pool._maybe_evict_cached_block
-
-    def counted(block):
-        evicted = real(block)
-        counts["evicted_tokens"] += block_size if evicted else 0
-        return evicted
-
-    pool._maybe_evict_cached_block = counted
-
-
-def _count_hits(manager, counts: dict) -> None:
-    """Prefix-cache hit tokens, as the scheduler asks for them (once per admission)."""
-    real = manager.get_computed_blocks
-
-    def counted(request, *args, **kwargs):
-        found = real(request, *args, **kwargs)
-        counts["prefix_hit_tokens"] += found[1]  # (blocks, hit tokens, ...)
-        return found
-
-    manager.get_computed_blocks = counted
 
 
 def _skip_free(pool, fault: Fault) -> None:

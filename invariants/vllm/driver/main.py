@@ -37,7 +37,7 @@ sys.stdout = sys.stderr
 import faults  # noqa: E402
 import views  # noqa: E402
 import vllm  # noqa: E402
-from stack import build_scheduler, make_request  # noqa: E402
+from stack import build_scheduler, instrument, make_request  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
@@ -58,7 +58,8 @@ class Driver:
                            prefix_hit_tokens=0, evicted_tokens=0)  # fmt: skip
         self.sched = build_scheduler(op, self.model_dir)
         self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
-        self.fault = faults.install(op.get("fault"), self.sched, self.counts, self.block_size)
+        instrument(self.sched, self.counts, self.block_size)
+        self.fault = faults.install(op.get("fault"), self.sched)
         self.viewing = op.get("views", True)  # False: the scheduler alone (its speed, unchecked)
         return self._view("step")
 

@@ -60,3 +60,32 @@ def make_request(rid: str, prompt: list[int], max_tokens: int, ignore_eos: bool,
     hasher = get_request_block_hasher(block_size, sha256)
     return Request(request_id=rid, prompt_token_ids=list(prompt), sampling_params=params,
                    pooling_params=None, block_hasher=hasher)  # fmt: skip
+
+
+def instrument(sched: Scheduler, counts: dict, block_size: int) -> None:
+    """What the goals read: tokens the prefix cache evicted, and its hit tokens."""
+    count_evictions(sched.kv_cache_manager.coordinator.block_pool, counts, block_size)
+    count_hits(sched.kv_cache_manager, counts)
+
+
+def count_evictions(pool, counts: dict, block_size: int) -> None:
+    real = pool._maybe_evict_cached_block
+
+    def counted(block):
+        evicted = real(block)
+        counts["evicted_tokens"] += block_size if evicted else 0
+        return evicted
+
+    pool._maybe_evict_cached_block = counted
+
+
+def count_hits(manager, counts: dict) -> None:
+    """Prefix-cache hit tokens, as the scheduler asks for them (once per admission)."""
+    real = manager.get_computed_blocks
+
+    def counted(request, *args, **kwargs):
+        found = real(request, *args, **kwargs)
+        counts["prefix_hit_tokens"] += found[1]  # (blocks, hit tokens, ...)
+        return found
+
+    manager.get_computed_blocks = counted
