@@ -173,11 +173,8 @@ class KVMemory:
     def checkpoint(self, req: Req, chunked: bool = False, reads_back: int = 0) -> None:
         """Publish the request's computed prefix to the cache (``cache_unfinished_req``).
         ``reads_back``: the tokens of its chunk still in flight (overlap); an SWA tree keeps
-        their window in the request's SWA lock too (``widen_swa_lock``)."""
-        self.tree_cache.cache_unfinished_req(req, chunked=chunked)
-        widen = getattr(self.tree_cache, "widen_swa_lock", None)
-        if reads_back and widen is not None and req.last_node is not None:
-            widen(req, reads_back)
+        their window in the request's SWA lock too."""
+        self.tree_cache.cache_unfinished_req(req, chunked=chunked, reads_back=reads_back)
 
     def maybe_evict_swa(self, reqs: Sequence[Req]) -> None:
         """SGLang's ``maybe_evict_swa``, before a decode step allocates: every

@@ -43,7 +43,9 @@ class PrefixCache(Protocol):
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None: ...
 
-    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None: ...
+    def cache_unfinished_req(self, req: Req, chunked: bool = False, reads_back: int = 0) -> None:
+        """``reads_back``: tokens of the request's chunk still in flight (overlap), whose
+        window an SWA tree keeps locked too; a full-attention cache ignores it."""
 
     def evict(self, num_tokens: int) -> int: ...
 

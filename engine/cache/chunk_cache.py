@@ -66,7 +66,7 @@ class ChunkCache:
         committed = req.pop_committed_kv_cache()
         self.allocator.free(self.req_to_token_pool.read(request_row(req), 0, committed))
 
-    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+    def cache_unfinished_req(self, req: Req, chunked: bool = False, reads_back: int = 0) -> None:
         """Keep the request's own KV as its prefix for the next chunk (nothing is shared)."""
         req.prefix_indices = self.req_to_token_pool.read(request_row(req), 0, len(req.fill_ids))
 

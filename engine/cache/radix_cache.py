@@ -193,7 +193,7 @@ class RadixCache:
         if req.last_node is not None:
             self.dec_lock_ref(req.last_node)
 
-    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+    def cache_unfinished_req(self, req: Req, chunked: bool = False, reads_back: int = 0) -> None:
         """Insert a running request's page-aligned KV and re-point its row at the tree's copy.
 
             [0, cpl)                    already the tree's: row unchanged

@@ -162,7 +162,7 @@ class StreamingSession:
         self.release_session(session_id)
         _hand_over(req)
 
-    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+    def cache_unfinished_req(self, req: Req, chunked: bool = False, reads_back: int = 0) -> None:
         """A chunk stash keeps the row as the prefix and skips the inner cache (SGLang
         #20476); a later turn skips it too (the slot holds its KV); turn 1's checkpoint
         inserts its prompt into the tree (the lock the slot will hold)."""
@@ -172,14 +172,7 @@ class StreamingSession:
             return
         if session is not None and session.session_id in self.slots:
             return
-        self.inner.cache_unfinished_req(req, chunked=chunked)
-
-    def widen_swa_lock(self, req: Req, reads_back: int) -> None:
-        """The inner SWA tree's (a session turn's lock never moved: its checkpoint skipped
-        the tree)."""
-        widen = getattr(self.inner, "widen_swa_lock", None)
-        if widen is not None and self._streaming(req) is None:
-            widen(req, reads_back)
+        self.inner.cache_unfinished_req(req, chunked=chunked, reads_back=reads_back)
 
     # ---- locks, eviction, reset ----
 

@@ -232,15 +232,7 @@ class SWARadixCache(SWATree):
         if req.last_node is not None:
             self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
 
-    def widen_swa_lock(self, req: Req, reads_back: int) -> None:
-        """Re-take the request's lock with its SWA part ``reads_back`` tokens longer: the chunk
-        just published is still in flight (overlap) and reads its window from before the new
-        lock's (kvspec's guard; SGLang 0.5.11 moves the lock at once: sched.inflight_reads_held
-        names what tree eviction may then free under the launched batch)."""
-        self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
-        req.swa_uuid_for_lock = self.inc_lock_ref(req.last_node, reads_back)
-
-    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+    def cache_unfinished_req(self, req: Req, chunked: bool = False, reads_back: int = 0) -> None:
         """Insert a running request's page-aligned KV and re-point its row at the tree's copy.
 
             [0, cpl)                      already the tree's: row unchanged
@@ -248,6 +240,10 @@ class SWARadixCache(SWATree):
             [.., len(new_indices))        row → the tree's slots (insert freed duplicates)
             [len(new_indices), len(fill)) stays request-owned (partial page)
         Needs >= a window of live SWA KV after ``swa_evicted_seqlen`` (prefill always has it).
+        The new lock's SWA part also covers ``reads_back`` tokens: the chunk just published,
+        still in flight under overlap, reads its window from before the new lock's (kvspec's
+        guard; SGLang 0.5.11 moves the lock at once, and tree eviction may then free what the
+        launched batch reads: sched.inflight_reads_held).
         """
         row, kv, key_len = fill_kv(self.req_to_token_pool, req, self.page_size)
         cpl, token_ids, evicted = req.cache_protected_len, req.fill_ids, req.swa_evicted_seqlen
@@ -264,7 +260,7 @@ class SWARadixCache(SWATree):
         self.req_to_token_pool.write(row, cpl, new_indices[cpl:])
         req.cache_protected_len = len(new_indices)
         self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
-        swa_uuid_for_lock = self.inc_lock_ref(new_last_node)
+        swa_uuid_for_lock = self.inc_lock_ref(new_last_node, reads_back)
         req.prefix_indices = np.concatenate([new_indices, kv[len(new_indices) :]])
         req.last_node = new_last_node
         req.swa_uuid_for_lock = swa_uuid_for_lock

@@ -73,7 +73,9 @@ def destructive_restore(self: SessionSlot, req: Req) -> None:
     self.req_pool_idx = None  # fix: the slot keeps its row (idempotent retries)
 
 
-def stash_through_inner(self: StreamingSession, req: Req, chunked: bool = False) -> None:
+def stash_through_inner(
+    self: StreamingSession, req: Req, chunked: bool = False, reads_back: int = 0
+) -> None:
     """Pre-#20476: a chunk stash is short-circuited only after the slot check, so a turn-1
     chunk goes through the inner cache's insert and lock."""
     session = self._streaming(req)
@@ -81,7 +83,8 @@ def stash_through_inner(self: StreamingSession, req: Req, chunked: bool = False)
         if chunked:
             req.prefix_indices = self.req_to_token_pool.read(req.req_pool_idx, 0, len(req.fill_ids))  # type: ignore[arg-type]
         return
-    self.inner.cache_unfinished_req(req, chunked=chunked)  # fix: chunks never reach the inner cache
+    # fix: chunks never reach the inner cache
+    self.inner.cache_unfinished_req(req, chunked=chunked, reads_back=reads_back)
 
 
 # ---- release: #22790, #40252 ----
