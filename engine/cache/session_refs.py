@@ -73,6 +73,10 @@ class SessionRefs:
         replacing the nearest frontier above it (the session moved on down that path)."""
         if session_id in self.closed or self.generations.get(session_id) != generation:
             return  # a turn that finished after its session closed (or was reopened)
+        self._advance(session_id, leaf)
+
+    def _advance(self, session_id: str, leaf: TreeNode) -> None:
+        """``leaf`` becomes a frontier of the session (nothing if it is one, or the root)."""
         if leaf is self.root or leaf.id in self.frontiers.get(session_id, {}):
             return
         above = self._nearest_frontier_above(session_id, leaf)

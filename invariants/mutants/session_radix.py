@@ -30,13 +30,7 @@ def late_turn_tags(self: SessionRefs, session_id: str, generation: int, leaf: Tr
     """A turn that finishes after its session closed tags the tree again: the closed id is
     not remembered, so nothing ever releases the new tag."""
     # fix: if session_id in self.closed or self.generations.get(session_id) != generation: return
-    if leaf is self.root or leaf.id in self.frontiers.get(session_id, {}):
-        return
-    above = self._nearest_frontier_above(session_id, leaf)
-    self._add_path(leaf, above, +1)
-    self._mark(session_id, leaf)
-    if above is not None:
-        self._unmark(session_id, above)
+    self._advance(session_id, leaf)
 
 
 MUTANTS: tuple[Mutant, ...] = (
