@@ -61,10 +61,10 @@ def report_verdict(
 ) -> Text:
     """PASS/FAIL · cells passed · checks · violations · time · where the files are."""
     sglang_failed = sum(not p.sglang.ok for p in pairs or ())
-    failed = sum(not r.ok for r in results) + sglang_failed
+    cells_failed = sum(not r.ok for r in results)
     violations = sum(r.num_violations for r in results)
     facts = [
-        f"{len(results) - sum(not r.ok for r in results)}/{len(results)} cells passed",
+        f"{len(results) - cells_failed}/{len(results)} cells passed",
         f"{sum(r.checks for r in results):,} checks",
         f"{violations} violation{'s' * (violations != 1)}",
     ]
@@ -72,7 +72,7 @@ def report_verdict(
     facts += [f"{sglang_failed} {target} rows failed"] if sglang_failed else []
     facts += [seconds(wall)] if wall is not None else []
     facts += [f"files in {out}/"] if out else []
-    return verdict_line(not failed, facts)
+    return verdict_line(not cells_failed and not sglang_failed, facts)
 
 
 CELL_COLS = (
