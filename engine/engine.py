@@ -109,7 +109,7 @@ class Engine(SessionAPI):
         policy = decode_policy(config, self.mem, self.runner)
         self.scheduler = Scheduler(config, self.mem, policy, self._emit)
         self._response = ResponseView()
-        self._response_prompt: tuple[int, ...] = ()  # the prompt of the response being viewed
+        self._response_req: Req | None = None  # the request of the response being viewed
         self._take_integrity = integrity_taker(self.runner)
         self.integrity: tuple[IntegrityView, ...] = ()  # failed reads of this iteration's forward
         self.requests: dict[str, Req] = {}  # every request not yet popped by its caller
@@ -297,7 +297,7 @@ class Engine(SessionAPI):
         with where each is held, this iteration's releases, and the failed KV reads of its
         forward. ``parts`` names the costly parts to build (``OPTIONAL_PARTS``: the census,
         the tree's nodes) and, with ``view.SELECTIVE``, the only sections to build."""
-        return self.views.build(event, parts, self.integrity, self._response, self._response_prompt)
+        return self.views.build(event, parts, self.integrity, self._response, self._response_req)
 
 
 def decode_policy(config: EngineConfig, mem: KVMemory, runner: ModelRunner) -> DecodePolicy:

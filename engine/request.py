@@ -35,19 +35,37 @@ FinishKind = Literal["length", "stop", "abort"]
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """What a request asks for. ``temperature == 0`` is greedy (the only mode the
-    deterministic models implement; a positive temperature is stored and passed through)."""
+    deterministic models implement; a positive temperature is stored and passed through).
+    The penalizers (``min_new_tokens``, frequency and presence penalties) change the greedy
+    token: engine/model/penalties.py."""
 
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     temperature: float = 0.0
     stop_strs: tuple[str, ...] = ()  # byte-level text: matched against the output's bytes
+    min_new_tokens: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
             raise ConfigError(f"max_new_tokens={self.max_new_tokens}: must be >= 0")
         if self.temperature < 0:
             raise ConfigError(f"temperature={self.temperature}: must be >= 0")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:  # SGLang's verify()
+            raise ConfigError(
+                f"min_new_tokens={self.min_new_tokens}: must be in [0, max_new_tokens="
+                f"{self.max_new_tokens}]"
+            )
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be in [-2, 2]")
+
+    @property
+    def is_penalized(self) -> bool:
+        """Whether a penalizer changes this request's scores (the models' slow path)."""
+        return bool(self.min_new_tokens or self.frequency_penalty or self.presence_penalty)
 
     @property
     def is_greedy(self) -> bool:

@@ -14,6 +14,7 @@ flush; the ``response`` event follows every finished request, with its ``Respons
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from engine.observe.session_views import response_view
@@ -42,7 +43,7 @@ class SessionAPI:
     hooks: HookList | NullHooks
     sessions: SessionController
     _response: ResponseView
-    _response_prompt: tuple[int, ...]
+    _response_req: Req | None
     _emit: Callable[[str], None]
 
     # ---- open / close ----
@@ -163,7 +164,15 @@ class SessionAPI:
                 req.cached_tokens,
                 tuple(req.output_ids[:completion]),
             )
-            self._response_prompt = tuple(req.origin_input_ids)
+            stop = (
+                reason.matched if reason.kind == "stop" and isinstance(reason.matched, int) else -1
+            )
+            self._response = replace(
+                self._response,
+                stop_token=stop,
+                min_new_tokens=req.sampling_params.min_new_tokens,
+            )
+            self._response_req = req
             self._emit("response")
 
 

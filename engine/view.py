@@ -266,6 +266,8 @@ class ResponseView:
     completion_tokens: int = 0
     cached_tokens: int = 0
     finish_type: str = ""  # length | stop | abort
+    stop_token: int = -1  # the stop or EOS token that finished it (-1: none)
+    min_new_tokens: int = 0  # asked for: no stop token before that many tokens
     status_code: int = 0  # of an abort (0: none)
     rejected: bool = False  # refused by the session controller
     appended_tokens: int = 0  # new input after the BOS strip

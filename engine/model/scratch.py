@@ -51,12 +51,17 @@ def scratch_batch(
     )
 
 
-def greedy(runner: ModelRunner, prompt: Sequence[int], n: int, rid: str) -> list[int]:
-    """The ``n`` greedy tokens ``runner`` samples after ``prompt``: one extend of the whole
+def greedy(
+    runner: ModelRunner, prompt: Sequence[int], n: int, rid: str, like: Req | None = None
+) -> list[int]:
+    """The ``n`` greedy tokens ``runner`` samples after ``prompt`` (under the sampling
+    parameters and EOS ids of request ``like``: its penalties): one extend of the whole
     prompt, then one decode per token, over a scratch row (``runner``'s pool must hold
     ``len(prompt) + n`` slots past the padding)."""
     table = slot_table(1, len(prompt) + n)
     req = Req(rid, list(prompt))
+    if like is not None:
+        req.sampling_params, req.eos_token_ids = like.sampling_params, like.eos_token_ids
     one = np.ones(1, dtype=np.int64)
     batch = scratch_batch(
         ForwardMode.EXTEND,

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,116 +44,23 @@ from engine.model.fingerprint import (
     splitmix64,
     splitmix64_int,
 )
+from engine.model.penalties import Penalties, output_before, output_rows, penalties_of
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
+from engine.model.sim_context import BASE, TERM_MUL, Context, chain_hashes
 from engine.model.tokenizer import EOS_ID, NUM_BYTES, VOCAB_SIZE
 from engine.request import Req
 
-_BASE = 0xC2B2AE3D27D4EB4F  # odd, so invertible mod 2**64
-_BASE_INV = pow(_BASE, -1, 1 << 64)
-_TERM_MUL = U64(0x165667B19E3779F9)
-_TERM_MUL_INT, _MASK = int(_TERM_MUL), (1 << 64) - 1
+_TERM_MUL_INT, _MASK = int(TERM_MUL), (1 << 64) - 1
 _LOGPROB_MUL = U64(0x27D4EB2F165667C5)
 _FAILURES_PER_FORWARD = 8
 _UNIT = 2.0**-53
+_EMITTED = np.append(np.arange(NUM_BYTES), EOS_ID)  # the tokens predict() can return
 
 
 def stream_seed(seed: int, name: str) -> int:
     """A sub-seed for subsystem ``name`` (no ``hash()``: PYTHONHASHSEED-independent)."""
     entropy = [seed, *name.encode("utf-8")]
     return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0])
-
-
-class _Powers:
-    """``B**j`` and ``B**-j`` mod 2**64 for ``j`` in ``[0, len)``, grown on demand."""
-
-    def __init__(self) -> None:
-        self.pow = np.ones(1, dtype=U64)
-        self.inv = np.ones(1, dtype=U64)
-
-    def ensure(self, n: int) -> None:
-        if n > len(self.pow):
-            self.pow = _power_table(_BASE, max(n, 2 * len(self.pow)))
-            self.inv = _power_table(_BASE_INV, len(self.pow))
-
-
-def _power_table(base: int, n: int) -> np.ndarray:
-    """``[1, base, base**2, ...]`` mod 2**64 (numpy's uint64 products wrap)."""
-    table = np.full(n, base, dtype=U64)
-    table[0] = 1
-    return np.cumprod(table, dtype=U64)
-
-
-_POWERS = _Powers()  # pure function tables, shared
-
-
-def chain_hashes(h0: np.ndarray, seg_lens: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Hash after each token of each segment; segment k starts from ``h0[k]``.
-
-    ``H_j = B**j h0 + sum_{i<j} term_i B**(j-1-i)`` computed without a Python loop as
-    ``B**j (h0 + cumsum_{i<j} term_i B**-(i+1))`` (B is odd, so ``B**-1`` exists mod 2**64).
-    """
-    total = len(tokens)
-    if total == 0:
-        return np.empty(0, dtype=U64)
-    seg_lens = np.asarray(seg_lens, dtype=np.int64)
-    firsts = np.cumsum(seg_lens) - seg_lens
-    rel = np.arange(1, total + 1, dtype=np.int64) - np.repeat(firsts, seg_lens)  # j in 1..len
-    _POWERS.ensure(int(rel.max()) + 1)
-    terms = (np.asarray(tokens).astype(U64) + U64(1)) * _TERM_MUL
-    weighted = terms * _POWERS.inv[rel]
-    csum = np.cumsum(weighted, dtype=U64)
-    first = np.minimum(firsts, total - 1)  # empty segments repeat zero times below
-    before = np.repeat(csum[first] - weighted[first], seg_lens)
-    return _POWERS.pow[rel] * (np.repeat(np.asarray(h0, dtype=U64), seg_lens) + csum - before)
-
-
-@dataclass(slots=True, eq=False)
-class _Context:
-    """A request's context ``[0, length)``: tokens, their fingerprints, prefix hashes."""
-
-    ids: list[int]  # the same tokens as Python ints: validated with one list comparison
-    tokens: np.ndarray  # int64 [capacity]
-    fps: np.ndarray  # int64 [capacity]
-    hashes: np.ndarray  # uint64 [capacity + 1]; hashes[p] = H of tokens [0, p)
-    length: int = 0
-
-    @classmethod
-    def empty(cls, h0: np.uint64, capacity: int = 64) -> _Context:
-        hashes = np.zeros(capacity + 1, dtype=U64)
-        hashes[0] = h0
-        return cls([], np.zeros(capacity, np.int64), np.zeros(capacity, np.int64), hashes)
-
-    def matching_len(self, ids: list[int], limit: int) -> int:
-        """Length of the common prefix of this context and ``ids``, at most ``limit``."""
-        n = min(self.length, limit)
-        head = ids if len(ids) == n else ids[:n]
-        if head == (self.ids if self.length == n else self.ids[:n]):
-            return n
-        diff = np.flatnonzero(np.asarray(head, dtype=np.int64) != self.tokens[:n])
-        return int(diff[0]) if len(diff) else n
-
-    def truncate(self, n: int) -> None:
-        if n < self.length:
-            del self.ids[n:]
-            self.length = n
-
-    def append(
-        self, tokens: np.ndarray, fps: np.ndarray, hashes: np.ndarray, ids: list[int]
-    ) -> None:
-        """Append tokens with their fingerprints and the hashes after each of them."""
-        a, b = self.length, self.length + len(tokens)
-        if b > len(self.tokens):
-            self._grow(max(b, 2 * len(self.tokens)))
-        self.tokens[a:b], self.fps[a:b], self.hashes[a + 1 : b + 1] = tokens, fps, hashes
-        self.ids.extend(ids)
-        self.length = b
-
-    def _grow(self, capacity: int) -> None:
-        n = self.length
-        tokens, fps = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
-        hashes = np.empty(capacity + 1, U64)
-        tokens[:n], fps[:n], hashes[: n + 1] = self.tokens[:n], self.fps[:n], self.hashes[: n + 1]
-        self.tokens, self.fps, self.hashes = tokens, fps, hashes
 
 
 class SimModel:
@@ -181,7 +87,7 @@ class SimModel:
         keys = np.random.SeedSequence(seed).generate_state(4, dtype=np.uint64)
         self._h0, self._key_token, self._key_eos, self._key_logprob = (U64(k) for k in keys)
         self._key_draft = U64(stream_seed(seed, "eagle"))
-        self._contexts: OrderedDict[str, _Context] = OrderedDict()  # LRU by rid
+        self._contexts: OrderedDict[str, Context] = OrderedDict()  # LRU by rid
         self.integrity_failures: list[IntegrityFailure] = []
         self.num_integrity_failures = 0  # every failing read ever seen (uncapped)
 
@@ -203,18 +109,31 @@ class SimModel:
         tokens = np.where(coin < self.eos_prob, EOS_ID, byte)
         return tokens, self.token_logprobs(h, tokens)
 
-    def reference(self, prompt: Sequence[int], n: int) -> list[int]:
-        """The token oracle's reference: the ``n`` greedy tokens after ``prompt``, each a
-        function of the context alone (nothing cached, nothing scheduled). ``predict`` and
-        the hash step in Python ints: one token at a time, numpy would cost ~50x more."""
+    def reference(self, prompt: Sequence[int], n: int, like: Req | None = None) -> list[int]:
+        """The token oracle's reference: the ``n`` greedy tokens after ``prompt`` (under the
+        penalties of request ``like``), each a function of the context alone (nothing cached,
+        nothing scheduled). ``predict`` and the hash step in Python ints: one token at a
+        time, numpy would cost ~50x more."""
+        penalties = Penalties.of(like) if like is not None else None
         h, tokens = int(self.context_hash(list(prompt))), []
         key_token, key_eos = int(self._key_token), int(self._key_eos)
         for _ in range(n):
             coin = float(splitmix64_int(h ^ key_eos) >> 11) * _UNIT
             token = EOS_ID if coin < self.eos_prob else splitmix64_int(h ^ key_token) % NUM_BYTES
+            if penalties is not None:
+                token = penalties.pick(self.scores(U64(h), token), tokens)
             tokens.append(token)
-            h = (h * _BASE + (token + 1) * _TERM_MUL_INT) & _MASK
+            h = (h * BASE + (token + 1) * _TERM_MUL_INT) & _MASK
         return tokens
+
+    def scores(self, h: np.uint64, top: int) -> np.ndarray:
+        """The scores behind ``predict`` after the context hashed ``h``, for the penalizers:
+        each token the model emits (a byte, EOS) scores its synthetic logprob (below -1e-3),
+        the predicted token ``top`` 0, so unpenalized it is the argmax; the others -inf."""
+        out = np.full(self.vocab_size, -np.inf)
+        out[_EMITTED] = self.token_logprobs(np.full(len(_EMITTED), h, dtype=U64), _EMITTED)
+        out[top] = 0.0
+        return out
 
     def token_logprobs(self, hashes: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Synthetic logprob of ``tokens[i]`` after the context hashed ``hashes[i]``:
@@ -229,10 +148,32 @@ class SimModel:
     def forward(self, batch: ForwardBatch) -> ForwardOutput:
         """Verify the KV every request reads, write the new KV, predict the next tokens."""
         contexts = self.shadow(batch)
-        tokens, logprobs = self.predict(self._output_hashes(batch, contexts))
+        hashes = self._output_hashes(batch, contexts)
+        tokens, logprobs = self.predict(hashes)
+        penalties = penalties_of(batch.reqs)
+        if penalties is not None:
+            self._penalize(batch, contexts, penalties, hashes, tokens, logprobs)
         return ForwardOutput(tokens, logprobs, self._input_logprobs(batch, contexts))
 
-    def shadow(self, batch: ForwardBatch) -> list[_Context]:
+    def _penalize(
+        self,
+        batch: ForwardBatch,
+        contexts: list[Context],
+        penalties: list[Penalties | None],
+        hashes: np.ndarray,
+        tokens: np.ndarray,
+        logprobs: np.ndarray,
+    ) -> None:
+        """Re-pick each output of a penalized request from its penalized scores, in place
+        (a verify's output after input ``p`` sees the drafts before ``p`` as output)."""
+        for row, (i, end) in enumerate(zip(*output_rows(batch))):
+            if penalties[i] is None:
+                continue
+            output = output_before(batch.reqs[i], contexts[i].ids, end)
+            tokens[row] = penalties[i].pick(self.scores(hashes[row], int(tokens[row])), output)
+            logprobs[row] = self.token_logprobs(hashes[row : row + 1], tokens[row : row + 1])[0]
+
+    def shadow(self, batch: ForwardBatch) -> list[Context]:
         """The KV half of a forward: verify what every request reads, write the fingerprints
         of what it writes, then verify the rows name the slots written. Another model runs
         this beside its own forward to have its KV reads checked (the tiny model does)."""
@@ -248,7 +189,7 @@ class SimModel:
         self._verify(batch, self._reads(batch, contexts, True), budget)
         return contexts
 
-    def _output_hashes(self, batch: ForwardBatch, contexts: list[_Context]) -> np.ndarray:
+    def _output_hashes(self, batch: ForwardBatch, contexts: list[Context]) -> np.ndarray:
         """The context hash each output token is predicted from: after the last input token
         of each request, or (TARGET_VERIFY) after every input token."""
         if batch.mode is not ForwardMode.TARGET_VERIFY:
@@ -309,13 +250,13 @@ class SimModel:
             raise ValueError(f"ForwardBatch: input id outside [0, {self.vocab_size})")
         return firsts
 
-    def _sync_contexts(self, batch: ForwardBatch) -> list[_Context]:
+    def _sync_contexts(self, batch: ForwardBatch) -> list[Context]:
         """Each request's cached context, made exactly ``ids[0:prefix_len]``."""
-        contexts: list[_Context] = []
-        seen: dict[str, _Context] = {}
+        contexts: list[Context] = []
+        seen: dict[str, Context] = {}
         for req, prefix in zip(batch.reqs, batch.prefix_lens.tolist()):
             ctx = self._contexts.pop(req.rid, None) if req.rid not in seen else None
-            ctx = ctx if ctx is not None else _Context.empty(self._h0, prefix + 64)
+            ctx = ctx if ctx is not None else Context.empty(self._h0, prefix + 64)
             self._sync(ctx, req, prefix)
             seen[req.rid] = ctx
             contexts.append(ctx)
@@ -324,7 +265,7 @@ class SimModel:
             self._contexts.popitem(last=False)
         return contexts
 
-    def _sync(self, ctx: _Context, req: Req, prefix_len: int) -> None:
+    def _sync(self, ctx: Context, req: Req, prefix_len: int) -> None:
         """Make ``ctx`` exactly ``ids[0:prefix_len]``. Positions past ``len(ids)`` (results
         not yet processed, overlap) keep the tokens this model itself wrote there."""
         ids = req.origin_input_ids + req.output_ids
@@ -341,7 +282,7 @@ class SimModel:
             ctx.append(toks, fps, hashes, toks.tolist())
 
     def _append_inputs(
-        self, batch: ForwardBatch, contexts: list[_Context], fps: np.ndarray, firsts: np.ndarray
+        self, batch: ForwardBatch, contexts: list[Context], fps: np.ndarray, firsts: np.ndarray
     ) -> None:
         h0 = np.array([c.hashes[c.length] for c in contexts], dtype=U64)
         hashes = chain_hashes(h0, batch.extend_lens, batch.input_ids)
@@ -351,7 +292,7 @@ class SimModel:
                 batch.input_ids[a : a + n], fps[a : a + n], hashes[a : a + n], ids[a : a + n]
             )
 
-    def _reads(self, batch: ForwardBatch, contexts: list[_Context], written: bool) -> list[KVRead]:
+    def _reads(self, batch: ForwardBatch, contexts: list[Context], written: bool) -> list[KVRead]:
         """What each request reads: its prefix (before the write), or the positions just
         written (after it: the row must name the slots ``out_cache_loc`` filled)."""
         reads = []
@@ -374,7 +315,7 @@ class SimModel:
         return len(failures)
 
     def _input_logprobs(
-        self, batch: ForwardBatch, contexts: list[_Context]
+        self, batch: ForwardBatch, contexts: list[Context]
     ) -> list[np.ndarray | None]:
         """Logprob of each written token ``p >= logprob_start_len`` given ``[0, p)``;
         concatenated over chunks it equals the logprobs of one whole extend."""

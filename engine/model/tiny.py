@@ -41,6 +41,7 @@ from engine.mem.allocator import SWAAllocator
 from engine.mem.kv_pool import KVPool, MLAKVPool, SWAKVPool
 from engine.model.draft import DraftNetwork, DraftOutput, self_play, self_play_slots
 from engine.model.fingerprint import IntegrityFailure, KVFingerprints
+from engine.model.penalties import penalties_of, repick
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
 from engine.model.scratch import greedy
 from engine.model.sim import SimModel, stream_seed
@@ -63,7 +64,7 @@ from engine.request import Req
 if TYPE_CHECKING:
     from engine.memory import KVMemory
 
-_RECORDS = 4096  # last written token per request id, for lookbacks past the known ids
+_RECORDS = 4096  # last written span per request id, for tokens past the known ids
 
 
 class _Plan(NamedTuple):
@@ -121,7 +122,7 @@ class TinyModel:
         self.kv = shadow.kv if shadow is not None else None
         self._reference: TinyModel | None = None  # the token oracle's scratch twin
         self._reference_slots = 0
-        self._last_written: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._last_written: OrderedDict[str, tuple[int, list[int]]] = OrderedDict()
 
     @classmethod
     def for_memory(cls, cfg: TinyConfig, mem: KVMemory, seed: int) -> TinyModel:
@@ -165,17 +166,17 @@ class TinyModel:
             best = logp.argmax(dim=-1)
             token_lp = logp.gather(-1, best[:, None])[:, 0]
             input_lps = self._input_logprobs(batch, plan, hidden)
+        out = best.cpu().numpy().astype(np.int64), token_lp.cpu().numpy()
+        penalties = penalties_of(batch.reqs)
+        if penalties is not None:
+            repick(batch, penalties, logp.cpu().numpy(), out, lambda i: self._context(batch, i))
         self._remember(batch)
-        return ForwardOutput(
-            best.cpu().numpy().astype(np.int64),
-            token_lp.cpu().numpy(),
-            input_lps,
-            hidden_states=final,
-        )
+        return ForwardOutput(*out, input_lps, hidden_states=final)
 
-    def reference(self, prompt: Sequence[int], n: int) -> list[int] | None:
-        """The token oracle's reference: the ``n`` greedy tokens after ``prompt`` from a
-        scratch run of this model (same weights; torch backend) with nothing cached. None
+    def reference(self, prompt: Sequence[int], n: int, like: Req | None = None) -> list[int] | None:
+        """The token oracle's reference: the ``n`` greedy tokens after ``prompt`` (under the
+        penalties of request ``like``) from a scratch run of this model (same weights; torch
+        backend) with nothing cached. None
         unless this model computes in float64 on the torch backend (DESIGN.md decision 13:
         only then can no reduction order flip a greedy argmax)."""
         if self.cfg.dtype != "float64" or self.cfg.backend != "torch":
@@ -187,7 +188,7 @@ class TinyModel:
             self._reference = TinyModel(
                 self.cfg, self.seed, pool, page_size=1, sliding_window=self.sliding_window
             )
-        return greedy(self._reference, prompt, n, "token-oracle")
+        return greedy(self._reference, prompt, n, "token-oracle", like)
 
     def take_integrity_failures(self) -> list[IntegrityFailure]:
         """The shadow's failed reads since the last call (none without a shadow)."""
@@ -247,16 +248,25 @@ class TinyModel:
             return origin[pos]
         if pos < len(origin) + len(output):
             return output[pos - len(origin)]
-        record = self._last_written.get(req.rid)
-        if record is not None and record[0] == pos:
-            return record[1]
+        first, written = self._last_written.get(req.rid, (0, []))
+        if 0 <= pos - first < len(written):
+            return written[pos - first]
         raise ValueError(f"req {req.rid}: token at position {pos} is unknown for its lookback")
 
+    def _context(self, batch: ForwardBatch, b: int) -> list[int]:
+        """Request ``b``'s tokens ``[0, seq_len)``: known ids, then the batch's inputs."""
+        req, prefix = batch.reqs[b], int(batch.prefix_lens[b])
+        known = (req.origin_input_ids + req.output_ids)[:prefix]
+        known += [self._token_at(req, p) for p in range(len(known), prefix)]
+        first = int(batch.extend_lens[:b].sum())
+        return known + batch.input_ids[first : first + int(batch.extend_lens[b])].tolist()
+
     def _remember(self, batch: ForwardBatch) -> None:
-        lasts = (np.cumsum(batch.extend_lens) - 1).tolist()
-        for req, i in zip(batch.reqs, lasts):
+        ends = np.cumsum(batch.extend_lens).tolist()
+        ids, firsts = batch.input_ids.tolist(), batch.prefix_lens.tolist()
+        for req, first, n, end in zip(batch.reqs, firsts, batch.extend_lens.tolist(), ends):
             self._last_written.pop(req.rid, None)
-            self._last_written[req.rid] = (int(batch.positions[i]), int(batch.input_ids[i]))
+            self._last_written[req.rid] = (first, ids[end - n : end])
         while len(self._last_written) > _RECORDS:
             self._last_written.popitem(last=False)
 

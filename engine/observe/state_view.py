@@ -56,11 +56,11 @@ class StateViews:
         parts: frozenset[str],
         integrity: tuple[IntegrityView, ...],
         response: ResponseView,
-        prompt: tuple[int, ...] = (),
+        responded: Req | None = None,
     ) -> StateView:
         """The view at ``event``: the sections ``parts`` asks for (all without
         ``view.SELECTIVE``), the census, tree nodes and a response's uncached reference
-        (for the response of ``prompt``) when ``parts`` names them."""
+        (for the response of request ``responded``) when ``parts`` names them."""
         sched, sections = self.scheduler, wanted_sections(parts)
         if sections & PER_REQUEST_SECTIONS:
             places, owning = self._places(), self._owning(sched.live_reqs())
@@ -69,7 +69,7 @@ class StateViews:
         extra: dict[str, Any] = {}
         if event == "response":
             wants = "reference_ids" in parts
-            extra["response"] = self._with_reference(response, prompt) if wants else response
+            extra["response"] = self._with_reference(response, responded) if wants else response
         if "sched" in sections:
             extra["sched"] = self._sched_view(event)
         step, memo = sched.stats.iterations, self.memo
@@ -79,12 +79,15 @@ class StateViews:
             view = self._session_parts(event, view)
         return view
 
-    def _with_reference(self, response: ResponseView, prompt: tuple[int, ...]) -> ResponseView:
-        """The response with the model's greedy tokens for ``prompt`` computed with nothing
-        cached (a model without an exact reference leaves it unchecked)."""
+    def _with_reference(self, response: ResponseView, req: Req | None) -> ResponseView:
+        """The response with the model's greedy tokens for ``req``'s prompt (under its
+        penalties) computed with nothing cached (a model without an exact reference leaves
+        it unchecked)."""
         reference = getattr(self.runner, "reference", None)
         n = len(response.output_ids)
-        tokens = reference(prompt, n) if reference is not None and n else None
+        if reference is None or not n or req is None:
+            return response
+        tokens = reference(req.origin_input_ids, n, req)
         if tokens is None:
             return response
         return replace(response, reference_ids=tuple(tokens), reference_checked=True)

@@ -164,7 +164,7 @@ class Server:
         cached."""
         rid, params = template.rid, template.sampling_params
         if n > 1:
-            cache = replace(params, max_new_tokens=0)
+            cache = replace(params, max_new_tokens=0, min_new_tokens=0)
             cached = await self.start_all(
                 [Submission(p, cache, f"{rid}-prefix-{i}") for i, p in enumerate(prompts)], False
             )

@@ -52,7 +52,7 @@ def add_openai_routes(app: FastAPI, server: Any) -> None:
     async def completions(body: CompletionRequest) -> Response:
         """Text completion of a prompt (text or ids) or of a list of prompts."""
         prompts = [_ids(p) for p in body.prompts()]
-        return await _answer(server, body, prompts, body.max_tokens, Shape("text_completion"))
+        return await _answer(server, body, prompts, body.budget(), Shape("text_completion"))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest) -> Response:

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from engine.model.tokenizer import VOCAB_SIZE
 from engine.request import SamplingParams
-from engine.server.schemas import Text, _Body, refuse_unsupported, stop_strings
+from engine.server.schemas import Text, _Body, stop_strings
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -47,6 +47,7 @@ class _Sampling(_Body):
     n: int = Field(1, ge=1, le=64)  # choices per prompt (SGLang's parallel sampling)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    min_tokens: int = Field(0, ge=0)  # SGLang's extra parameter (its min_new_tokens)
     ignore_eos: bool = False
     rid: Text | None = Field(None, min_length=1, max_length=256)
     session_id: Text | None = Field(None, min_length=1, max_length=256)
@@ -55,8 +56,15 @@ class _Sampling(_Body):
     def _supported(self) -> _Sampling:
         if self.n > 1 and self.stream:
             raise ValueError("n > 1 choices are not streamed")
-        refuse_unsupported(self, ("frequency_penalty", "presence_penalty"))
+        if self.min_tokens > self.budget():
+            raise ValueError(
+                f"min_tokens={self.min_tokens} is more than the {self.budget()} tokens asked for"
+            )
         return self
+
+    def budget(self) -> int:
+        """The most tokens a choice may have (each route names it its own way)."""
+        raise NotImplementedError
 
     def engine_params(self, max_tokens: int) -> SamplingParams:
         return SamplingParams(
@@ -64,6 +72,9 @@ class _Sampling(_Body):
             ignore_eos=self.ignore_eos,
             temperature=self.temperature,
             stop_strs=stop_strings(self.stop),
+            min_new_tokens=min(self.min_tokens, max_tokens),
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
         )
 
     @property
@@ -79,6 +90,9 @@ class CompletionRequest(_Sampling):
     echo: Literal[False] = False
     logprobs: None = None
     suffix: None = None
+
+    def budget(self) -> int:
+        return self.max_tokens
 
     @model_validator(mode="after")
     def _prompts(self) -> CompletionRequest:

@@ -34,9 +34,6 @@ Text = Annotated[str, AfterValidator(_utf8)]
 # what the engine cannot do yet, and the value that means "not asked for" (SGLang's frontend
 # sends every one of them with that value)
 UNSUPPORTED: dict[str, Any] = {
-    "min_new_tokens": 0,
-    "frequency_penalty": 0.0,
-    "presence_penalty": 0.0,
     "repetition_penalty": 1.0,
     "regex": None,
     "json_schema": None,
@@ -52,7 +49,7 @@ def refuse_unsupported(body: BaseModel, names: Iterable[str]) -> None:
         if getattr(body, name) != UNSUPPORTED[name]:
             raise ValueError(
                 f"{name}={getattr(body, name)!r} is not supported by kvspec's engine "
-                f"(only {UNSUPPORTED[name]!r}): constrained decoding and penalties change no KV"
+                f"(only {UNSUPPORTED[name]!r}): constrained decoding changes no KV"
             )
 
 
@@ -69,9 +66,10 @@ class _Body(BaseModel):
 class SamplingParamsIn(_Body):
     """SGLang's ``sampling_params``. The models are greedy: a positive temperature (and the
     top-p/k/min-p filters, a sampling seed) are accepted and passed through, as the engine
-    documents. Stop strings match the output's bytes; the text is trimmed of the matched one
-    unless ``no_stop_trim``. The fields of ``UNSUPPORTED`` are accepted at their neutral value
-    and answered 400 otherwise, naming the field."""
+    documents. ``min_new_tokens`` and the frequency and presence penalties change the greedy
+    token as SGLang's penalizers do. Stop strings match the output's bytes; the text is
+    trimmed of the matched one unless ``no_stop_trim``. The fields of ``UNSUPPORTED`` are
+    accepted at their neutral value and answered 400 otherwise, naming the field."""
 
     max_new_tokens: int = Field(128, ge=0, le=1 << 20)
     temperature: float = Field(0.0, ge=0.0, le=100.0)
@@ -101,6 +99,11 @@ class SamplingParamsIn(_Body):
         if self.stop_regex == []:
             self.stop_regex = None  # the frontend's "no stop regex"
         refuse_unsupported(self, UNSUPPORTED)
+        if self.min_new_tokens > self.max_new_tokens:  # SGLang's SamplingParams.verify
+            raise ValueError(
+                f"min_new_tokens must be in [0, max_new_tokens({self.max_new_tokens})], "
+                f"got {self.min_new_tokens}"
+            )
         return self
 
     def engine_params(self) -> SamplingParams:
@@ -110,6 +113,9 @@ class SamplingParamsIn(_Body):
             ignore_eos=self.ignore_eos,
             temperature=self.temperature,
             stop_strs=stop_strings(self.stop),
+            min_new_tokens=self.min_new_tokens,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
         )
 
 

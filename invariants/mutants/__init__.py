@@ -9,7 +9,7 @@ names are unique; every trigger and old-rules file lives under specs/bugs/.
 
 from __future__ import annotations
 
-from invariants.mutants import sched, session, session_radix, speculative
+from invariants.mutants import penalties, sched, session, session_radix, speculative
 from invariants.mutants.base import BUGS_DIR, Entry, FalsePositive, Mutant, Planted, ids, swap
 from invariants.mutants.planted import PLANTED
 
@@ -45,6 +45,7 @@ ZOO: tuple[Entry, ...] = (
     *session_radix.MUTANTS,
     *sched.MUTANTS,
     *speculative.MUTANTS,
+    *penalties.MUTANTS,
     *PLANTED,
     *FALSE_POSITIVES,
 )

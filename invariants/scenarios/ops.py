@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from engine.request import SamplingParams
 from invariants.scenarios.spec import EngineSpec
 
 AbortPhase = Literal["waiting", "running", "chunked", "any"]
@@ -51,6 +52,19 @@ class Submit(_Strict):
     return_logprob: bool = False
     logprob_start_len: int = -1
     ignore_eos: bool = True
+    min_new_tokens: int = Field(default=0, ge=0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+
+    def sampling_params(self) -> SamplingParams:
+        """The engine's sampling parameters of this request."""
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            ignore_eos=self.ignore_eos,
+            min_new_tokens=min(self.min_new_tokens, self.max_new_tokens),
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+        )
 
 
 class OpenSession(_Strict):

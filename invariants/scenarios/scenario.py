@@ -101,6 +101,7 @@ class _Builder:
         self.plain_rng = np.random.default_rng(spec.seed)  # the anchor order of workload.py
         self.token_rng = np.random.default_rng([spec.seed, 1])
         self.fault_rng = np.random.default_rng([spec.seed, 2])
+        self.sampling_rng = np.random.default_rng([spec.seed, 3])
         self.system = [
             self.plain_rng.integers(1, NUM_BYTES, self.w.system_prompt_len).tolist()
             for _ in range(self.w.system_prompts)
@@ -124,9 +125,8 @@ class _Builder:
         suffix, gen = draw(rng, self.w.suffix), draw(rng, self.w.gen)
         ids = system + rng.integers(1, NUM_BYTES, suffix).tolist()
         rng.integers(1, NUM_BYTES, gen)  # the anchor trace's output ids: keeps the stream aligned
-        return self._maybe_rejected(
-            Submit(rid=f"r{i}", input_ids=ids, max_new_tokens=gen), sessionless=True
-        )
+        submit = Submit(rid=f"r{i}", input_ids=ids, max_new_tokens=gen)
+        return self._maybe_rejected(self._maybe_penalized(submit), sessionless=True)
 
     def _plain_traffic(self) -> Iterator[Op]:
         n = self.w.requests
@@ -143,6 +143,21 @@ class _Builder:
 
     def _chance(self, p: float) -> bool:
         return p > 0 and float(self.fault_rng.random()) < p
+
+    def _maybe_penalized(self, submit: Submit) -> Submit:
+        """Maybe ask for the penalizers: a minimum length, frequency and presence penalties
+        (each maybe neutral), EOS honoured."""
+        rng = self.sampling_rng
+        if not (self.w.penalized > 0 and float(rng.random()) < self.w.penalized):
+            return submit
+        penalty = (0.0, 0.5, 1.5, -0.5)
+        update = {
+            "ignore_eos": False,
+            "min_new_tokens": int(rng.integers(0, submit.max_new_tokens + 1)),
+            "frequency_penalty": penalty[int(rng.integers(0, len(penalty)))],
+            "presence_penalty": penalty[int(rng.integers(0, len(penalty)))],
+        }
+        return submit.model_copy(update=update)
 
     def _maybe_rejected(
         self, submit: Submit, sessionless: bool = False, streaming: bool = False
@@ -258,7 +273,7 @@ class _Builder:
             session=ref,
             return_logprob=self._chance(s.logprob),
         )
-        submit = self._maybe_rejected(submit, streaming=streaming)
+        submit = self._maybe_rejected(self._maybe_penalized(submit), streaming=streaming)
         if TOO_LONG not in submit.rid and BAD_PARAM not in submit.rid:
             history.append(submit.rid)
         return submit

@@ -133,6 +133,10 @@ class WorkloadSpec(_Strict):
     suffix: Length = Dist(uniform=(8, 128))
     gen: Length = Dist(uniform=(4, 32))
     arrivals_per_step: int | None = Field(default=None, ge=1)  # None: every request at step 0
+    # a request's chance of asking for SGLang's penalizers (min_new_tokens, frequency and
+    # presence penalties; EOS then ends it): drawn from a stream of its own, so 0 leaves
+    # every other draw of the trace as it was
+    penalized: Probability = 0.0
     sessions: SessionsSpec = SessionsSpec()
     faults: FaultsSpec = FaultsSpec()
 

@@ -19,7 +19,6 @@ from typing import Any, Literal
 from engine.engine import Engine
 from engine.hooks import Observer, SimClock
 from engine.observe.crosscheck import CrossCheckMismatch
-from engine.request import SamplingParams
 from engine.sched.sessions import SessionError
 from engine.sched.stats import SchedulerStats
 from invariants.checking.checker import Checker, CheckerHook, InvariantViolation, Level, Violation
@@ -263,10 +262,9 @@ class _Interpreter:
         if op.rid in self.used:
             return "skipped", f"rid {op.rid} was used before"
         self.used.add(op.rid)
-        params = SamplingParams(max_new_tokens=op.max_new_tokens, ignore_eos=op.ignore_eos)
         self.engine.submit(
             op.input_ids,
-            params,
+            op.sampling_params(),
             rid=op.rid,
             session_params=op.session and op.session.params(),
             return_logprob=op.return_logprob,

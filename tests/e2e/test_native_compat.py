@@ -12,6 +12,10 @@ from dataclasses import replace
 import httpx
 from server_harness import BASE_ARGS, assert_clean_idle, encode, generate, live_server, meta
 
+from engine.engine import Engine
+from engine.request import SamplingParams
+from invariants.scenarios.spec import EngineSpec
+
 
 def test_max_new_tokens_zero_answers_an_empty_completion(client: httpx.Client) -> None:
     """Under overlap at level 2 (the defaults): 200, no text, no tokens, finished by length —
@@ -117,3 +121,31 @@ def test_every_error_has_one_shape() -> None:
         message = _shape(client.post("/generate", json={"text": "a", "rid": ""}), 400)
         assert "rid" in message
         assert client.get("/health").status_code == 200
+
+
+def test_min_new_tokens_and_penalties_change_the_tokens(client: httpx.Client) -> None:
+    """The third greedy token as a stop token id ends the request after 3 tokens; with
+    ``min_new_tokens: 5`` it cannot come before 5 tokens (SGLang's penalizer masks it). A
+    frequency penalty of 2 gives other tokens than none. Both answer as an Engine with the
+    same parameters does; the accounting stays exact."""
+    prompt = encode("penalizers over http")
+    full = generate(client, prompt, 24).json()["output_ids"]
+    stop = full[2]
+    cut = generate(
+        client, prompt, 24, sampling_params={"max_new_tokens": 24, "stop_token_ids": [stop]}
+    )
+    assert cut.json()["output_ids"] == full[: full.index(stop) + 1]
+    held = generate(
+        client,
+        prompt,
+        sampling_params={"max_new_tokens": 24, "stop_token_ids": [stop], "min_new_tokens": 5},
+    ).json()["output_ids"]
+    assert stop not in held[:5] and held != full[: len(held)]
+    engine = Engine(EngineSpec(chunked_prefill_size=64).engine_config(0))
+    params = SamplingParams(max_new_tokens=24, stop_token_ids=(stop,), min_new_tokens=5)
+    assert list(engine.generate([prompt], params)[0].output_ids) == held
+    repeated = generate(
+        client, prompt, sampling_params={"max_new_tokens": 24, "frequency_penalty": 2.0}
+    ).json()["output_ids"]
+    assert len(repeated) == 24 and repeated != full
+    assert_clean_idle(client)

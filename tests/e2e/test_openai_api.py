@@ -109,9 +109,11 @@ def test_errors_come_in_openai_shape(oai: openai.OpenAI, client: httpx.Client) -
             extra_body={"session_id": "nope"},
         )
     assert "session id nope does not exist" in unknown.value.message
-    with pytest.raises(openai.BadRequestError) as penalty:
-        oai.completions.create(model="kvspec-sim", prompt="x", presence_penalty=1.0)
-    assert "presence_penalty" in penalty.value.message
+    with pytest.raises(openai.BadRequestError) as minimum:
+        oai.completions.create(
+            model="kvspec-sim", prompt="x", max_tokens=2, extra_body={"min_tokens": 3}
+        )
+    assert "min_tokens=3 is more than the 2 tokens asked for" in minimum.value.message
     assert_clean_idle(client)
 
 

@@ -2,8 +2,8 @@
 ``gen`` with ``stop`` strings and ``max_tokens``, ``fork``, ``select`` — a batch of
 ``max_new_tokens: 0`` requests with prompt logprobs) runs end to end through
 ``sgl.RuntimeEndpoint`` — its ``/get_model_info`` probe, the sampling parameters it sends
-(penalties, ``min_new_tokens``, ``stop_regex`` at their neutral values) — and the server
-ends idle with zero violations and balanced pools."""
+(``stop_regex`` at its neutral value; ``min_tokens`` and the frequency and presence penalties
+of one ``gen`` as asked) — and the server ends idle with zero violations and balanced pools."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ def test_a_frontend_program_runs_end_to_end() -> None:
     else:
         assert meta["finish_reason"] == {"type": "length", "length": 16}
     assert state["second_meta"]["completion_tokens"] <= 8
+    assert state["penalized_meta"]["finish_reason"] == {"type": "length", "length": 12}
     assert state["text"].startswith("Q: what is a KV cache?\nA:" + answer + "\nQ: and then?\nA:")
     assert state["kind"] in ("radix tree", "hash map", "paged pool")
     scores = state["kind_meta"]["normalized_prompt_logprobs"]

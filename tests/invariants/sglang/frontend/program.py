@@ -1,5 +1,6 @@
 """An SGLang frontend program, run by the sglang venv's python against `kvspec serve` (argv:
-the server's URL): multi-turn ``gen`` with ``stop`` strings and ``max_tokens``, ``fork`` into
+the server's URL): multi-turn ``gen`` with ``stop`` strings and ``max_tokens`` (one with
+``min_tokens`` and frequency/presence penalties), ``fork`` into
 two branches, then ``select`` among three choices (by the prompt logprobs of each). Prints the
 program's state as one JSON line."""
 
@@ -21,6 +22,15 @@ def chat(s, question):
     s += sgl.gen("answer", max_tokens=16, stop=["\n", "."], temperature=0)
     s += "\nQ: and then?\nA:"
     s += sgl.gen("second", max_tokens=8, temperature=0)
+    s += "\nQ: at least five?\nA:"
+    s += sgl.gen(
+        "penalized",
+        max_tokens=12,
+        min_tokens=5,
+        frequency_penalty=1.0,
+        presence_penalty=0.5,
+        temperature=0,
+    )
     forks = s.fork(2)
     for i, branch in enumerate(forks):
         branch += f" branch {i}:"
@@ -40,6 +50,7 @@ print(
             "text": state.text(),
             "answer_meta": state.get_meta_info("answer"),
             "second_meta": state.get_meta_info("second"),
+            "penalized_meta": state.get_meta_info("penalized"),
             "kind": state["kind"],
             "kind_meta": state.get_meta_info("kind"),
         }
