@@ -125,13 +125,18 @@ class SessionAPI:
             req.session_tag = (session_id, refs.generation(session_id))
         return req
 
-    @staticmethod
-    def _check_logprob_start(req: Req, return_logprob: bool, logprob_start_len: int) -> None:
+    def _check_logprob_start(self, req: Req, return_logprob: bool, logprob_start_len: int) -> None:
         """SGLang's ``handle_generate_request``: a logprob start past the prompt is a 400;
-        without one (-1) only the output's logprobs are returned (start = the prompt's end)."""
+        without one (-1) only the output's logprobs are returned (start = the prompt's end).
+        A streaming turn reuses its slot's KV, so SGLang (0.5.11 ``init_next_round_input``)
+        ignores its start: only the output's logprobs, as with -1."""
         req.return_logprob = return_logprob
         n = len(req.origin_input_ids)
-        req.logprob_start_len = n if logprob_start_len == -1 else min(logprob_start_len, n)
+        session = self.sessions.session_of(req)
+        ignored = session is not None and session.streaming
+        req.logprob_start_len = (
+            n if logprob_start_len == -1 or ignored else min(logprob_start_len, n)
+        )
         if (
             return_logprob
             and logprob_start_len != -1

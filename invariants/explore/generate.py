@@ -38,6 +38,7 @@ from invariants.scenarios.ops import (
     Trace,
     WaitFor,
 )
+from invariants.scenarios.scenario import with_penalties
 
 PHASES: tuple[AbortPhase, ...] = get_args(AbortPhase)
 WAIT_STEPS = 48  # a client awaiting its streaming turn (counts fully against the step budget)
@@ -175,13 +176,22 @@ class _Generator:
         session = None if sid is None else self._session_ref(sid)
         if sid is not None:
             self.last_turn[sid] = rid
-        return Submit(
+        submit = Submit(
             rid=rid,
             input_ids=ids,
             max_new_tokens=int(rng.integers(1, shape.new_max + 1)),
             session=session,
             return_logprob=bool(rng.random() < 0.1),
         )
+        return self._maybe_penalized(submit)
+
+    def _maybe_penalized(self, submit: Submit) -> Submit:
+        """With the seed's chance, the penalizers: drawn from the rid alone, so a seed that
+        draws none (most) runs the trace it ran before they existed."""
+        rng = np.random.default_rng(list(submit.rid.encode()))
+        if not float(rng.random()) < self.swarm.penalized:
+            return submit
+        return with_penalties(submit, rng)
 
     def _turn_input(self, most: int, streaming: bool) -> list[int]:
         """A turn's new tokens, its boundaries as likely as its bulk: a length log-uniform in

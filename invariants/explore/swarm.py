@@ -76,6 +76,7 @@ class Swarm:
     weights: dict[str, float]
     prompts: PromptShape
     streaming_prob: float  # chance that an opened session streams (needs the engine flag)
+    penalized: float = 0.0  # chance that a request asks for the penalizers
 
     @property
     def label(self) -> str:
@@ -118,6 +119,7 @@ def sample_swarm(seed: int) -> Swarm:
         weights,
         sample_prompts(np.random.default_rng([seed, 3]), engine),
         0.8 if engine.enable_streaming_session else 0.0,
+        float(np.random.default_rng([seed, 5]).choice([0.0, 0.0, 0.25, 0.5])),
     )
 
 

@@ -64,6 +64,19 @@ def draw(rng: np.random.Generator, dist: Dist) -> int:
     return int(dist.choice[int(rng.integers(0, len(dist.choice)))])
 
 
+def with_penalties(submit: Submit, rng: np.random.Generator) -> Submit:
+    """``submit`` asking for the penalizers: a minimum length, frequency and presence
+    penalties (each maybe neutral), EOS honoured."""
+    penalty = (0.0, 0.5, 1.5, -0.5)
+    update = {
+        "ignore_eos": False,
+        "min_new_tokens": int(rng.integers(0, submit.max_new_tokens + 1)),
+        "frequency_penalty": penalty[int(rng.integers(0, len(penalty)))],
+        "presence_penalty": penalty[int(rng.integers(0, len(penalty)))],
+    }
+    return submit.model_copy(update=update)
+
+
 class _Agenda:
     """Ops at ticks relative to a start; rendered as the ops of each tick then one step."""
 
@@ -145,19 +158,10 @@ class _Builder:
         return p > 0 and float(self.fault_rng.random()) < p
 
     def _maybe_penalized(self, submit: Submit) -> Submit:
-        """Maybe ask for the penalizers: a minimum length, frequency and presence penalties
-        (each maybe neutral), EOS honoured."""
         rng = self.sampling_rng
         if not (self.w.penalized > 0 and float(rng.random()) < self.w.penalized):
             return submit
-        penalty = (0.0, 0.5, 1.5, -0.5)
-        update = {
-            "ignore_eos": False,
-            "min_new_tokens": int(rng.integers(0, submit.max_new_tokens + 1)),
-            "frequency_penalty": penalty[int(rng.integers(0, len(penalty)))],
-            "presence_penalty": penalty[int(rng.integers(0, len(penalty)))],
-        }
-        return submit.model_copy(update=update)
+        return with_penalties(submit, rng)
 
     def _maybe_rejected(
         self, submit: Submit, sessionless: bool = False, streaming: bool = False

@@ -237,3 +237,30 @@ def test_kv_cache_inheritance_with_eagle(version: int, page_size: int) -> None:
         )
     assert engine.close_session(sid)
     finish(engine, checker)
+
+
+def test_a_streaming_turn_ignores_its_logprob_start() -> None:
+    """A streaming turn reuses its slot's KV, so SGLang ignores its ``logprob_start_len``
+    (0.5.11 ``init_next_round_input``): only the output's logprobs come back, as with -1,
+    and the history is not recomputed (cached_tokens as without logprobs). A non-streaming
+    turn recomputes its prompt from the start it asked for."""
+    engine, checker = checked_engine(session_config())
+    results = {}
+    for streaming in (True, False):
+        sid = engine.open_session(1000, streaming=streaming)
+        first = turn(engine, sid, encode(CHUNKS[0]), 6)
+        rid = engine.submit(
+            encode(CHUNKS[1]),
+            sp(6),
+            session_params={"id": sid, "rid": first.rid},
+            return_logprob=True,
+            logprob_start_len=0,
+        )
+        engine.run_until_idle()
+        results[streaming] = engine.pop_result(rid)
+        assert engine.close_session(sid)
+    streamed, plain = results[True], results[False]
+    assert streamed.input_token_ids == () and streamed.input_token_logprobs == ()
+    assert len(streamed.output_token_logprobs) == 6 and streamed.cached_tokens > 0
+    assert len(plain.input_token_logprobs) == plain.prompt_tokens and plain.cached_tokens == 0
+    finish(engine, checker)
