@@ -310,6 +310,21 @@ class BlockView(NamedTuple):
     is_null: bool = False
 
 
+class BlockTableView(NamedTuple):
+    """One request's block table in one KV-cache group of a block-pool engine (the vllm
+    target): the group's sliding window (0: full attention), the tokens computed, the block
+    size, how many blocks the table lists and which of them are the null block (a sliding
+    window drops blocks that lie wholly before it)."""
+
+    rid: str = ""
+    group: str = ""
+    window: int = 0
+    computed: int = 0
+    block_size: int = 1
+    num_blocks: int = 0
+    null_blocks: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class StateView:
     """Everything an invariant may read at one event."""
@@ -328,6 +343,7 @@ class StateView:
     response: ResponseView = field(default_factory=ResponseView)  # at the response event
     crash: tuple[CrashView, ...] = ()  # at the crash event: what the engine raised
     blocks: tuple[BlockView, ...] = ()  # a block-pool target's blocks (vllm), by id
+    block_tables: tuple[BlockTableView, ...] = ()  # its requests' tables, per KV-cache group
 
 
 # The costly parts of a view, built only for events whose rules read them: the census of
@@ -367,6 +383,7 @@ VIEW_TYPES: tuple[type, ...] = (
     ResponseView,
     CrashView,
     BlockView,
+    BlockTableView,
     StateView,
 )
 

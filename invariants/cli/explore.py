@@ -29,6 +29,7 @@ SCHEDULER_SEEDS, SCHEDULER_STEPS = 40, 200  # invariants/sglang/scheduler/explor
 class ExploreTarget(str, Enum):
     kvspec = "kvspec"
     sglang_scheduler = "sglang-scheduler"
+    vllm = "vllm"
 
 
 Seeds = Annotated[
@@ -50,7 +51,16 @@ Steps = Annotated[
 Workers = Annotated[int, typer.Option(min=1, help="Worker processes (results stay in seed order).")]
 Out = Annotated[Path, typer.Option(help="Where shrunk failing traces are written.")]
 TargetOpt = Annotated[
-    ExploreTarget, typer.Option(help="kvspec's engine, or SGLang's real scheduler.")
+    ExploreTarget,
+    typer.Option(help="kvspec's engine, SGLang's real scheduler, or vLLM v1's (make vllm-env)."),
+]
+VLLMPythonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--vllm-python",
+        help="Another interpreter with vLLM (another release's venv, your own checkout); "
+        "default $KVSPEC_VLLM_PYTHON, else .vllm-venv.",
+    ),
 ]
 
 explore_app = typer.Typer(
@@ -74,6 +84,7 @@ def explore_engine(
     target: TargetOpt = ExploreTarget.kvspec,
     sglang_version: VersionOpt = None,
     sglang_python: PythonOpt = None,
+    vllm_python: VLLMPythonOpt = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="The campaign's JSON (default: OUT/report.json).")
     ] = None,
@@ -91,6 +102,9 @@ def explore_engine(
 
         runs = (seeds or SCHEDULER_SEEDS, steps or SCHEDULER_STEPS, seed_start, workers)
         raise typer.Exit(explore_on_scheduler(*runs, out, fail_fast, sglang_version, sglang_python))
+    if target is ExploreTarget.vllm:
+        runs = (seeds or SCHEDULER_SEEDS, steps or SCHEDULER_STEPS, seed_start, workers)
+        raise typer.Exit(_explore_on_vllm(*runs, out, fail_fast, vllm_python))
     seeds, steps = seeds or DEFAULT_SEEDS, steps or DEFAULT_STEPS
     report = explore(
         seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out
@@ -100,6 +114,35 @@ def explore_engine(
     if report.failed:
         raise typer.Exit(1)
     raise typer.Exit(UNMET_COVERAGE if coverage and report.unmet else 0)
+
+
+def _explore_on_vllm(
+    seeds: int,
+    steps: int,
+    seed_start: int,
+    workers: int,
+    out: Path,
+    fail_fast: bool,
+    python: str | None,
+) -> int:
+    """`kvspec explore --target vllm`: 0 clean, 1 a failing seed, 2 no vllm env."""
+    from invariants.cli.scheduler import print_explore_report
+    from invariants.explore.real import explore_real
+    from invariants.vllm.explore import driver_for, vllm_target
+    from invariants.vllm.target import VLLMUnavailable
+
+    try:
+        version = driver_for(python).version
+        target = vllm_target(python)
+        report = explore_real(
+            target, version, seeds, steps, seed_start=seed_start, workers=workers,
+            fail_fast=fail_fast, out_dir=out,
+        )  # fmt: skip
+    except VLLMUnavailable as exc:
+        typer.echo(f"vllm target: {exc}", err=True)
+        return 2
+    flags = "--target vllm" + (f" --vllm-python {python}" if python else "")
+    return print_explore_report(report, steps, workers, "vLLM", flags)
 
 
 @explore_app.command("memory")
@@ -128,11 +171,10 @@ def explore_memory(
 @app.command("replay")
 def replay_command(
     trace: Annotated[Path, typer.Argument(help="A JSON op trace (explore-failures/seed-N.json).")],
-    target: Annotated[
-        ExploreTarget, typer.Option(help="kvspec's engine, or SGLang's real scheduler.")
-    ] = ExploreTarget.kvspec,
+    target: TargetOpt = ExploreTarget.kvspec,
     sglang_version: VersionOpt = None,
     sglang_python: PythonOpt = None,
+    vllm_python: VLLMPythonOpt = None,
 ) -> None:
     """Replay TRACE to its first violation: the violation, its witnesses, and the state-view
     diff from the last step before it; exit 1 when a failure reproduces, 0 otherwise."""
@@ -149,6 +191,10 @@ def replay_command(
         from invariants.sglang.scheduler.replay import replay_on_scheduler
 
         result = guarded(lambda: replay_on_scheduler(loaded, sglang_version, sglang_python))
+    elif target is ExploreTarget.vllm:
+        from invariants.vllm.replay import replay_on_vllm
+
+        result = replay_on_vllm(loaded, vllm_python)  # type: ignore[assignment]
     else:
         result = replay(loaded)
     for line in result.describe():

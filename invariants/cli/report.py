@@ -18,6 +18,7 @@ class ReportTarget(str, Enum):
     both = "both"
     sglang_scheduler = "sglang-scheduler"
     vllm = "vllm"
+    all = "all"
 
 
 OutDir = Annotated[
@@ -42,7 +43,8 @@ Target = Annotated[
         help="kvspec's engine; sglang: every spec as written on kvspec and on real SGLang's "
         "memory classes, side by side; both: the kvspec report plus that; sglang-scheduler: "
         "the side by side on SGLang's real scheduler (level 2); vllm: on vLLM v1's real "
-        "scheduler (make vllm-env)."
+        "scheduler (make vllm-env); all: every spec on kvspec and the three real-engine "
+        "targets, one column each."
     ),
 ]
 SGLangPython = Annotated[

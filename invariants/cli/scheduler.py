@@ -19,6 +19,7 @@ from invariants.cli.sglang import sglang_app
 from invariants.report.terminal import Col, out_console, print_table
 
 if TYPE_CHECKING:
+    from invariants.explore.real import ExploreReport
     from invariants.scenarios.spec import Spec
     from invariants.sglang.scheduler.run import SchedulerOutcome
 
@@ -126,15 +127,22 @@ def explore_on_scheduler(
             python=python,
         )
     )
+    return print_explore_report(report, steps, workers, "SGLang", replay_flags(version))
+
+
+def print_explore_report(
+    report: ExploreReport, steps: int, workers: int, engine: str, flags: str
+) -> int:
+    """A real-engine exploration: failing seeds, the verdict line, each shrunk finding with
+    its replay command; 0 clean, 1 a failing seed."""
     for r in report.failed[:20]:
         typer.echo(f"seed {r.seed} [{r.label}]: {r.key}\n  {r.detail[:300]}")
     first = "" if report.first_failure_s is None else f"; first at {report.first_failure_s:.1f}s"
     typer.echo(
-        f"explored {len(report.results)} seeds x {steps} steps on SGLang {report.version} "
+        f"explored {len(report.results)} seeds x {steps} steps on {engine} {report.version} "
         f"(real scheduler) in {report.seconds:.1f}s ({workers} workers): "
         f"{len(report.failed)} failing{first}"
     )
-    flags = replay_flags(version)
     for f in report.findings:
         typer.echo(
             f"finding {f.key} (seed {f.seed}): shrunk {f.original_ops} -> {f.shrunk_ops} ops "

@@ -103,6 +103,22 @@ def replay(trace: Trace, catalog: Catalog | None = None) -> Replay:
     return Replay(trace, outcome, recorder.violation, outcome.stopped_at, diff)
 
 
+def first_violation_diff(views: tuple[StateView, ...], violated: bool) -> list[str]:
+    """A real-engine run's views up to its first violating one (the last kept): the diff
+    from the last step before it to it, headed; empty when nothing was violated."""
+    if not violated or not views:
+        return []
+    at = views[-1]
+    before = next((v for v in reversed(views[:-1]) if v.event == "step"), None)
+    if before is None:
+        return []
+    return [
+        "",
+        f"state diff (step {before.step} view -> {at.event} view at step {at.step}):",
+        *view_diff(before, at),
+    ]
+
+
 def view_diff(before: StateView, after: StateView, limit: int = MAX_DIFF_LINES) -> list[str]:
     """``path: old -> new`` per changed field; ``+ record`` / ``- record`` (its non-empty
     fields on one line) per request, node, slot … that came or went; at most ``limit`` lines."""

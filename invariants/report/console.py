@@ -18,6 +18,7 @@ from rich.text import Text
 
 from invariants.report.model import CellResult, ReportHeader, SideBySide
 from invariants.report.target_view import print_side_by_side, print_target_failures
+from invariants.report.targets import rows_word
 from invariants.report.terminal import Col, Format, print_table, seconds, verdict_line
 from invariants.report.text import goals_text, violation_line
 from invariants.scenarios.matrix import Exclusion
@@ -68,8 +69,7 @@ def report_verdict(
         f"{sum(r.checks for r in results):,} checks",
         f"{violations} violation{'s' * (violations != 1)}",
     ]
-    target = pairs[0].sglang.target if pairs else "sglang"
-    facts += [f"{sglang_failed} {target} rows failed"] if sglang_failed else []
+    facts += [f"{sglang_failed} {rows_word(pairs or ())} rows failed"] if sglang_failed else []
     facts += [seconds(wall)] if wall is not None else []
     facts += [f"files in {out}/"] if out else []
     return verdict_line(not cells_failed and not sglang_failed, facts)

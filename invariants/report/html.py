@@ -35,7 +35,7 @@ table { border-collapse: collapse; font-size: 13px; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #e3e6ea; text-align: right; }
 th { background: #f3f5f7; position: sticky; top: 0; }
 td.name, th.name, td.first { text-align: left; } td.name a { color: inherit; }
-tr.failed td { background: #fdecec; }
+tr.failed td, td.failed { background: #fdecec; } td.unsupported, td.missing { color: #8a6d00; }
 code { background: #f3f5f7; padding: 1px 4px; border-radius: 3px; font-size: 12px; }
 details.cell { border-top: 1px solid #e3e6ea; padding: 10px 0; }
 .plots { display: flex; flex-wrap: wrap; gap: 12px; }

@@ -29,7 +29,13 @@ from invariants.report.console import print_report, report_verdict
 from invariants.report.files import write_report
 from invariants.report.memory_cells import MemoryCell
 from invariants.report.model import CellResult, ReportHeader, SideBySide, TargetRow
-from invariants.report.targets import TARGETS, as_written_cells, run_sglang_rows, side_by_side
+from invariants.report.targets import (
+    REAL_TARGETS,
+    TARGETS,
+    as_written_cells,
+    run_sglang_rows,
+    side_by_side,
+)
 from invariants.report.terminal import Format, out_console
 from invariants.scenarios.matrix import Exclusion, report_exclusions
 
@@ -71,7 +77,7 @@ def run_report(
     errors = _lint(console)
     sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
     args = (sglang_specs, level, sglang_python, sglang_driver, sglang_version)
-    alone = target in ("sglang", "sglang-scheduler", "vllm")  # the specs as written, no table
+    alone = target in REAL_TARGETS + ("all",)  # the specs as written, no table
     excluded = report_exclusions() if cells is None and with_matrix and not alone else []
     cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
     rows = _target_rows(console, target, *args)
@@ -109,7 +115,14 @@ def _target_rows(
     driver: Any,
     version: str | None,
 ) -> list[TargetRow] | None:
-    """The sglang, sglang-scheduler or vllm rows (None: no such target in this report)."""
+    """The sglang, sglang-scheduler or vllm rows, or all three's one after another (None:
+    no such target in this report)."""
+    if target == "all":
+        return [
+            row
+            for real in REAL_TARGETS
+            for row in _target_rows(console, real, specs, level, python, driver, version) or ()
+        ]
     if target == "sglang-scheduler":
         return _scheduler_rows(console, specs, version, python)
     if target == "vllm":
@@ -140,7 +153,7 @@ def _target_cells(
     (sglang), or both — the report's own plus any spec as written that is not among them."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
-    if target in ("sglang", "sglang-scheduler", "vllm"):
+    if target in REAL_TARGETS + ("all",):
         return as_written_cells(specs)
     own = (
         cells

@@ -1,9 +1,11 @@
-"""The side-by-side view of `kvspec report --target sglang|both`: the printed table and its
-failures, the report.md section and the report.html section.
+"""The side-by-side view of `kvspec report --target sglang|both|sglang-scheduler|vllm|all`:
+the printed table and its failures, the report.md section and the report.html section. With
+several targets (``all``) an overview comes first — one row per spec, one column per target —
+then each target's own section.
 
 Keeps: every format shows the same pairs in the same order (kvspec steps / violations /
-goals beside SGLang's, or the reason a spec is unsupported there) under the same note on
-goals; a failing sglang row carries its first violations and its replay command.
+goals beside the real engine's, or the reason a spec is unsupported there) under the same
+note on goals; a failing row carries its first violations and its replay command.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rich.text import Text
 from invariants.report.model import LISTED_IN_TEXT, SideBySide, TargetRow
 from invariants.report.targets import (
     GOALS_NOTE,
+    by_target,
     failing_rows,
     kvspec_text,
     sglang_detail,
@@ -48,8 +51,45 @@ def _title(pairs: list[SideBySide]) -> str:
     return f"kvspec and {target_label(rows)} {version} side by side — each spec as written"
 
 
+def overview(pairs: list[SideBySide]) -> tuple[list[str], list[list[tuple[str, str]]]]:
+    """The several-target overview: headers, then per spec (in first-seen order) its kvspec
+    text and each target's ``(text, status)`` — status ok | failed | unsupported | missing."""
+    groups = by_target(pairs)
+    names = list(dict.fromkeys(p.name for p in pairs))
+    kvspec = {p.name: kvspec_text(p.kvspec) for p in pairs}
+    found = {(p.sglang.target, p.name): p.sglang for p in pairs}
+    table = []
+    for name in names:
+        cells = [(kvspec[name], "ok")]
+        for target in groups:
+            row = found.get((target, name))
+            cells.append(
+                ("not run", "missing") if row is None else (sglang_text(row), _status(row))
+            )
+        table.append([(name, "ok"), *cells])
+    return ["spec", "kvspec", *groups], table
+
+
+def _status(row: TargetRow) -> str:
+    return "failed" if not row.ok else "unsupported" if row.unsupported else "ok"
+
+
+STYLES = {"ok": "green", "failed": "red", "unsupported": "yellow", "missing": "yellow"}
+
+
 def print_side_by_side(console: Console, pairs: list[SideBySide]) -> None:
-    """The printed side-by-side table (spec names whole; the findings wrap), then the note."""
+    """The printed side-by-side table (spec names whole; the findings wrap), then the note;
+    with several targets the overview first, then each target's table."""
+    groups = by_target(pairs)
+    if len(groups) > 1:
+        heads, table = overview(pairs)
+        cols = [Col(heads[0]), *(Col(h, "text") for h in heads[1:])]
+        rows = [[table_row[0][0], *(Text(t, style=STYLES[s]) for t, s in table_row[1:])]
+                for table_row in table]  # fmt: skip
+        print_table(console, cols, rows, title="kvspec and every real-engine target")
+        for group in groups.values():
+            print_side_by_side(console, group)
+        return
     names = columns(pairs)
     cols = (Col(names[0]), Col(names[1]), Col(names[2]), Col(names[3], "text"),
             Col(names[4], "num"))  # fmt: skip
@@ -92,7 +132,18 @@ def print_target_failures(console: Console, pairs: list[SideBySide]) -> int:
 
 
 def target_markdown(pairs: list[SideBySide]) -> list[str]:
-    """report.md's side-by-side section (lines)."""
+    """report.md's side-by-side section (lines); several targets: the overview, then each."""
+    groups = by_target(pairs)
+    if len(groups) > 1:
+        heads, table = overview(pairs)
+        marks = {"ok": "", "failed": "❌ ", "unsupported": "➖ ", "missing": "➖ "}
+        lines = ["", "## kvspec and every real-engine target", ""]
+        lines += ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        lines += [
+            "| " + " | ".join(f"{marks[s]}{md_cell(t)}" for t, s in table_row) + " |"
+            for table_row in table
+        ]
+        return lines + [line for group in groups.values() for line in target_markdown(group)]
     totals = sglang_summary([p.sglang for p in pairs])
     counts = (
         f"{totals['ran']} of {totals['rows']} specs ran, {totals['violations']} violations, "
@@ -121,7 +172,20 @@ def target_markdown(pairs: list[SideBySide]) -> list[str]:
 
 
 def target_html(pairs: list[SideBySide]) -> str:
-    """report.html's side-by-side section."""
+    """report.html's side-by-side section; several targets: the overview, then each."""
+    groups = by_target(pairs)
+    if len(groups) > 1:
+        heads, table = overview(pairs)
+        head = "".join(f'<th class="name">{escape(h)}</th>' for h in heads)
+        body = "".join(
+            "<tr>" + "".join(f'<td class="first {s}">{escape(t)}</td>' for t, s in r) + "</tr>"
+            for r in table
+        )
+        first = (
+            "<h2>kvspec and every real-engine target</h2>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+        return first + "".join(target_html(group) for group in groups.values())
     head = "".join(f'<th class="name">{escape(c)}</th>' for c in ("", *columns(pairs)))
     body = []
     for p in pairs:

@@ -11,7 +11,7 @@ crash on the sglang target fails the report, with the command that replays it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,8 @@ from invariants.report.text import goals_text, violation_line
 from invariants.scenarios.matrix import relative
 from invariants.scenarios.spec import load_spec
 
-TARGETS = ("kvspec", "sglang", "both", "sglang-scheduler", "vllm")
+REAL_TARGETS = ("sglang", "sglang-scheduler", "vllm")  # `all`: each of them, in this order
+TARGETS = ("kvspec", "sglang", "both", "sglang-scheduler", "vllm", "all")
 GOALS_NOTE = (
     "expect goals were tuned on kvspec's schedule: on the sglang target an unmet goal is "
     "shown, not a failure; an unsupported spec is shown with its reason"
@@ -215,7 +216,11 @@ def run_vllm_rows(
 
 
 def sglang_document(pairs: list[SideBySide]) -> dict[str, Any]:
-    """report.json's ``sglang`` part: its summary, the note on goals, every pair."""
+    """report.json's ``sglang`` part: its summary, the note on goals, every pair (several
+    targets: one such part per target under ``targets``)."""
+    groups = by_target(pairs)
+    if len(groups) > 1:
+        return {"targets": {name: sglang_document(group) for name, group in groups.items()}}
     rows = [p.sglang for p in pairs]
     return {
         "version": sglang_version(rows),
@@ -234,14 +239,28 @@ def sglang_document(pairs: list[SideBySide]) -> dict[str, Any]:
 
 
 def verdict(totals: dict[str, Any], pairs: list[SideBySide] | None) -> str:
-    """PASS, or FAIL with the failing kvspec cells and sglang rows."""
+    """PASS, or FAIL with the failing kvspec cells and real-engine rows."""
     failed_rows = sglang_summary([p.sglang for p in pairs])["failed"] if pairs else 0
     if totals["ok"] and not failed_rows:
         return "PASS"
     parts = [f"{totals['failed']} of {totals['cells']} cells"]
     if pairs is not None:
-        parts.append(f"{failed_rows} of {len(pairs)} sglang rows")
+        parts.append(f"{failed_rows} of {len(pairs)} {rows_word(pairs)} rows")
     return "FAIL — " + ", ".join(parts)
+
+
+def by_target(pairs: list[SideBySide]) -> dict[str, list[SideBySide]]:
+    """The pairs of each real-engine target, in the order the targets ran."""
+    groups: dict[str, list[SideBySide]] = {}
+    for p in pairs:
+        groups.setdefault(p.sglang.target, []).append(p)
+    return groups
+
+
+def rows_word(pairs: Sequence[SideBySide]) -> str:
+    """What the rows are called: their one target's name, else "real-engine"."""
+    targets = {p.sglang.target for p in pairs}
+    return next(iter(targets)) if len(targets) == 1 else "real-engine"
 
 
 def failing_rows(pairs: list[SideBySide]) -> Iterator[TargetRow]:

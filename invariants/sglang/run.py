@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from invariants.checking.checker import Checker, Level, Violation
 from invariants.checking.loader import Catalog
@@ -64,10 +65,20 @@ class SGLangOutcome:
     views: tuple[Any, ...] = field(default=(), repr=False)  # kept only when asked
     notes: tuple[str, ...] = ()  # what the run did differently from kvspec's (said, not hidden)
     unsupported: tuple[str, ...] = ()  # why the spec did not run at all (also in ``error``)
+    stopped_at: int | None = None  # the op of the first violation, when the run stopped there
 
     @property
     def ok(self) -> bool:
         return not self.violations and not self.unmet and self.error is None
+
+    @property
+    def iterations(self) -> int:
+        return self.stats.steps
+
+    @property
+    def engine_findings(self) -> tuple[Any, ...]:
+        """The engine's own checker's findings: none seen through this target."""
+        return ()
 
 
 def chunking_note(trace: Trace) -> list[str]:
@@ -175,8 +186,19 @@ def _drive(
     fault: dict[str, Any] | None,
 ) -> tuple[SGLangStats, list[Any], str | None]:
     config = driver_config(trace.engine, trace.seed, fault)
-    counts, kept, error = drive_trace(driver, trace, config, checker, keep_views)
+    counts, kept, error, _ = drive_trace(driver, trace, config, checker, keep_views)
     return SGLangStats(**counts), kept, error
+
+
+class Drive(NamedTuple):
+    """What ``drive_trace`` did: the driver's counts, the views kept, the error (a refused
+    op, named with its index), the op the first violation came in (``stop_at_first``;
+    ``len(trace.ops)``: the drain; None: none)."""
+
+    counts: dict[str, Any]
+    kept: list[Any]
+    error: str | None
+    stopped_at: int | None = None
 
 
 def drive_trace(
@@ -185,29 +207,40 @@ def drive_trace(
     config: dict[str, Any],
     checker: Checker | None,
     keep_views: bool = False,
-) -> tuple[dict[str, Any], list[Any], str | None]:
+    stop_at_first: bool = False,
+) -> Drive:
     """The config op, every op of ``trace``, the drain to idle, each view through
-    ``checker`` (None: unchecked); the driver's counts, the views kept, the error (a refused
-    op, named with its index). Both real-engine targets run their traces through this."""
+    ``checker`` (None: unchecked; ``stop_at_first``: no op after the first violating view).
+    Both real-engine targets run their traces through this."""
     kept: list[Any] = []
     run = TraceDriver(driver, trace.seed)  # type: ignore[arg-type]
 
-    def check(raw_views: list[dict[str, Any]]) -> None:
+    def check(raw_views: list[dict[str, Any]]) -> bool:
+        """Whether to stop: a violation under ``stop_at_first``."""
         for raw in raw_views if checker is not None else ():
             view = to_state_view(raw)
             checker.check(view.event, view)
             if keep_views:
                 kept.append(view)
+        return stop_at_first and checker is not None and bool(checker.violations)
 
-    error = None
+    error, stopped = None, None
     try:
-        check(driver.send(config))
-        for index, op in enumerate(trace.ops):
-            try:
-                check(run.apply(op))
-            except DriverError as exc:
-                raise DriverError(f"op #{index} ({op_label(op)}): {exc}") from None
-        check(run.drain(MAX_STEPS))
+        if not check(driver.send(config)):
+            stopped = _apply_all(run, trace, check)
     except DriverError as exc:
         error = str(exc)
-    return driver.send({"op": "stats"})[0]["counts"], kept, error
+    return Drive(driver.send({"op": "stats"})[0]["counts"], kept, error, stopped)
+
+
+def _apply_all(
+    run: TraceDriver, trace: Trace, check: Callable[[list[dict[str, Any]]], bool]
+) -> int | None:
+    """Each op, then the drain; the index where ``check`` said stop (None: never)."""
+    for index, op in enumerate(trace.ops):
+        try:
+            if check(run.apply(op)):
+                return index
+        except DriverError as exc:
+            raise DriverError(f"op #{index} ({op_label(op)}): {exc}") from None
+    return len(trace.ops) if check(run.drain(MAX_STEPS)) else None

@@ -22,6 +22,7 @@ from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
     CloseSession,
+    FlushCache,
     Idle,
     Op,
     OpenSession,
@@ -143,6 +144,8 @@ class TraceDriver:
             )
         if isinstance(op, AdvanceClock):
             return self.driver.send({"op": "advance_clock", "seconds": op.seconds})
+        if isinstance(op, FlushCache):  # a driver that has it (the vllm target's)
+            return self.driver.send({"op": "flush_cache"})
         if isinstance(op, Step):
             return [v for _ in range(op.n) for v in self.step()]
         if isinstance(op, WaitFor):

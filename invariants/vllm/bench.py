@@ -25,7 +25,7 @@ def _one(driver: VLLMDriver, trace: Any, checked: bool) -> tuple[float, int, int
     checker = Checker(load_catalog(), level=Level.RECORD) if checked else None
     config = {**driver_config(trace.engine), "views": checked}  # unchecked: no view is built
     start = time.perf_counter()
-    counts, _, error = drive_trace(driver, trace, config, checker)
+    counts, _, error, _ = drive_trace(driver, trace, config, checker)
     seconds = time.perf_counter() - start
     if error is not None:
         raise RuntimeError(f"vllm bench: {error}")

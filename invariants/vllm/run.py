@@ -3,7 +3,7 @@ catalog at every step.
 
 Keeps: a run is a pure function of its trace (the spec's ``build_trace``, what kvspec's runner
 executes), played through the sglang target's ``TraceDriver`` (the same JSON-lines ops); a
-spec feature vLLM's scheduler has no counterpart for (sessions, SWA pools, EAGLE, the tiny
+spec feature vLLM's scheduler has no counterpart for (sessions, EAGLE, the tiny
 model, forced retracts) makes the run unsupported with the reason, never a silent pass; an op
 the driver refuses is the outcome's error.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 from typing import Any
 
 from invariants.checking.checker import Checker, Level
@@ -25,7 +26,6 @@ from invariants.vllm.target import VLLMDriver
 
 UNSUPPORTED_OPS = {
     "force_retract": "force_retract: vLLM preempts under pressure only",
-    "flush_cache": "flush_cache: not driven on vLLM yet",
 }
 
 
@@ -37,7 +37,6 @@ def unsupported(trace: Trace) -> list[str]:
             isinstance(op, OpenSession | CloseSession) or getattr(op, "session", None)
             for op in trace.ops
         ),
-        "SWA pools (swa_tokens)": e.swa_tokens is not None,
         "speculative": e.speculative is not None,
         "model: tiny": e.model != "sim",
         "cache: chunk": e.cache != "radix",
@@ -50,11 +49,15 @@ def unsupported(trace: Trace) -> list[str]:
 
 def driver_config(engine: EngineSpec, fault: dict[str, Any] | None = None) -> dict[str, Any]:
     """The driver's config op: kvspec's pool of ``max_total_tokens`` as blocks of the page
-    size (plus vLLM's null block), its batch limits, prefix caching for the radix cache."""
+    size (plus vLLM's null block), its batch limits, prefix caching for the radix cache. A
+    hybrid SWA spec becomes a full and a sliding-window KV-cache group over one block pool
+    as large as kvspec's two pools together (vLLM pools all groups' blocks)."""
+    tokens = engine.max_total_tokens + (engine.swa_tokens or 0)
     return {
         "op": "config",
         "block_size": engine.page_size,
-        "num_blocks": engine.max_total_tokens // engine.page_size + 1,
+        "num_blocks": tokens // engine.page_size + 1,
+        "sliding_window": engine.sliding_window if engine.swa_tokens else None,
         "max_num_seqs": engine.max_running_requests or engine.max_num_reqs,
         "max_num_batched_tokens": engine.chunked_prefill_size or 8192,
         "max_model_len": engine.context_len,
@@ -73,29 +76,40 @@ def run_spec_on_vllm(
     if missing:
         why = f"not supported by the vllm target: {'; '.join(missing)}"
         return SGLangOutcome(spec, SGLangStats(), (), (), 0, 0.0, why, unsupported=tuple(missing))
-    checker = Checker(spec_catalog(spec, catalog), level=level)
+    outcome = run_trace_on_vllm(
+        trace, spec_catalog(spec, catalog), level, python, fault=fault, driver=driver
+    )
+    unmet = tuple(
+        f"{name} >= {least} (got {getattr(outcome.stats, GOALS[name])})"
+        for name, least in spec.expect.items()
+        if name in GOALS and getattr(outcome.stats, GOALS[name]) < least
+    )
+    return replace(outcome, spec=spec, unmet=unmet)
+
+
+def run_trace_on_vllm(
+    trace: Trace, catalog: Catalog, level: int = Level.RECORD, python: str | None = None,
+    *, fault: dict[str, Any] | None = None, driver: VLLMDriver | None = None,
+    keep_views: bool = False,
+) -> SGLangOutcome:  # fmt: skip
+    """A trace's ops on vLLM's scheduler under the checker, then the drain to idle (level 2:
+    no op after the first violating view, every invariant of that view evaluated)."""
+    missing = unsupported(trace)
+    if missing:
+        raise ValueError(f"{trace.name}: not supported by the vllm target: {'; '.join(missing)}")
+    checker = Checker(catalog, level=min(level, Level.RECORD))
     start = time.perf_counter()
+    config = driver_config(trace.engine, fault)
     with contextlib.ExitStack() as stack:
         live = driver if driver is not None else stack.enter_context(VLLMDriver(python))
-        counts, error = _drive(live, trace, checker, fault)
-        version = live.version
-    checks = sum(s.evaluations for s in checker.stats().values())
+        drive = drive_trace(live, trace, config, checker, keep_views, level >= Level.STRICT)
+        fired, version = live.result["fault_fired"], live.version
+    counts = drive.counts
     stats = SGLangStats(**{k: v for k, v in counts.items() if k in SGLangStats.__slots__})
-    unmet = tuple(
-        f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
-        for name, least in spec.expect.items()
-        if name in GOALS and getattr(stats, GOALS[name]) < least
-    )
-    seconds = time.perf_counter() - start
+    checks = sum(s.evaluations for s in checker.stats().values())
     notes = (f"preemptions: {counts['preempted']}",)
-    notes += (f"fault fired on blocks {counts['fault_fired']}",) if fault else ()
-    return SGLangOutcome(spec, stats, tuple(checker.violations), unmet, checks, seconds, error,
-                         version, notes=notes)  # fmt: skip
-
-
-def _drive(
-    driver: VLLMDriver, trace: Trace, checker: Checker, fault: dict[str, Any] | None
-) -> tuple[dict[str, Any], str | None]:
-    """The trace through the real-engine targets' ``drive_trace``, plus what the fault did."""
-    counts, _, error = drive_trace(driver, trace, driver_config(trace.engine, fault), checker)
-    return {**counts, "fault_fired": driver.result["fault_fired"]}, error
+    notes += (f"fault fired on blocks {fired}",) if fault else ()
+    return SGLangOutcome(
+        None, stats, tuple(checker.violations), (), checks, time.perf_counter() - start,
+        drive.error, version, views=tuple(drive.kept), notes=notes, stopped_at=drive.stopped_at,
+    )  # fmt: skip

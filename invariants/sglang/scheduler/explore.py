@@ -1,32 +1,31 @@
 """Seed-driven exploration on SGLang's real scheduler (`kvspec explore --target
 sglang-scheduler`): each seed draws a configuration the real scheduler runs (page size, chunk
 size, pool size, retract interval, overlap, mixed chunk, streaming sessions, EOS) and an op mix
-(session turns and closes, aborts in each phase, flushes, clock advances); the trace is the
-engine explorer's own generator's (invariants/explore/generate.py), so any failing seed
-shrinks with the same delta debugging and replays with `kvspec replay`.
+(session turns and closes, aborts in each phase, flushes, clock advances); the loop, the
+failure keys and the shrinking are the real-engine explorer's (invariants/explore/real.py).
 
 Keeps: a seed's result depends on the seed, the step budget and the release only; each
 worker process keeps one driver (SGLang imported once) and every trace runs in a fresh child
-of it. A failure's key is the kvspec invariants the first failing view broke (joined by
-``+``), else SGLang's own checker (``sglang:`` and the message's first words), else a crash
-(``error:``) or a drain that did not reach idle (``liveness``); shrinking keeps the key.
+of it.
 """
 
 from __future__ import annotations
 
-import functools
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from engine.errors import ConfigError
 from engine.mem import paging
 from invariants.checking.loader import shipped_catalog
-from invariants.explore.ddmin import shrink_counted
-from invariants.explore.generate import generate_trace
-from invariants.explore.parallel import map_in_order
+from invariants.explore.real import (
+    SHRINK_BUDGET,
+    ExploreReport,
+    RealTarget,
+    SeedRun,
+    explore_real,
+    failure_key,
+)
+from invariants.explore.real import run_seed as run_real_seed
 from invariants.explore.swarm import FEATURES, NEW_MAX, Swarm, sample_prompts, sample_weights
 from invariants.scenarios.ops import Trace
 from invariants.scenarios.spec import EngineSpec
@@ -35,7 +34,6 @@ from invariants.sglang.scheduler.target import DEFAULT_VERSION, SchedulerDriver
 
 DEFAULT_SEEDS = 40
 DEFAULT_STEPS = 200
-SHRINK_BUDGET = 120  # real-scheduler runs per shrink (each ~1.5 s: a Scheduler is built)
 FAILURE_DIR = Path("explore-failures")
 _DRIVERS: dict[tuple[str | None, str | None], SchedulerDriver] = {}  # per worker process
 
@@ -90,32 +88,6 @@ def swarm_label(swarm: Swarm) -> str:
     )
 
 
-def scheduler_trace(seed: int, steps: int) -> Trace:
-    swarm = scheduler_swarm(seed)
-    trace = generate_trace(seed, steps, swarm)
-    return trace.model_copy(update={"name": f"sglang-scheduler-seed-{seed}"})
-
-
-def failure_key(outcome: SchedulerOutcome) -> str | None:
-    """What failed first (see the module docstring); None: nothing."""
-    if outcome.violations:  # every invariant the first failing view broke, in catalog order
-        first = outcome.violations[0]
-        same = [
-            v.invariant
-            for v in outcome.violations
-            if (v.step, v.event) == (first.step, first.event)
-        ]
-        return "+".join(dict.fromkeys(same))
-    if outcome.sglang:
-        words = [w for w in outcome.sglang[0].message.split() if not any(map(str.isdigit, w))]
-        return "sglang:" + " ".join(words[:4])  # no counts: a shrunk trace leaks less
-    if outcome.error is not None:
-        if "not idle after" in outcome.error or "still running after" in outcome.error:
-            return "liveness"
-        return "error:" + outcome.error.split(":", 2)[-1].strip()[:60]
-    return None
-
-
 def driver_for(version: str | None, python: str | None) -> SchedulerDriver:
     """This process's driver for a release (started once, reused by every trace)."""
     key = (version, python)
@@ -130,65 +102,16 @@ def check_on(trace: Trace, version: str | None, python: str | None) -> Scheduler
     return run_trace_on_scheduler(trace, shipped_catalog(), driver=driver)
 
 
-@dataclass(frozen=True, slots=True)
-class SeedRun:
-    """One seed on the real scheduler: its configuration, what failed (None: nothing)."""
-
-    seed: int
-    label: str
-    key: str | None
-    detail: str
-    iterations: int
-    seconds: float
-
-
-def run_seed(seed: int, steps: int, version: str | None, python: str | None) -> SeedRun:
-    """Generate and check the trace of ``seed`` (module-level: worker processes call it)."""
-    start = time.perf_counter()
-    label = swarm_label(scheduler_swarm(seed))
-    try:
-        outcome = check_on(scheduler_trace(seed, steps), version, python)
-    except ConfigError as exc:
-        return SeedRun(seed, label, "config", str(exc), 0, 0.0)
-    key = failure_key(outcome)
-    return SeedRun(
-        seed, label, key, _detail(outcome), outcome.stats.iterations, time.perf_counter() - start
+def scheduler_target(version: str | None = None, python: str | None = None) -> RealTarget:
+    """SGLang's real scheduler on one release, as the real-engine explorer drives it."""
+    return RealTarget(
+        "sglang-scheduler", "SGLang", scheduler_swarm, swarm_label, check_on, version, python
     )
 
 
-def _detail(outcome: SchedulerOutcome) -> str:
-    if outcome.violations:
-        return str(outcome.violations[0])
-    if outcome.sglang:
-        first = outcome.sglang[0]
-        return f"iteration {first.iteration}: SGLang's checker: {first.message[:300]}"
-    return outcome.error or ""
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerFinding:
-    """A failing seed, shrunk: ``path`` replays it on the release."""
-
-    seed: int
-    key: str
-    detail: str
-    path: Path
-    original_ops: int
-    shrunk_ops: int
-    shrink_runs: int
-
-
-@dataclass(slots=True)
-class SchedulerExploreReport:
-    version: str
-    results: list[SeedRun] = field(default_factory=list)
-    findings: list[SchedulerFinding] = field(default_factory=list)
-    seconds: float = 0.0
-    first_failure_s: float | None = None  # from the start to the first failing seed's result
-
-    @property
-    def failed(self) -> list[SeedRun]:
-        return [r for r in self.results if r.key is not None and r.key != "config"]
+def run_seed(seed: int, steps: int, version: str | None, python: str | None) -> SeedRun:
+    """Generate and check the trace of ``seed`` on the release (module-level: workers)."""
+    return run_real_seed(seed, steps, scheduler_target(version, python))
 
 
 def explore_scheduler(
@@ -203,50 +126,22 @@ def explore_scheduler(
     max_shrunk: int = 3,
     shrink_budget: int = SHRINK_BUDGET,
     python: str | None = None,
-) -> SchedulerExploreReport:
+) -> ExploreReport:
     """Seeds ``seed_start …`` on one release, then each distinct failure key's first seed
     shrunk into ``out_dir`` (at most ``max_shrunk``)."""
-    start = time.perf_counter()
     named = version or (DEFAULT_VERSION if python is None else driver_for(version, python).version)
-    report = SchedulerExploreReport(named)
-    run = functools.partial(run_seed, steps=steps, version=version, python=python)
-    for result in map_in_order(run, range(seed_start, seed_start + seeds), workers):
-        report.results.append(result)
-        if result in report.failed and report.first_failure_s is None:
-            report.first_failure_s = time.perf_counter() - start
-            if fail_fast:
-                break
-    keys: set[str] = set()
-    for result in report.failed:
-        if result.key not in keys and len(keys) < max_shrunk:
-            keys.add(result.key)
-            finding = shrink_seed(result, steps, version, python, out_dir, shrink_budget)
-            report.findings.append(finding)
-    report.seconds = time.perf_counter() - start
-    return report
-
-
-def shrink_seed(
-    result: SeedRun,
-    steps: int,
-    version: str | None,
-    python: str | None,
-    out_dir: Path,
-    budget: int = SHRINK_BUDGET,
-) -> SchedulerFinding:
-    """The failing trace of ``result``'s seed, shrunk (same key), as ``seed-<n>.json``."""
-    trace = scheduler_trace(result.seed, steps)
-    outcome = check_on(trace, version, python)
-    if outcome.stopped_at is not None and outcome.stopped_at < len(trace.ops):
-        trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])  # later ops never ran
-
-    def fails(candidate: Trace) -> bool:
-        return failure_key(check_on(candidate, version, python)) == result.key
-
-    small, runs = shrink_counted(trace, fails, budget=budget)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"sglang-scheduler-seed-{result.seed}.json"
-    small.model_copy(update={"name": f"sglang-scheduler-seed-{result.seed}-shrunk"}).save(path)
-    return SchedulerFinding(
-        result.seed, str(result.key), result.detail, path, len(trace.ops), len(small.ops), runs
+    return explore_real(
+        scheduler_target(version, python),
+        named,
+        seeds,
+        steps,
+        seed_start=seed_start,
+        workers=workers,
+        fail_fast=fail_fast,
+        out_dir=out_dir,
+        max_shrunk=max_shrunk,
+        shrink_budget=shrink_budget,
     )
+
+
+__all__ = ["SeedRun", "explore_scheduler", "failure_key", "run_seed", "scheduler_swarm"]

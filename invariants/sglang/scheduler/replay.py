@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from invariants.checking.loader import shipped_catalog
-from invariants.explore.replay import view_diff
+from invariants.explore.real import failure_key
+from invariants.explore.replay import first_violation_diff
 from invariants.scenarios.ops import Trace
-from invariants.sglang.scheduler.explore import failure_key
 from invariants.sglang.scheduler.run import SchedulerOutcome, run_trace_on_scheduler
 
 
@@ -40,22 +40,7 @@ class SchedulerReplay:
         lines += [f"  disagreement: {d}" for d in out.disagreements[:3]]
         if out.error:
             lines.append(f"  error: {out.error}")
-        return lines + self.diff()
-
-    def diff(self) -> list[str]:
-        """The views around the first violation: the last step before it → where it fired."""
-        views, out = self.outcome.views, self.outcome
-        if not out.violations or not views:
-            return []
-        at = views[-1]
-        before = next((v for v in reversed(views[:-1]) if v.event == "step"), None)
-        if before is None:
-            return []
-        return [
-            "",
-            f"state diff (step {before.step} view -> {at.event} view at step {at.step}):",
-            *view_diff(before, at),
-        ]
+        return lines + first_violation_diff(out.views, bool(out.violations))
 
 
 def replay_on_scheduler(

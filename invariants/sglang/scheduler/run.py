@@ -102,6 +102,15 @@ class SchedulerOutcome:
         return not (self.violations or self.sglang or self.error or self.unsupported)
 
     @property
+    def iterations(self) -> int:
+        return self.stats.iterations
+
+    @property
+    def engine_findings(self) -> tuple[SGLangFinding, ...]:
+        """SGLang's own checkers' findings (the real-engine explorer's protocol)."""
+        return self.sglang
+
+    @property
     def disagreements(self) -> tuple[Disagreement, ...]:
         """Iterations where exactly one side fired (the first message of each side)."""
         ours: dict[int, str] = {}

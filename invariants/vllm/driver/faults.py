@@ -1,7 +1,9 @@
 """Planted faults in vLLM's block pool (what `make test-vllm` proves the catalog catches): from
 step ``step`` on, once — ``skip_free`` a freed block never returns to the free queue (a leak),
 ``double_free`` a freed block is appended twice, ``unpinned_hit`` a prefix-cache hit is not
-touched (its ref_cnt stays 0: it sits in the free queue while a request holds it)."""
+touched (its ref_cnt stays 0: it sits in the free queue while a request holds it),
+``early_window_free`` a sliding-window group frees one block more than its window allows (the
+block the next forward still reads becomes the null block)."""
 
 from __future__ import annotations
 
@@ -21,9 +23,32 @@ def install(spec: dict | None, sched) -> Fault | None:
     if not spec:
         return None
     fault = Fault(spec["kind"], spec["step"], pool)
+    if fault.kind == "early_window_free":
+        _early_window_free(sched.kv_cache_manager.coordinator, fault)
+        return fault
     patch = {"skip_free": _skip_free, "double_free": _double_free, "unpinned_hit": _unpinned}
     patch[fault.kind](pool, fault)
     return fault
+
+
+def _early_window_free(coordinator, fault: Fault) -> None:
+    for manager in coordinator.single_type_managers:
+        if getattr(manager, "sliding_window", None):
+            _skip_one_block_more(manager, fault)
+
+
+def _skip_one_block_more(manager, fault: Fault) -> None:
+    real, size = manager.get_num_skipped_tokens, manager.block_size
+
+    def get_num_skipped_tokens(num_computed_tokens: int) -> int:
+        skipped = real(num_computed_tokens)
+        if fault.armed and skipped > 0:
+            fault.armed = False
+            fault.fired.append(skipped // size)  # the index of the block freed too early
+            return skipped + size
+        return skipped
+
+    manager.get_num_skipped_tokens = get_num_skipped_tokens
 
 
 def _skip_free(pool, fault: Fault) -> None:

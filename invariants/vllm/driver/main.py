@@ -10,6 +10,7 @@ samples nothing, as the GPU runner discards it). Protocol, one line each way per
        {"op": "submit", "rid", "input_ids", "max_new_tokens", "output_ids", "ignore_eos"}
        {"op": "abort", "rid"} | {"op": "abort", "rid": null, "phase", "pick"}
        {"op": "step"}  {"op": "idle"}  {"op": "unfinished", "rids"}  {"op": "stats"}
+       {"op": "flush_cache"} (vLLM's reset_prefix_cache: only when no request holds a block)
   out: {"views": [...], "result": ...} or {"error": "..."}; the first line is a banner
        {"ready": true, "vllm": VERSION}.
 A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
@@ -139,6 +140,12 @@ class Driver:
         if self.sched.has_unfinished_requests():
             return []
         return self._view("idle") or [{"event": "idle"}]  # unviewed: still says idle
+
+    def flush_cache(self, op: dict) -> list[dict]:
+        """``Scheduler.reset_prefix_cache()``: refused (False) while a request holds blocks,
+        as SGLang's flush_cache is; on success every hash is dropped and every block free."""
+        self.result = bool(self.sched.reset_prefix_cache())
+        return self._view("step")
 
     def unfinished(self, op: dict) -> list[dict]:
         self.result = [r for r in op["rids"] if r in self.sched.requests]

@@ -1,6 +1,9 @@
 """vLLM 0.33.0's Scheduler built as its own tests build it (tests/v1/core/utils.py
 ``create_scheduler`` / ``create_requests``), from a local one-layer config.json (no model hub)
-and a fake KV cache config of ``num_blocks`` blocks of one full-attention group."""
+and a fake KV cache config of ``num_blocks`` blocks: one full-attention group, or (a
+``sliding_window``) a full group and a sliding-window group over the same block pool, which
+makes vLLM's HybridKVCacheCoordinator (tests/v1/core/test_prefix_caching.py's hybrid
+configs)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,12 @@ from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
@@ -43,14 +51,21 @@ def build_scheduler(op: dict, model_dir: str) -> Scheduler:
     cache = CacheConfig(block_size=block_size, cache_dtype="auto",
                         enable_prefix_caching=op["prefix_caching"])  # fmt: skip
     config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
-                             dtype=torch.float32)  # fmt: skip
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                       kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])  # fmt: skip
+                       kv_cache_groups=kv_groups(block_size, op.get("sliding_window")))  # fmt: skip
     cache.num_gpu_blocks = num_blocks
     return Scheduler(vllm_config=config, kv_cache_config=kv,
                      structured_output_manager=StructuredOutputManager(config),
                      block_size=block_size, log_stats=True)  # fmt: skip
+
+
+def kv_groups(block_size: int, window: int | None) -> list[KVCacheGroupSpec]:
+    """One full-attention layer, plus one sliding-window layer when ``window`` is set."""
+    shape = dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    groups = [KVCacheGroupSpec(["full"], FullAttentionSpec(**shape))]
+    if window:
+        groups.append(KVCacheGroupSpec(["swa"], SlidingWindowSpec(**shape, sliding_window=window)))
+    return groups
 
 
 def make_request(rid: str, prompt: list[int], max_tokens: int, ignore_eos: bool,

@@ -43,6 +43,22 @@ def tables(sched) -> dict[str, list[int]]:
     return out
 
 
+def block_tables(sched, block_size: int) -> list[dict]:
+    """Each request's table per KV-cache group: its window, computed tokens, null entries."""
+    out = []
+    for manager in sched.kv_cache_manager.coordinator.single_type_managers:
+        window = getattr(manager, "sliding_window", None) or 0
+        for rid, blocks in manager.req_to_blocks.items():
+            request = sched.requests.get(rid)
+            out.append({
+                "rid": rid, "group": f"{manager.kv_cache_group_id}:{type(manager).__name__}",
+                "window": window, "block_size": block_size, "num_blocks": len(blocks),
+                "computed": request.num_computed_tokens if request is not None else -1,
+                "null_blocks": [i for i, b in enumerate(blocks) if b.is_null],
+            })  # fmt: skip
+    return out
+
+
 def state(sched, event: str, step: int, block_size: int) -> dict:
     pool = sched.kv_cache_manager.coordinator.block_pool
     walk, held, mapped = free_walk(pool), tables(sched), _mapped(pool)
@@ -57,7 +73,8 @@ def state(sched, event: str, step: int, block_size: int) -> dict:
         for b in pool.blocks
     ]  # fmt: skip
     return {"event": event, "step": step, "page_size": block_size,
-            "pools": [_pool(pool, walk, held, block_size)], "blocks": blocks}  # fmt: skip
+            "pools": [_pool(pool, walk, held, block_size)], "blocks": blocks,
+            "block_tables": block_tables(sched, block_size)}  # fmt: skip
 
 
 def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int) -> dict:

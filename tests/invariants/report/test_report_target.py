@@ -211,3 +211,42 @@ def test_both_sglang_commands_share_one_exit_rule(capsys: pytest.CaptureFixture[
     )
     assert "expected finished >= 2 (got 1)" in capsys.readouterr().out
     assert print_outcome("a", SGLangOutcome(None, SGLangStats(steps=3), (), (), 5, 0.1)) == 0
+
+
+def test_all_targets_give_one_overview_then_each_targets_section(monkeypatch, tmp_path: Path):
+    """run_report(target="all") runs each spec as written on kvspec and on the three real-
+    engine targets (stubbed here), prints one overview row per spec with a column per target
+    (an unsupported spec says why), then each target's own table; a violation on any target
+    fails the report, named with its target; report.json holds one part per target."""
+
+    def rows(target: str, **chunked: object) -> list[TargetRow]:
+        return [
+            row("chunked-prefill-paged", target=target, **chunked),
+            row("swa-hybrid", target=target, unsupported="SWA pools (swa_tokens)")
+            if target == "vllm"
+            else row("swa-hybrid", target=target),
+        ]
+
+    failing = {"num_violations": 1, "violations": (VIOLATION,)}
+    monkeypatch.setattr(report_module, "run_sglang_rows", lambda *a, **k: rows("sglang"))
+    monkeypatch.setattr(report_module, "_scheduler_rows", lambda *a: rows("sglang-scheduler"))
+    monkeypatch.setattr(
+        "invariants.report.targets.run_vllm_rows", lambda *a: rows("vllm", **failing)
+    )
+    console = Console(record=True, width=250)
+    assert run_report(console=console, out=tmp_path, target="all", specs=SMALL) == 1
+    text = console.export_text()
+    assert "kvspec and every real-engine target" in text
+    header = next(
+        line for line in text.splitlines() if "sglang-scheduler" in line and "spec" in line
+    )
+    assert header.index("kvspec") < header.index("sglang") < header.index("vllm")
+    assert "unsupported: SWA pools (swa_tokens)" in text
+    assert "chunked-prefill-paged on vllm" in text  # the failure, with its target
+    assert "1 real-engine rows failed" in text
+    parts = json.loads((tmp_path / "report.json").read_text())["sglang"]["targets"]
+    assert list(parts) == ["sglang", "sglang-scheduler", "vllm"]
+    assert parts["vllm"]["summary"]["failed"] == 1 and parts["sglang"]["summary"]["ok"]
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| spec | kvspec | sglang | sglang-scheduler | vllm |" in markdown
+    assert "❌ " in markdown and "➖ unsupported: SWA pools" in markdown

@@ -1,7 +1,9 @@
 """vLLM v1's real Scheduler and KVCacheManager (0.33.0, CPU, only the model runner faked) under
 kvspec's catalog: the engine-neutral specs run clean as written, with prefix hits and
-evictions; a planted fault in the block pool — a skipped free, a double free, a prefix hit
-left unpinned — is caught, the census or vLLM's own rules naming the block."""
+evictions, the hybrid SWA spec as a full and a sliding-window KV-cache group; a planted fault
+in the block pool — a skipped free, a double free, a prefix hit left unpinned, a window block
+freed early — is caught, the census or vLLM's own rules naming the block; the explorer runs
+seeds and a failing trace replays."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.vllm
 CATALOG = load_catalog()
 
 
-@pytest.mark.parametrize("name", ["radix-eviction", "chunked-prefill-paged"])
+@pytest.mark.parametrize("name", ["radix-eviction", "chunked-prefill-paged", "swa-hybrid"])
 def test_engine_neutral_specs_run_clean(name: str) -> None:
     """Every request finishes, the prefix cache hits and evicts, no invariant fires."""
     spec = load_spec(ROOT / "specs" / f"{name}.yaml")
@@ -37,12 +39,13 @@ def test_engine_neutral_specs_run_clean(name: str) -> None:
             "chunked-prefill-paged",
             {"census.no_dangling", "vllm.ref_cnt_is_holders"},
         ),
+        ("early_window_free", "swa-hybrid", {"vllm.window_blocks_held"}),
     ],
 )
 def test_a_planted_fault_is_caught_naming_the_block(kind: str, spec: str, caught: set[str]) -> None:
     """The fault fires on one block; the first violations name it (the census by id, or
     vLLM's ref_cnt/free-queue rules)."""
-    step = 1 if kind == "unpinned_hit" else 5
+    step = {"unpinned_hit": 1, "early_window_free": 20}.get(kind, 5)
     out = run_spec_on_vllm(load_spec(ROOT / "specs" / f"{spec}.yaml"), CATALOG,
                            fault={"kind": kind, "step": step})  # fmt: skip
     fired = next(n for n in out.notes if n.startswith("fault fired"))
@@ -54,9 +57,25 @@ def test_a_planted_fault_is_caught_naming_the_block(kind: str, spec: str, caught
 
 
 def test_specs_vllm_cannot_express_are_said_unsupported() -> None:
-    """Sessions, SWA pools, EAGLE, forced retracts: the reason, no run, no pass."""
-    out = run_spec_on_vllm(load_spec(ROOT / "specs" / "swa-hybrid.yaml"), CATALOG)
-    assert not out.ok and out.unsupported and "SWA pools" in (out.error or "")
+    """Sessions, EAGLE, forced retracts: the reason, no run, no pass."""
+    out = run_spec_on_vllm(load_spec(ROOT / "specs" / "streaming-sessions.yaml"), CATALOG)
+    assert not out.ok and out.unsupported and "sessions" in (out.error or "")
+
+
+def test_the_explorer_runs_seeds_and_a_failing_trace_replays(tmp_path) -> None:
+    """`kvspec explore --target vllm`: seeds of drawn configurations (SWA groups among them)
+    run clean on 0.33.0, and a seed's trace replays to the same verdict."""
+    from invariants.explore.real import explore_real
+    from invariants.vllm.explore import vllm_swarm, vllm_target
+    from invariants.vllm.replay import replay_on_vllm
+
+    target = vllm_target()
+    report = explore_real(target, "0.33.0", 6, 120, out_dir=tmp_path)
+    assert len(report.results) == 6 and not report.failed, report.failed[:2]
+    assert any(vllm_swarm(s.seed).engine.swa_tokens for s in report.results)
+    assert all(r.iterations > 0 for r in report.results)
+    replayed = replay_on_vllm(target.trace(2, 120))
+    assert replayed.failure is None and "no finding" in replayed.describe()[0]
 
 
 def test_the_report_shows_kvspec_and_vllm_side_by_side(tmp_path) -> None:
@@ -77,4 +96,4 @@ def test_the_report_shows_kvspec_and_vllm_side_by_side(tmp_path) -> None:
     ran = {name for name, row in rows.items() if not row["unsupported"]}
     assert {"radix-eviction", "aborts-and-preemption", "chunked-prefill-paged"} <= ran
     assert all(rows[n]["num_violations"] == 0 and rows[n]["error"] is None for n in ran)
-    assert "SWA pools" in rows["swa-hybrid"]["unsupported"]
+    assert "swa-hybrid" in ran and "sessions" in rows["streaming-sessions"]["unsupported"]
