@@ -312,7 +312,8 @@ class BlockView(NamedTuple):
 
 class BlockTableView(NamedTuple):
     """One request's block table in one KV-cache group of a block-pool engine (the vllm
-    target): the group's sliding window (0: full attention), the tokens computed, the block
+    target): the group's sliding window (0: full attention), the tokens computed (those of a
+    step scheduled but not yet processed included: ``in_flight``, async scheduling), the block
     size, how many blocks the table lists and which of them are the null block (a sliding
     window drops blocks that lie wholly before it)."""
 
@@ -320,6 +321,7 @@ class BlockTableView(NamedTuple):
     group: str = ""
     window: int = 0
     computed: int = 0
+    in_flight: int = 0
     block_size: int = 1
     num_blocks: int = 0
     null_blocks: tuple[int, ...] = ()

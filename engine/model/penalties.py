@@ -6,9 +6,10 @@ every token already output. Greedy: the token is the argmax of the penalized sco
 Keeps: a penalty is a function of the request's parameters and the tokens it output before
 the position sampled (read from the context, never from batch state), so chunking, retract,
 overlap or speculation cannot change a token — the token oracle's reference applies the same
-function. (SGLang keeps the counts in the batch's penalizer state instead: it restarts at zero
-when a retracted request is readmitted, and a verify applies the round's first penalty to
-every draft position; kvspec's zoo plants both as mutants.)
+function. (SGLang keeps the counts in the batch's penalizer state instead: 0.5.23 builds it at
+zero for every new prefill batch, so a retracted request readmitted counts its output from
+there, and a verify applies the round's first penalties to every draft position
+(``orchestrator.apply(repeat=...)``); the zoo plants the second as a mutant.)
 """
 
 from __future__ import annotations

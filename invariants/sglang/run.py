@@ -12,7 +12,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from invariants.checking.checker import Checker, Level, Violation
 from invariants.checking.loader import Catalog
@@ -23,6 +23,9 @@ from invariants.scenarios.spec import Spec
 from invariants.sglang.target import DriverError, LineDriver, SGLangDriver
 from invariants.sglang.trace_driver import TraceDriver, driver_config, unsupported
 from invariants.sglang.views import to_state_view
+
+if TYPE_CHECKING:
+    from engine.view import StateView
 
 MAX_STEPS = 200_000
 # spec counter names (kvspec's SchedulerStats) -> the driver's counts
@@ -208,17 +211,18 @@ def drive_trace(
     checker: Checker | None,
     keep_views: bool = False,
     stop_at_first: bool = False,
+    decode: Callable[[dict[str, Any]], StateView] = to_state_view,
 ) -> Drive:
-    """The config op, every op of ``trace``, the drain to idle, each view through
-    ``checker`` (None: unchecked; ``stop_at_first``: no op after the first violating view).
-    Both real-engine targets run their traces through this."""
+    """The config op, every op of ``trace``, the drain to idle, each view (``decode`` makes
+    it a StateView) through ``checker`` (None: unchecked; ``stop_at_first``: no op after the
+    first violating view). Both real-engine targets run their traces through this."""
     kept: list[Any] = []
     run = TraceDriver(driver, trace.seed)  # type: ignore[arg-type]
 
     def check(raw_views: list[dict[str, Any]]) -> bool:
         """Whether to stop: a violation under ``stop_at_first``."""
         for raw in raw_views if checker is not None else ():
-            view = to_state_view(raw)
+            view = decode(raw)
             checker.check(view.event, view)
             if keep_views:
                 kept.append(view)

@@ -16,6 +16,7 @@ from invariants.checking.loader import load_catalog
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import load_spec
 from invariants.sglang.run import drive_trace
+from invariants.vllm.blocks import BlockMirror
 from invariants.vllm.run import driver_config, unsupported
 from invariants.vllm.target import VLLMDriver
 
@@ -25,7 +26,7 @@ def _one(driver: VLLMDriver, trace: Any, checked: bool) -> tuple[float, int, int
     checker = Checker(load_catalog(), level=Level.RECORD) if checked else None
     config = {**driver_config(trace.engine), "views": checked}  # unchecked: no view is built
     start = time.perf_counter()
-    counts, _, error, _ = drive_trace(driver, trace, config, checker)
+    counts, _, error, _ = drive_trace(driver, trace, config, checker, decode=BlockMirror().view)
     seconds = time.perf_counter() - start
     if error is not None:
         raise RuntimeError(f"vllm bench: {error}")

@@ -40,19 +40,24 @@ _DRIVERS: dict[str | None, VLLMDriver] = {}  # per worker process
 def vllm_engine(rng: np.random.Generator) -> EngineSpec:
     """A configuration the vllm target runs: a small pool under pressure (preemption), any
     block size, a token budget that chunks long prompts, prefix caching on; a third of the
-    seeds add a sliding-window KV-cache group beside the full one."""
+    seeds add a sliding-window KV-cache group beside the full one; half schedule
+    asynchronously (kvspec's overlap), and a third of the others verify n-gram drafts."""
     ps = int(rng.choice([1, 4, 16, 16]))
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
-    swa = rng.random() < 1 / 3
+    swa, overlap = rng.random() < 1 / 3, bool(rng.random() < 0.5)
+    drafts = int(rng.integers(1, 5)) if not overlap and rng.random() < 1 / 3 else 0
+    speculative = {"version": 1, "num_steps": drafts, "num_draft_tokens": drafts + 1,
+                   "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2)}  # fmt: skip
     return EngineSpec(
         swa_tokens=tokens if swa else None,
         sliding_window=int(rng.choice([8, 16, 32, 64])) if swa else None,
+        speculative=speculative if drafts else None,
         page_size=ps,
         max_total_tokens=tokens,
         max_num_reqs=int(rng.integers(2, 12)),
         context_len=min(tokens - NEW_MAX - 2 * ps - 16, 512),
         chunked_prefill_size=max(int(rng.choice([16, 32, 64, 128, 256])), ps),
-        enable_overlap=False,
+        enable_overlap=overlap,
     )
 
 
@@ -69,9 +74,11 @@ def vllm_label(swarm: Swarm) -> str:
     e = swarm.engine
     ops = [k for k, w in swarm.weights.items() if w > 0 and k not in ("submit", "step")]
     window = f" window{e.sliding_window}" if e.swa_tokens else ""
+    drafts = f" drafts{e.speculative['num_steps']}" if e.speculative else ""
+    mode = "async" if e.enable_overlap else "sync"
     return (
         f"block{e.page_size} pool{e.max_total_tokens}{window} budget{e.chunked_prefill_size} "
-        f"seqs{e.max_num_reqs} ops[{','.join(ops)}]"
+        f"seqs{e.max_num_reqs} {mode}{drafts} ops[{','.join(ops)}]"
     )
 
 

@@ -22,6 +22,7 @@ from invariants.scenarios.runner import spec_catalog
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import EngineSpec, Spec
 from invariants.sglang.run import GOALS, SGLangOutcome, SGLangStats, drive_trace
+from invariants.vllm.blocks import BlockMirror
 from invariants.vllm.target import VLLMDriver
 
 UNSUPPORTED_OPS = {
@@ -37,7 +38,9 @@ def unsupported(trace: Trace) -> list[str]:
             isinstance(op, OpenSession | CloseSession) or getattr(op, "session", None)
             for op in trace.ops
         ),
-        "speculative": e.speculative is not None,
+        "speculative with overlap (vLLM's async spec decoding is not driven)": (
+            e.speculative is not None and e.enable_overlap
+        ),
         "model: tiny": e.model != "sim",
         "cache: chunk": e.cache != "radix",
         "test_retract": e.test_retract,
@@ -58,6 +61,12 @@ def driver_config(engine: EngineSpec, fault: dict[str, Any] | None = None) -> di
         "block_size": engine.page_size,
         "num_blocks": tokens // engine.page_size + 1,
         "sliding_window": engine.sliding_window if engine.swa_tokens else None,
+        "async_scheduling": engine.enable_overlap,  # kvspec's overlap = vLLM's async scheduling
+        # EAGLE's top-1 chain as n-gram drafts: num_steps draft tokens per verify
+        "num_speculative_tokens": (engine.speculative or {}).get("num_steps", 3)
+        if engine.speculative is not None
+        else 0,
+        "accept_prob": (engine.speculative or {}).get("accept_prob", 0.7),
         "max_num_seqs": engine.max_running_requests or engine.max_num_reqs,
         "max_num_batched_tokens": engine.chunked_prefill_size or 8192,
         "max_model_len": engine.context_len,
@@ -102,12 +111,16 @@ def run_trace_on_vllm(
     config = driver_config(trace.engine, fault)
     with contextlib.ExitStack() as stack:
         live = driver if driver is not None else stack.enter_context(VLLMDriver(python))
-        drive = drive_trace(live, trace, config, checker, keep_views, level >= Level.STRICT)
-        fired, version = live.result["fault_fired"], live.version
+        strict = level >= Level.STRICT
+        drive = drive_trace(live, trace, config, checker, keep_views, strict, BlockMirror().view)
+        driven, version = live.result, live.version
     counts = drive.counts
     stats = SGLangStats(**{k: v for k, v in counts.items() if k in SGLangStats.__slots__})
     checks = sum(s.evaluations for s in checker.stats().values())
-    notes = (f"preemptions: {counts['preempted']}",)
+    notes = (f"scheduler: {driven['scheduler']}", f"preemptions: {counts['preempted']}")
+    fired = driven["fault_fired"]
+    if driven.get("drafts"):
+        notes += ("drafts accepted: {} of {} verified".format(*driven["drafts"]),)
     notes += (f"fault fired on blocks {fired}",) if fault else ()
     return SGLangOutcome(
         None, stats, tuple(checker.violations), (), checks, time.perf_counter() - start,

@@ -2,8 +2,12 @@
 step ``step`` on, once — ``skip_free`` a freed block never returns to the free queue (a leak),
 ``double_free`` a freed block is appended twice, ``unpinned_hit`` a prefix-cache hit is not
 touched (its ref_cnt stays 0: it sits in the free queue while a request holds it),
-``early_window_free`` a sliding-window group frees one block more than its window allows (the
-block the next forward still reads becomes the null block)."""
+``early_window_free`` a sliding-window group frees two blocks more than its window allows (the
+forward in flight or the next still reads them; one block could stay clear of every read:
+vLLM frees on the processed-token basis, a step behind under async scheduling); and, from
+``step`` on at every allocation, ``spec_unreserved`` reserves no slots for a request's draft
+tokens (the verify then computes tokens its table has no block for; ``fired`` names the
+requests)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,10 @@ from vllm.v1.core.block_pool import BlockPool
 class Fault:
     def __init__(self, kind: str, step: int, pool: BlockPool) -> None:
         self.kind, self.step, self.pool, self.armed, self.fired = kind, step, pool, False, []
+        self.now = 0
 
     def at_step(self, step: int) -> None:
+        self.now = step
         self.armed = step >= self.step and not self.fired
 
 
@@ -26,26 +32,43 @@ def install(spec: dict | None, sched) -> Fault | None:
     if fault.kind == "early_window_free":
         _early_window_free(sched.kv_cache_manager.coordinator, fault)
         return fault
+    if fault.kind == "spec_unreserved":
+        _spec_unreserved(sched.kv_cache_manager, fault)
+        return fault
     patch = {"skip_free": _skip_free, "double_free": _double_free, "unpinned_hit": _unpinned}
     patch[fault.kind](pool, fault)
     return fault
 
 
+def _spec_unreserved(manager, fault: Fault) -> None:
+    real = manager.allocate_slots
+
+    def allocate_slots(request, num_new_tokens, *args, **kwargs):
+        drafts = len(request.spec_token_ids or ())
+        if fault.step <= fault.now and 0 < drafts < num_new_tokens:
+            if request.request_id not in fault.fired:
+                fault.fired.append(request.request_id)
+            num_new_tokens -= drafts  # fix: the drafts' slots too
+        return real(request, num_new_tokens, *args, **kwargs)
+
+    manager.allocate_slots = allocate_slots
+
+
 def _early_window_free(coordinator, fault: Fault) -> None:
     for manager in coordinator.single_type_managers:
         if getattr(manager, "sliding_window", None):
-            _skip_one_block_more(manager, fault)
+            _skip_two_blocks_more(manager, fault)
 
 
-def _skip_one_block_more(manager, fault: Fault) -> None:
+def _skip_two_blocks_more(manager, fault: Fault) -> None:
     real, size = manager.get_num_skipped_tokens, manager.block_size
 
     def get_num_skipped_tokens(num_computed_tokens: int) -> int:
         skipped = real(num_computed_tokens)
         if fault.armed and skipped > 0:
             fault.armed = False
-            fault.fired.append(skipped // size)  # the index of the block freed too early
-            return skipped + size
+            fault.fired.append(skipped // size + 1)  # the second block freed too early
+            return skipped + 2 * size
         return skipped
 
     manager.get_num_skipped_tokens = get_num_skipped_tokens

@@ -3,10 +3,17 @@ JSON lines (ops in, views out). Run by the vllm venv's python; imports nothing o
 
 Only the model runner is faked: each scheduled request that reaches the end of its known
 tokens samples its next token from the op's seeded ``output_ids`` (a partial prefill chunk
-samples nothing, as the GPU runner discards it). Protocol, one line each way per op:
+samples nothing, as the GPU runner discards it); with ``num_speculative_tokens`` each step
+also proposes drafts and a verify accepts a seeded prefix of them (spec.py). Under
+``async_scheduling`` (the
+AsyncScheduler) a step's output is processed after the next step is scheduled, as vLLM's
+engine core does and its tests drive it: one step is always in flight. Protocol, one line
+each way per op:
 
   in:  {"op": "config", "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
-        "max_model_len", "prefix_caching", "fault": null | {"kind", "step"}, "views"?: false}
+        "max_model_len", "prefix_caching", "sliding_window": null | W, "async_scheduling",
+        "num_speculative_tokens", "accept_prob",
+        "fault": null | {"kind", "step"}, "views"?: false}
        {"op": "submit", "rid", "input_ids", "max_new_tokens", "output_ids", "ignore_eos"}
        {"op": "abort", "rid"} | {"op": "abort", "rid": null, "phase", "pick"}
        {"op": "step"}  {"op": "idle"}  {"op": "unfinished", "rids"}  {"op": "stats"}
@@ -14,7 +21,8 @@ samples nothing, as the GPU runner discards it). Protocol, one line each way per
   out: {"views": [...], "result": ...} or {"error": "..."}; the first line is a banner
        {"ready": true, "vllm": VERSION}.
 A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
-vLLM's free count and ref counts, the census input by block id) and one record per block.
+vLLM's free count and ref counts, the census input by block id), the block records changed
+since the run's previous view, and each request's block table per KV-cache group.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 import faults  # noqa: E402
+import spec  # noqa: E402
 import views  # noqa: E402
 import vllm  # noqa: E402
 from stack import build_scheduler, instrument, make_request  # noqa: E402
@@ -62,6 +71,11 @@ class Driver:
         instrument(self.sched, self.counts, self.block_size)
         self.fault = faults.install(op.get("fault"), self.sched)
         self.viewing = op.get("views", True)  # False: the scheduler alone (its speed, unchecked)
+        self.inflight = None  # async: the scheduled step whose output is not processed yet
+        self.asynchronous = bool(op.get("async_scheduling"))
+        self.seen_blocks: dict[int, list] = {}  # block rows as last sent (views are deltas)
+        k = op.get("num_speculative_tokens") or 0
+        self.spec = spec.Speculation(k, op.get("accept_prob", 0.7)) if k else None
         return self._view("step")
 
     def submit(self, op: dict) -> list[dict]:
@@ -90,7 +104,9 @@ class Driver:
     def _view(self, event: str) -> list[dict]:
         if not self.viewing:
             return []
-        return [views.state(self.sched, event, self.counts["steps"], self.block_size)]
+        step, size = self.counts["steps"], self.block_size
+        in_flight = dict(self.inflight[0].num_scheduled_tokens) if self.inflight else {}
+        return [views.state(self.sched, event, step, size, self.seen_blocks, in_flight)]
 
     def _pick(self, phase: str, pick: int) -> str | None:
         live = [r for r in self.order if r in self.sched.requests]
@@ -110,20 +126,35 @@ class Driver:
             self.fault.at_step(self.counts["steps"])
         out = self.sched.schedule()
         self.counts["preempted"] += len(getattr(out, "preempted_req_ids", ()) or ())
-        self.sched.update_from_output(out, self._sampled(out))
+        done = (out, self._sampled(out))  # what the runner samples is fixed at schedule time
+        if self.asynchronous:
+            done, self.inflight = self.inflight, done if out.total_num_scheduled_tokens else None
+        if done is not None:
+            self.sched.update_from_output(*done)
+        if self.spec is not None:
+            drafts = self.spec.proposals(self.sched, list(out.num_scheduled_tokens), self._token)
+            self.sched.update_draft_token_ids(drafts)
         self._count_finished()
         return self._view("step")
 
+    def _token(self, rid: str, ahead: int = 0) -> int:
+        """The seeded output token ``ahead`` places past what ``rid`` has output."""
+        tokens = self.outputs[rid]
+        return tokens[(self.sched.requests[rid].num_output_tokens + ahead) % len(tokens)]
+
     def _sampled(self, out) -> ModelRunnerOutput:
-        """One token per request whose chunk reaches the end of its known tokens."""
+        """One token per request whose chunk reaches the end of its known tokens; a verify
+        of scheduled drafts samples the accepted ones and the bonus."""
         rids = list(out.num_scheduled_tokens)
         sampled = []
         for rid in rids:
-            req = self.sched.requests[rid]
+            req, drafts = self.sched.requests[rid], out.scheduled_spec_decode_tokens.get(rid)
             if req.is_prefill_chunk:
                 sampled.append([])
+            elif drafts:
+                sampled.append(self.spec.verified(req, list(drafts), self._token(rid)))
             else:
-                sampled.append([self.outputs[rid][req.num_output_tokens % len(self.outputs[rid])]])
+                sampled.append([self._token(rid)])
         return ModelRunnerOutput(
             req_ids=rids,
             req_id_to_index={r: i for i, r in enumerate(rids)},
@@ -137,7 +168,7 @@ class Driver:
             self.counts["finished"] += 1
 
     def idle(self, op: dict) -> list[dict]:
-        if self.sched.has_unfinished_requests():
+        if self.sched.has_unfinished_requests() or self.inflight is not None:
             return []
         return self._view("idle") or [{"event": "idle"}]  # unviewed: still says idle
 
@@ -153,7 +184,11 @@ class Driver:
 
     def stats(self, op: dict) -> list[dict]:
         finished = self.counts["finished"] - self.counts["aborted"]
-        self.result = {"fault_fired": self.fault.fired if self.fault else []}
+        self.result = {
+            "fault_fired": self.fault.fired if self.fault else [],
+            "scheduler": type(self.sched).__name__,
+            "drafts": [self.spec.accepted_drafts, self.spec.verified_drafts] if self.spec else None,
+        }
         return [{"counts": {**self.counts, "finished": max(finished, 0)}}]
 
 

@@ -3,7 +3,7 @@
 and a fake KV cache config of ``num_blocks`` blocks: one full-attention group, or (a
 ``sliding_window``) a full group and a sliding-window group over the same block pool, which
 makes vLLM's HybridKVCacheCoordinator (tests/v1/core/test_prefix_caching.py's hybrid
-configs)."""
+configs). ``async_scheduling`` builds the AsyncScheduler (tests/v1/core/test_async_scheduler.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import json
 import os
 
 import torch
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
@@ -45,16 +46,24 @@ def build_scheduler(op: dict, model_dir: str) -> Scheduler:
     sched = SchedulerConfig(
         max_num_seqs=op["max_num_seqs"], max_num_batched_tokens=op["max_num_batched_tokens"],
         max_model_len=op["max_model_len"], long_prefill_token_threshold=0,
-        enable_chunked_prefill=True, async_scheduling=False,
+        enable_chunked_prefill=True, async_scheduling=bool(op.get("async_scheduling")),
         is_encoder_decoder=model.is_encoder_decoder,
     )  # fmt: skip
     cache = CacheConfig(block_size=block_size, cache_dtype="auto",
                         enable_prefix_caching=op["prefix_caching"])  # fmt: skip
-    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
+    k = op.get("num_speculative_tokens") or 0
+    speculative = SpeculativeConfig(method="ngram", num_speculative_tokens=k, prompt_lookup_max=k,
+                                    prompt_lookup_min=1) if k else None  # fmt: skip
+    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
+                        speculative_config=speculative)  # fmt: skip
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                        kv_cache_groups=kv_groups(block_size, op.get("sliding_window")))  # fmt: skip
     cache.num_gpu_blocks = num_blocks
-    return Scheduler(vllm_config=config, kv_cache_config=kv,
+    # vLLM's CPU platform turns async scheduling off (nothing to overlap on a CPU); its tests
+    # build the AsyncScheduler directly, as here, and the flag is put back to match
+    config.scheduler_config.async_scheduling = bool(op.get("async_scheduling"))
+    kind = AsyncScheduler if op.get("async_scheduling") else Scheduler
+    return kind(vllm_config=config, kv_cache_config=kv,
                      structured_output_manager=StructuredOutputManager(config),
                      block_size=block_size, log_stats=True)  # fmt: skip
 

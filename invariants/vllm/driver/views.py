@@ -4,7 +4,10 @@ Keeps: the pool counters are vLLM's own free count and its ref counts — free +
 ``free_block_queue.num_free_blocks``, protected / request-owned the blocks with ref_cnt > 0
 with / without a hash — so their sum equals the capacity only if vLLM's counter and its ref
 counts agree; the census input is raw block ids (the free queue walked link by link, each
-request's block table), so kvspec computes the census by id on its side."""
+request's block table), so kvspec computes the census by id on its side. Block records go
+incrementally: a view lists only the blocks whose record changed since the run's previous
+view (``block_changes``, each a row in BlockView's field order), kvspec's side keeps the rest
+(invariants/vllm/blocks.py) — every record is still read from vLLM at every view."""
 
 from __future__ import annotations
 
@@ -43,8 +46,9 @@ def tables(sched) -> dict[str, list[int]]:
     return out
 
 
-def block_tables(sched, block_size: int) -> list[dict]:
-    """Each request's table per KV-cache group: its window, computed tokens, null entries."""
+def block_tables(sched, block_size: int, in_flight: dict[str, int]) -> list[dict]:
+    """Each request's table per KV-cache group: its window, computed tokens (``in_flight``
+    of them scheduled in a step not yet processed), null entries."""
     out = []
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
         window = getattr(manager, "sliding_window", None) or 0
@@ -54,27 +58,33 @@ def block_tables(sched, block_size: int) -> list[dict]:
                 "rid": rid, "group": f"{manager.kv_cache_group_id}:{type(manager).__name__}",
                 "window": window, "block_size": block_size, "num_blocks": len(blocks),
                 "computed": request.num_computed_tokens if request is not None else -1,
+                "in_flight": in_flight.get(rid, 0),
                 "null_blocks": [i for i, b in enumerate(blocks) if b.is_null],
             })  # fmt: skip
     return out
 
 
-def state(sched, event: str, step: int, block_size: int) -> dict:
+def state(
+    sched, event: str, step: int, block_size: int, seen: dict[int, list], in_flight: dict
+) -> dict:
+    """The view; ``seen`` (the run's block rows as last sent, by id) is brought up to date;
+    ``in_flight``: the tokens per request of the step scheduled but not processed (async)."""
     pool = sched.kv_cache_manager.coordinator.block_pool
     walk, held, mapped = free_walk(pool), tables(sched), _mapped(pool)
     free, holders = set(walk), {}
     for blocks in held.values():
         for b in blocks:
             holders[b] = holders.get(b, 0) + 1
-    blocks = [
-        {"id": b.block_id, "ref_cnt": b.ref_cnt, "in_free_queue": b.block_id in free,
-         "hash": _hash(b), "mapped_as": mapped.get(b.block_id, []),
-         "holders": holders.get(b.block_id, 0), "is_null": b.is_null}
-        for b in pool.blocks
-    ]  # fmt: skip
+    changes = []
+    for b in pool.blocks:
+        row = [b.block_id, b.ref_cnt, b.block_id in free, _hash(b),
+               mapped.get(b.block_id, []), holders.get(b.block_id, 0), b.is_null]  # fmt: skip
+        if seen.get(b.block_id) != row:
+            seen[b.block_id] = row
+            changes.append(row)
     return {"event": event, "step": step, "page_size": block_size,
-            "pools": [_pool(pool, walk, held, block_size)], "blocks": blocks,
-            "block_tables": block_tables(sched, block_size)}  # fmt: skip
+            "pools": [_pool(pool, walk, held, block_size)], "block_changes": changes,
+            "block_tables": block_tables(sched, block_size, in_flight)}  # fmt: skip
 
 
 def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int) -> dict:

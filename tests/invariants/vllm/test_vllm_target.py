@@ -1,11 +1,13 @@
 """vLLM v1's real Scheduler and KVCacheManager (0.33.0, CPU, only the model runner faked) under
 kvspec's catalog: the engine-neutral specs run clean as written, with prefix hits and
-evictions, the hybrid SWA spec as a full and a sliding-window KV-cache group; a planted fault
-in the block pool — a skipped free, a double free, a prefix hit left unpinned, a window block
-freed early — is caught, the census or vLLM's own rules naming the block; the explorer runs
-seeds and a failing trace replays."""
+evictions, the hybrid SWA spec as a full and a sliding-window KV-cache group, EAGLE v1 as
+n-gram drafts, overlap as the AsyncScheduler; a planted fault — a skipped free, a double free,
+a prefix hit left unpinned, a window block freed early, draft slots not reserved — is caught,
+the census or vLLM's own rules naming the block; the explorer runs seeds that replay."""
 
 from __future__ import annotations
+
+import ast
 
 import pytest
 
@@ -18,10 +20,12 @@ pytestmark = pytest.mark.vllm
 CATALOG = load_catalog()
 
 
-@pytest.mark.parametrize("name", ["radix-eviction", "chunked-prefill-paged", "swa-hybrid"])
+@pytest.mark.parametrize(
+    "name", ["radix-eviction", "chunked-prefill-paged", "swa-hybrid", "eagle-v1-paged"]
+)
 def test_engine_neutral_specs_run_clean(name: str) -> None:
     """Every request finishes, the prefix cache hits and evicts, no invariant fires."""
-    spec = load_spec(ROOT / "specs" / f"{name}.yaml")
+    spec = load_spec(ROOT / "specs" / f"{name}.yaml", {"test_retract": False})
     out = run_spec_on_vllm(spec, CATALOG)
     assert out.error is None and out.violations == () and out.ok, (out.error, out.violations[:3])
     assert out.sglang_version == "0.33.0"
@@ -40,24 +44,42 @@ def test_engine_neutral_specs_run_clean(name: str) -> None:
             {"census.no_dangling", "vllm.ref_cnt_is_holders"},
         ),
         ("early_window_free", "swa-hybrid", {"vllm.window_blocks_held"}),
+        ("spec_unreserved", "eagle-v1-paged", {"vllm.table_covers_computed"}),
     ],
 )
 def test_a_planted_fault_is_caught_naming_the_block(kind: str, spec: str, caught: set[str]) -> None:
-    """The fault fires on one block; the first violations name it (the census by id, or
-    vLLM's ref_cnt/free-queue rules)."""
+    """The fault fires on one block (or, unreserved drafts, on requests); the first
+    violations name it (the census by id, or vLLM's own rules)."""
     step = {"unpinned_hit": 1, "early_window_free": 20}.get(kind, 5)
-    out = run_spec_on_vllm(load_spec(ROOT / "specs" / f"{spec}.yaml"), CATALOG,
-                           fault={"kind": kind, "step": step})  # fmt: skip
-    fired = next(n for n in out.notes if n.startswith("fault fired"))
-    block = fired.split("[")[1].split("]")[0].split(",")[0]
-    assert block, fired
+    spec_file = load_spec(ROOT / "specs" / f"{spec}.yaml", {"test_retract": False})
+    out = run_spec_on_vllm(spec_file, CATALOG, fault={"kind": kind, "step": step})
+    fired = ast.literal_eval(
+        next(n for n in out.notes if n.startswith("fault fired")).split("blocks ")[1]
+    )
+    assert fired, out.notes
     assert caught <= {v.invariant for v in out.violations}, out.violations[:3]
     if kind != "double_free":  # a relinked node: vLLM's counter, not the walk, shows it
-        assert any(block in str(v) for v in out.violations if v.invariant in caught)
+        named = [v for v in out.violations if v.invariant in caught]
+        assert any(str(one) in str(v) for one in fired for v in named), (fired, named[:2])
+
+
+@pytest.mark.parametrize(("overlap", "scheduler"), [("on", "AsyncScheduler"), ("off", "Scheduler")])
+def test_overlap_is_vllms_async_scheduling(overlap: str, scheduler: str) -> None:
+    """kvspec's overlap scheduler is vLLM's async scheduling: with overlap the AsyncScheduler
+    runs (one step always in flight, its output processed after the next is scheduled),
+    without it the Scheduler; aborts and preemption under pressure are clean on both."""
+    from invariants.scenarios.spec import parse_overrides
+
+    path = ROOT / "specs" / "aborts-and-preemption.yaml"
+    spec = load_spec(path, parse_overrides([f"overlap={overlap}"]))
+    out = run_spec_on_vllm(spec, CATALOG)
+    assert out.ok, (out.error, out.violations[:3])
+    assert f"scheduler: {scheduler}" in out.notes and out.stats.aborted > 0
 
 
 def test_specs_vllm_cannot_express_are_said_unsupported() -> None:
-    """Sessions, EAGLE, forced retracts: the reason, no run, no pass."""
+    """Sessions, forced retracts, speculation under async scheduling: the reason, no run,
+    no pass."""
     out = run_spec_on_vllm(load_spec(ROOT / "specs" / "streaming-sessions.yaml"), CATALOG)
     assert not out.ok and out.unsupported and "sessions" in (out.error or "")
 
@@ -97,3 +119,23 @@ def test_the_report_shows_kvspec_and_vllm_side_by_side(tmp_path) -> None:
     assert {"radix-eviction", "aborts-and-preemption", "chunked-prefill-paged"} <= ran
     assert all(rows[n]["num_violations"] == 0 and rows[n]["error"] is None for n in ran)
     assert "swa-hybrid" in ran and "sessions" in rows["streaming-sessions"]["unsupported"]
+
+
+def test_the_null_block_ref_cnt_finding_reproduces_on_0_30_and_not_on_0_33() -> None:
+    """`kvspec explore --target vllm` on 0.30.0, shrunk to one request under a sliding-window
+    group: at idle the null block's ref_cnt is -1 (0.30.0's ``BlockPool.free_blocks``
+    decrements it for every null entry a freed table holds, and nothing increments it);
+    0.33.0 skips the null block there, and the same trace is clean."""
+    from invariants.scenarios.ops import Trace
+    from invariants.vllm.replay import replay_on_vllm
+
+    trace = Trace.load(
+        ROOT / "tests" / "invariants" / "vllm" / "traces" / "null-block-ref-cnt.json"
+    )
+    assert replay_on_vllm(trace).failure is None
+    old = ROOT / ".vllm-venv-0.30.0" / "bin" / "python"
+    if not old.exists():
+        pytest.skip("no .vllm-venv-0.30.0: make vllm-env VLLM_VERSION=0.30.0")
+    replayed = replay_on_vllm(trace, str(old))
+    assert replayed.failure == "vllm.idle_empty"
+    assert "held at idle: [[0, -1, 0]]" in str(replayed.outcome.violations[0])
