@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, NamedTuple
 
+from engine.view_blocks import BlockTableView, BlockView
+
 
 @dataclass(frozen=True, slots=True)
 class PageOwners:
@@ -293,38 +295,6 @@ class CrashView:
     message: str = ""
     pool: str = ""
     pages: tuple[int, ...] = ()
-
-
-class BlockView(NamedTuple):
-    """One KV block of a block-pool engine (the vllm target; kvspec's engine lists none): its
-    reference count, whether it sits in the free queue, its prefix-cache hash (empty: none),
-    the hashes under which the cache's hash map lists it, and how many request block tables
-    list it."""
-
-    id: int = 0
-    ref_cnt: int = 0
-    in_free_queue: bool = False
-    hash: str = ""
-    mapped_as: tuple[str, ...] = ()
-    holders: int = 0
-    is_null: bool = False
-
-
-class BlockTableView(NamedTuple):
-    """One request's block table in one KV-cache group of a block-pool engine (the vllm
-    target): the group's sliding window (0: full attention), the tokens computed (those of a
-    step scheduled but not yet processed included: ``in_flight``, async scheduling), the block
-    size, how many blocks the table lists and which of them are the null block (a sliding
-    window drops blocks that lie wholly before it)."""
-
-    rid: str = ""
-    group: str = ""
-    window: int = 0
-    computed: int = 0
-    in_flight: int = 0
-    block_size: int = 1
-    num_blocks: int = 0
-    null_blocks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ PACKAGES = ("kernels", "engine", "invariants")
 # alone, not its subpackages).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernels",),
-    ("=engine", "engine.errors", "engine.view", "engine.hooks"),
+    ("=engine", "engine.errors", "engine.view", "engine.view_blocks", "engine.hooks"),
     ("engine.config", "engine.request"),
     ("engine.mem",),  # page math, allocators, request rows, KV tensors, change feeds
     ("engine.cache",),  # prefix caches, the streaming-session cache and its slots

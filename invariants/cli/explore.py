@@ -97,14 +97,10 @@ def explore_engine(
     if ctx.invoked_subcommand is not None:
         return
     use_crosscheck(crosscheck)
-    if target is ExploreTarget.sglang_scheduler:
-        from invariants.cli.scheduler import explore_on_scheduler
-
+    if target is not ExploreTarget.kvspec:
         runs = (seeds or SCHEDULER_SEEDS, steps or SCHEDULER_STEPS, seed_start, workers)
-        raise typer.Exit(explore_on_scheduler(*runs, out, fail_fast, sglang_version, sglang_python))
-    if target is ExploreTarget.vllm:
-        runs = (seeds or SCHEDULER_SEEDS, steps or SCHEDULER_STEPS, seed_start, workers)
-        raise typer.Exit(_explore_on_vllm(*runs, out, fail_fast, vllm_python))
+        pythons = (sglang_version, sglang_python, vllm_python)
+        raise typer.Exit(_explore_real(target, runs, out, fail_fast, *pythons))
     seeds, steps = seeds or DEFAULT_SEEDS, steps or DEFAULT_STEPS
     report = explore(
         seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out
@@ -114,6 +110,23 @@ def explore_engine(
     if report.failed:
         raise typer.Exit(1)
     raise typer.Exit(UNMET_COVERAGE if coverage and report.unmet else 0)
+
+
+def _explore_real(
+    target: ExploreTarget,
+    runs: tuple[int, int, int, int],
+    out: Path,
+    fail_fast: bool,
+    sglang_version: str | None,
+    sglang_python: str | None,
+    vllm_python: str | None,
+) -> int:
+    """A real engine's exploration (``runs``: seeds, steps, first seed, workers)."""
+    if target is ExploreTarget.vllm:
+        return _explore_on_vllm(*runs, out, fail_fast, vllm_python)
+    from invariants.cli.scheduler import explore_on_scheduler
+
+    return explore_on_scheduler(*runs, out, fail_fast, sglang_version, sglang_python)
 
 
 def _explore_on_vllm(

@@ -171,21 +171,25 @@ def target_markdown(pairs: list[SideBySide]) -> list[str]:
     return lines
 
 
+def overview_html(pairs: list[SideBySide]) -> str:
+    """The several-target overview as an HTML section."""
+    heads, table = overview(pairs)
+    head = "".join(f'<th class="name">{escape(h)}</th>' for h in heads)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="first {s}">{escape(t)}</td>' for t, s in r) + "</tr>"
+        for r in table
+    )
+    return (
+        "<h2>kvspec and every real-engine target</h2>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
 def target_html(pairs: list[SideBySide]) -> str:
     """report.html's side-by-side section; several targets: the overview, then each."""
     groups = by_target(pairs)
     if len(groups) > 1:
-        heads, table = overview(pairs)
-        head = "".join(f'<th class="name">{escape(h)}</th>' for h in heads)
-        body = "".join(
-            "<tr>" + "".join(f'<td class="first {s}">{escape(t)}</td>' for t, s in r) + "</tr>"
-            for r in table
-        )
-        first = (
-            "<h2>kvspec and every real-engine target</h2>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-        )
-        return first + "".join(target_html(group) for group in groups.values())
+        return overview_html(pairs) + "".join(target_html(g) for g in groups.values())
     head = "".join(f'<th class="name">{escape(c)}</th>' for c in ("", *columns(pairs)))
     body = []
     for p in pairs:

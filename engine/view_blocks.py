@@ -1,0 +1,40 @@
+"""The view records of a block-pool engine (the vllm target; kvspec's engine lists none): one
+per KV block and one per request's block table in each KV-cache group. Part of the view
+schema of engine/view.py, which lists them among its record types.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class BlockView(NamedTuple):
+    """One KV block of a block-pool engine (the vllm target; kvspec's engine lists none): its
+    reference count, whether it sits in the free queue, its prefix-cache hash (empty: none),
+    the hashes under which the cache's hash map lists it, and how many request block tables
+    list it."""
+
+    id: int = 0
+    ref_cnt: int = 0
+    in_free_queue: bool = False
+    hash: str = ""
+    mapped_as: tuple[str, ...] = ()
+    holders: int = 0
+    is_null: bool = False
+
+
+class BlockTableView(NamedTuple):
+    """One request's block table in one KV-cache group of a block-pool engine (the vllm
+    target): the group's sliding window (0: full attention), the tokens computed (those of a
+    step scheduled but not yet processed included: ``in_flight``, async scheduling), the block
+    size, how many blocks the table lists and which of them are the null block (a sliding
+    window drops blocks that lie wholly before it)."""
+
+    rid: str = ""
+    group: str = ""
+    window: int = 0
+    computed: int = 0
+    in_flight: int = 0
+    block_size: int = 1
+    num_blocks: int = 0
+    null_blocks: tuple[int, ...] = ()
