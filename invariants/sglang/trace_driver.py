@@ -96,6 +96,7 @@ def submit_op(op: Submit, rng: np.random.Generator) -> dict[str, Any]:
         "input_ids": list(op.input_ids),
         "max_new_tokens": op.max_new_tokens,
         "ignore_eos": op.ignore_eos,
+        "min_new_tokens": op.min_new_tokens,
         "output_ids": rng.integers(0, NUM_BYTES, op.max_new_tokens).tolist(),
         "return_logprob": op.return_logprob,
         "logprob_start_len": op.logprob_start_len,

@@ -39,9 +39,9 @@ _DRIVERS: dict[str | None, VLLMDriver] = {}  # per worker process
 
 def vllm_engine(rng: np.random.Generator) -> EngineSpec:
     """A configuration the vllm target runs: a small pool under pressure (preemption), any
-    block size, a token budget that chunks long prompts, prefix caching on; a third of the
-    seeds add a sliding-window KV-cache group beside the full one; half schedule
-    asynchronously (kvspec's overlap), and a third of the others verify n-gram drafts."""
+    block size, a token budget that chunks long prompts, prefix caching (off in some), EOS
+    drawn in half; a third add a sliding-window KV-cache group beside the full one; half
+    schedule asynchronously (kvspec's overlap), a third of the others verify n-gram drafts."""
     ps = int(rng.choice([1, 4, 16, 16]))
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
     swa, overlap = rng.random() < 1 / 3, bool(rng.random() < 0.5)
@@ -58,15 +58,19 @@ def vllm_engine(rng: np.random.Generator) -> EngineSpec:
         context_len=min(tokens - NEW_MAX - 2 * ps - 16, 512),
         chunked_prefill_size=max(int(rng.choice([16, 32, 64, 128, 256])), ps),
         enable_overlap=overlap,
+        eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
+        cache="chunk" if rng.random() < 0.15 else "radix",  # chunk: no prefix caching
     )
 
 
 def vllm_swarm(seed: int) -> Swarm:
-    """The configuration and op mix of ``seed`` on vLLM (no session or retract op)."""
+    """The configuration and op mix of ``seed`` on vLLM (no session or retract op); with EOS
+    drawn, a third of the requests honour it (the penalized ones: a minimum length too)."""
     engine = vllm_engine(np.random.default_rng([seed, 20]))
     weights = sample_weights(np.random.default_rng([seed, 21]))
     weights = {k: (0.0 if k in NOT_DRIVEN else w) for k, w in weights.items()}
-    return Swarm(engine, weights, sample_prompts(np.random.default_rng([seed, 22]), engine), 0.0)
+    prompts = sample_prompts(np.random.default_rng([seed, 22]), engine)
+    return Swarm(engine, weights, prompts, 0.0, 1 / 3 if engine.eos_prob else 0.0)
 
 
 def vllm_label(swarm: Swarm) -> str:
@@ -78,7 +82,8 @@ def vllm_label(swarm: Swarm) -> str:
     mode = "async" if e.enable_overlap else "sync"
     return (
         f"block{e.page_size} pool{e.max_total_tokens}{window} budget{e.chunked_prefill_size} "
-        f"seqs{e.max_num_reqs} {mode}{drafts} ops[{','.join(ops)}]"
+        f"seqs{e.max_num_reqs} {mode}{drafts}{'' if e.cache == 'radix' else ' nocache'} "
+        f"eos{e.eos_prob} ops[{','.join(ops)}]"
     )
 
 

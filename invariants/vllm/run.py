@@ -42,9 +42,7 @@ def unsupported(trace: Trace) -> list[str]:
             e.speculative is not None and e.enable_overlap
         ),
         "model: tiny": e.model != "sim",
-        "cache: chunk": e.cache != "radix",
         "test_retract": e.test_retract,
-        "eos_prob > 0": e.eos_prob > 0,
     }
     ops = sorted({UNSUPPORTED_OPS[op.op] for op in trace.ops if op.op in UNSUPPORTED_OPS})
     return [name for name, on in checks.items() if on] + ops
@@ -52,7 +50,8 @@ def unsupported(trace: Trace) -> list[str]:
 
 def driver_config(engine: EngineSpec, fault: dict[str, Any] | None = None) -> dict[str, Any]:
     """The driver's config op: kvspec's pool of ``max_total_tokens`` as blocks of the page
-    size (plus vLLM's null block), its batch limits, prefix caching for the radix cache. A
+    size (plus vLLM's null block), its batch limits, prefix caching for the radix cache (the
+    chunk cache: none). A
     hybrid SWA spec becomes a full and a sliding-window KV-cache group over one block pool
     as large as kvspec's two pools together (vLLM pools all groups' blocks)."""
     tokens = engine.max_total_tokens + (engine.swa_tokens or 0)
@@ -67,6 +66,7 @@ def driver_config(engine: EngineSpec, fault: dict[str, Any] | None = None) -> di
         if engine.speculative is not None
         else 0,
         "accept_prob": (engine.speculative or {}).get("accept_prob", 0.7),
+        "eos_prob": engine.eos_prob,  # the runner samples EOS this often (seeded)
         "max_num_seqs": engine.max_running_requests or engine.max_num_reqs,
         "max_num_batched_tokens": engine.chunked_prefill_size or 8192,
         "max_model_len": engine.context_len,

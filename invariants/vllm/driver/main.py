@@ -3,7 +3,9 @@ JSON lines (ops in, views out). Run by the vllm venv's python; imports nothing o
 
 Only the model runner is faked: each scheduled request that reaches the end of its known
 tokens samples its next token from the op's seeded ``output_ids`` (a partial prefill chunk
-samples nothing, as the GPU runner discards it); with ``num_speculative_tokens`` each step
+samples nothing, as the GPU runner discards it; ``eos_prob`` makes it EOS now and then, never
+before the request's ``min_new_tokens`` — vLLM's ``min_tokens``, which its sampler enforces),
+which ends a request that does not ignore EOS; with ``num_speculative_tokens`` each step
 also proposes drafts and a verify accepts a seeded prefix of them (spec.py). Under
 ``async_scheduling`` (the
 AsyncScheduler) a step's output is processed after the next step is scheduled, as vLLM's
@@ -12,9 +14,10 @@ each way per op:
 
   in:  {"op": "config", "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
         "max_model_len", "prefix_caching", "sliding_window": null | W, "async_scheduling",
-        "num_speculative_tokens", "accept_prob",
+        "num_speculative_tokens", "accept_prob", "eos_prob",
         "fault": null | {"kind", "step"}, "views"?: false}
-       {"op": "submit", "rid", "input_ids", "max_new_tokens", "output_ids", "ignore_eos"}
+       {"op": "submit", "rid", "input_ids", "max_new_tokens", "output_ids", "ignore_eos",
+        "min_new_tokens"}
        {"op": "abort", "rid"} | {"op": "abort", "rid": null, "phase", "pick"}
        {"op": "step"}  {"op": "idle"}  {"op": "unfinished", "rids"}  {"op": "stats"}
        {"op": "flush_cache"} (vLLM's reset_prefix_cache: only when no request holds a block)
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import tempfile
 import traceback
@@ -47,7 +51,7 @@ import faults  # noqa: E402
 import spec  # noqa: E402
 import views  # noqa: E402
 import vllm  # noqa: E402
-from stack import build_scheduler, instrument, make_request  # noqa: E402
+from stack import EOS_TOKEN_ID, build_scheduler, instrument, make_request  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
@@ -65,7 +69,7 @@ class Driver:
         self.outputs: dict[str, list[int]] = {}
         self.order: list[str] = []  # rids in submit order (phase aborts pick from it)
         self.counts = dict(steps=0, finished=0, aborted=0, rejected=0, preempted=0,
-                           prefix_hit_tokens=0, evicted_tokens=0)  # fmt: skip
+                           prefix_hit_tokens=0, evicted_tokens=0, decode_tokens=0)  # fmt: skip
         self.sched = build_scheduler(op, self.model_dir)
         self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
         instrument(self.sched, self.counts, self.block_size)
@@ -73,6 +77,7 @@ class Driver:
         self.viewing = op.get("views", True)  # False: the scheduler alone (its speed, unchecked)
         self.inflight = None  # async: the scheduled step whose output is not processed yet
         self.asynchronous = bool(op.get("async_scheduling"))
+        self.eos_prob = op.get("eos_prob", 0.0)
         self.seen_blocks: dict[int, list] = {}  # block rows as last sent (views are deltas)
         k = op.get("num_speculative_tokens") or 0
         self.spec = spec.Speculation(k, op.get("accept_prob", 0.7)) if k else None
@@ -86,9 +91,8 @@ class Driver:
         self.outputs[rid] = list(op["output_ids"])
         self.order.append(rid)
         ignore_eos = op.get("ignore_eos", True)
-        request = make_request(
-            rid, op["input_ids"], op["max_new_tokens"], ignore_eos, self.block_size
-        )
+        request = make_request(rid, op["input_ids"], op["max_new_tokens"], ignore_eos,
+                               self.block_size, op.get("min_new_tokens", 0))  # fmt: skip
         self.sched.add_request(request)
         return []
 
@@ -138,9 +142,15 @@ class Driver:
         return self._view("step")
 
     def _token(self, rid: str, ahead: int = 0) -> int:
-        """The seeded output token ``ahead`` places past what ``rid`` has output."""
-        tokens = self.outputs[rid]
-        return tokens[(self.sched.requests[rid].num_output_tokens + ahead) % len(tokens)]
+        """The seeded output token ``ahead`` places past what ``rid`` has output: EOS with
+        the spec's ``eos_prob`` (a coin seeded by rid and position) once ``min_tokens`` are
+        out (vLLM's sampler masks it before: MinTokensLogitsProcessor), else the trace's."""
+        request = self.sched.requests[rid]
+        tokens, at = self.outputs[rid], request.num_output_tokens + ahead
+        eos_allowed = at >= request.sampling_params.min_tokens
+        if eos_allowed and random.Random(f"{rid}:eos:{at}").random() < self.eos_prob:
+            return EOS_TOKEN_ID
+        return tokens[at % len(tokens)]
 
     def _sampled(self, out) -> ModelRunnerOutput:
         """One token per request whose chunk reaches the end of its known tokens; a verify
@@ -155,6 +165,7 @@ class Driver:
                 sampled.append(self.spec.verified(req, list(drafts), self._token(rid)))
             else:
                 sampled.append([self._token(rid)])
+        self.counts["decode_tokens"] += sum(map(len, sampled))  # the tokens the runner sampled
         return ModelRunnerOutput(
             req_ids=rids,
             req_id_to_index={r: i for i, r in enumerate(rids)},

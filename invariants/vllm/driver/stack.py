@@ -78,8 +78,9 @@ def kv_groups(block_size: int, window: int | None) -> list[KVCacheGroupSpec]:
 
 
 def make_request(rid: str, prompt: list[int], max_tokens: int, ignore_eos: bool,
-                 block_size: int) -> Request:  # fmt: skip
-    params = SamplingParams(ignore_eos=ignore_eos, max_tokens=max_tokens)
+                 block_size: int, min_tokens: int = 0) -> Request:  # fmt: skip
+    """``min_tokens``: the fake runner samples no EOS before it, as vLLM's sampler does."""
+    params = SamplingParams(ignore_eos=ignore_eos, max_tokens=max_tokens, min_tokens=min_tokens)
     params.update_from_generation_config({}, eos_token_id=EOS_TOKEN_ID)
     hasher = get_request_block_hasher(block_size, sha256)
     return Request(request_id=rid, prompt_token_ids=list(prompt), sampling_params=params,

@@ -139,3 +139,24 @@ def test_the_null_block_ref_cnt_finding_reproduces_on_0_30_and_not_on_0_33() -> 
     replayed = replay_on_vllm(trace, str(old))
     assert replayed.failure == "vllm.idle_empty"
     assert "held at idle: [[0, -1, 0]]" in str(replayed.outcome.violations[0])
+
+
+@pytest.mark.parametrize(("eos_prob", "sampled"), [(0.0, 4 * 10), (1.0, 4 * 4)])
+def test_eos_ends_a_request_after_its_minimum(eos_prob: float, sampled: int) -> None:
+    """With EOS drawn wherever it may be, four requests that honour EOS with
+    ``min_new_tokens: 3`` sample three other tokens (the runner masks EOS before the minimum,
+    as vLLM's sampler does), then EOS ends each: four tokens; without EOS each samples its
+    ten. Clean either way."""
+    from invariants.scenarios.ops import Submit, Trace
+    from invariants.scenarios.spec import EngineSpec
+    from invariants.vllm.run import run_trace_on_vllm
+
+    ops = [
+        Submit(rid=f"r{i}", input_ids=list(range(1, 30)), max_new_tokens=10, ignore_eos=False,
+               min_new_tokens=3)
+        for i in range(4)
+    ]  # fmt: skip
+    engine = EngineSpec(eos_prob=eos_prob, enable_overlap=False, page_size=4)
+    out = run_trace_on_vllm(Trace(name="eos", seed=0, engine=engine, ops=ops), CATALOG, 2)
+    assert out.ok and out.stats.finished == 4, (out.error, out.violations[:2])
+    assert out.stats.decode_tokens == sampled
