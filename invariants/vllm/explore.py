@@ -41,7 +41,7 @@ def vllm_engine(rng: np.random.Generator) -> EngineSpec:
     """A configuration the vllm target runs: a small pool under pressure (preemption), any
     block size, a token budget that chunks long prompts, prefix caching (off in some), EOS
     drawn in half; a third add a sliding-window KV-cache group beside the full one; half
-    schedule asynchronously (kvspec's overlap), a third of the others verify n-gram drafts."""
+    schedule asynchronously (kvspec's overlap), a third of the others verify EAGLE drafts."""
     ps = int(rng.choice([1, 4, 16, 16]))
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
     swa, overlap = rng.random() < 1 / 3, bool(rng.random() < 0.5)

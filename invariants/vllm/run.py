@@ -61,7 +61,7 @@ def driver_config(engine: EngineSpec, fault: dict[str, Any] | None = None) -> di
         "num_blocks": tokens // engine.page_size + 1,
         "sliding_window": engine.sliding_window if engine.swa_tokens else None,
         "async_scheduling": engine.enable_overlap,  # kvspec's overlap = vLLM's async scheduling
-        # EAGLE's top-1 chain as n-gram drafts: num_steps draft tokens per verify
+        # EAGLE's top-1 chain: num_steps draft tokens per verify, as many lookahead slots
         "num_speculative_tokens": (engine.speculative or {}).get("num_steps", 3)
         if engine.speculative is not None
         else 0,

@@ -6,8 +6,8 @@ touched (its ref_cnt stays 0: it sits in the free queue while a request holds it
 forward in flight or the next still reads them; one block could stay clear of every read:
 vLLM frees on the processed-token basis, a step behind under async scheduling); and, from
 ``step`` on at every allocation, ``spec_unreserved`` reserves no slots for a request's draft
-tokens (the verify then computes tokens its table has no block for; ``fired`` names the
-requests)."""
+tokens — neither the scheduled drafts' nor EAGLE's lookahead — so a verify computes tokens
+its table has no block for (``fired`` names the requests)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def _spec_unreserved(manager, fault: Fault) -> None:
             if request.request_id not in fault.fired:
                 fault.fired.append(request.request_id)
             num_new_tokens -= drafts  # fix: the drafts' slots too
+            kwargs["num_lookahead_tokens"] = 0  # fix: and the lookahead the proposer writes
         return real(request, num_new_tokens, *args, **kwargs)
 
     manager.allocate_slots = allocate_slots

@@ -1,6 +1,6 @@
 """The fake speculative runner of the vllm driver: after each step every decoding request gets
-``k`` n-gram-style draft tokens (``Scheduler.update_draft_token_ids``, as vLLM's engine core
-hands over the drafter's proposals), and a verify accepts each draft with a seeded coin
+``k`` draft tokens (``Scheduler.update_draft_token_ids``, as vLLM's engine core hands over
+the EAGLE proposer's proposals), and a verify accepts each draft with a seeded coin
 (``accept_prob``, drawn from the request id and its computed length), reporting what vLLM's
 rejection sampler reports: the accepted drafts, then the bonus token."""
 

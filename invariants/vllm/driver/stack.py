@@ -11,7 +11,14 @@ import json
 import os
 
 import torch
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+from vllm.config import (
+    CacheConfig,
+    ModelConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+)
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -51,9 +58,7 @@ def build_scheduler(op: dict, model_dir: str) -> Scheduler:
     )  # fmt: skip
     cache = CacheConfig(block_size=block_size, cache_dtype="auto",
                         enable_prefix_caching=op["prefix_caching"])  # fmt: skip
-    k = op.get("num_speculative_tokens") or 0
-    speculative = SpeculativeConfig(method="ngram", num_speculative_tokens=k, prompt_lookup_max=k,
-                                    prompt_lookup_min=1) if k else None  # fmt: skip
+    speculative = eagle_config(op.get("num_speculative_tokens") or 0, model, model_dir)
     config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
                         speculative_config=speculative)  # fmt: skip
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
@@ -66,6 +71,21 @@ def build_scheduler(op: dict, model_dir: str) -> Scheduler:
     return kind(vllm_config=config, kv_cache_config=kv,
                      structured_output_manager=StructuredOutputManager(config),
                      block_size=block_size, log_stats=True)  # fmt: skip
+
+
+def eagle_config(k: int, target: ModelConfig, model_dir: str) -> SpeculativeConfig | None:
+    """EAGLE with ``k`` draft tokens over a local one-layer draft config (never loaded: the
+    runner is fake), so the scheduler reserves vLLM's ``num_lookahead_tokens`` (= k) slots
+    per request for the drafts the proposer writes; None without speculation."""
+    if not k:
+        return None
+    draft = os.path.join(model_dir, "draft")
+    os.makedirs(draft, exist_ok=True)
+    with open(os.path.join(draft, "config.json"), "w") as f:
+        json.dump(TINY_LLAMA, f)
+    return SpeculativeConfig(method="eagle", model=draft, num_speculative_tokens=k,
+                             target_model_config=target,
+                             target_parallel_config=ParallelConfig())  # fmt: skip
 
 
 def kv_groups(block_size: int, window: int | None) -> list[KVCacheGroupSpec]:

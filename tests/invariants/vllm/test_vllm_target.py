@@ -1,9 +1,10 @@
 """vLLM v1's real Scheduler and KVCacheManager (0.33.0, CPU, only the model runner faked) under
 kvspec's catalog: the engine-neutral specs run clean as written, with prefix hits and
 evictions, the hybrid SWA spec as a full and a sliding-window KV-cache group, EAGLE v1 as
-n-gram drafts, overlap as the AsyncScheduler; a planted fault — a skipped free, a double free,
-a prefix hit left unpinned, a window block freed early, draft slots not reserved — is caught,
-the census or vLLM's own rules naming the block; the explorer runs seeds that replay."""
+vLLM's EAGLE (lookahead slots reserved), overlap as the AsyncScheduler; a planted fault — a
+skipped free, a double free, a prefix hit left unpinned, a window block freed early, draft
+slots not reserved — is caught, the census or vLLM's own rules naming the block; the explorer
+runs seeds that replay."""
 
 from __future__ import annotations
 
