@@ -3,9 +3,9 @@ catalog at every step.
 
 Keeps: a run is a pure function of its trace (the spec's ``build_trace``, what kvspec's runner
 executes), played through the sglang target's ``TraceDriver`` (the same JSON-lines ops); a
-spec feature vLLM's scheduler has no counterpart for (sessions, EAGLE, the tiny
-model, forced retracts) makes the run unsupported with the reason, never a silent pass; an op
-the driver refuses is the outcome's error.
+spec feature vLLM's scheduler has no counterpart for (sessions, the tiny model, forced
+retracts, speculation under async scheduling) makes the run unsupported with the reason,
+never a silent pass; an op the driver refuses is the outcome's error.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def unsupported(trace: Trace) -> list[str]:
 def driver_config(engine: EngineSpec, fault: dict[str, Any] | None = None) -> dict[str, Any]:
     """The driver's config op: kvspec's pool of ``max_total_tokens`` as blocks of the page
     size (plus vLLM's null block), its batch limits, prefix caching for the radix cache (the
-    chunk cache: none). A
-    hybrid SWA spec becomes a full and a sliding-window KV-cache group over one block pool
-    as large as kvspec's two pools together (vLLM pools all groups' blocks)."""
+    chunk cache: none). A hybrid SWA spec becomes a full and a sliding-window KV-cache group
+    over one block pool as large as kvspec's two pools together (vLLM pools all groups'
+    blocks); overlap is async scheduling; EAGLE is vLLM's EAGLE with as many drafts."""
     tokens = engine.max_total_tokens + (engine.swa_tokens or 0)
     return {
         "op": "config",
