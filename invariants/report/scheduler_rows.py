@@ -26,7 +26,8 @@ CHECKER_LISTED = 3  # SGLang's own checker messages kept per row
 def scheduler_row(name: str, replay: str, outcome: Any) -> TargetRow:
     """A ``SchedulerOutcome`` of ``invariants.sglang.scheduler.run`` as a row."""
     if outcome.unsupported:
-        return TargetRow(name, replay, unsupported="; ".join(outcome.unsupported))
+        why = "; ".join(outcome.unsupported)
+        return TargetRow(name, replay, unsupported=why, target="sglang-scheduler")
     s = outcome.stats
     counters = {
         "finished": s.finished,
@@ -50,6 +51,7 @@ def scheduler_row(name: str, replay: str, outcome: Any) -> TargetRow:
         counters=counters,
         notes=notes,
         version=f"{outcome.version} (real scheduler)",
+        target="sglang-scheduler",
         checker=checker[:CHECKER_LISTED],
     )
 

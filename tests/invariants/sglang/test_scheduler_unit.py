@@ -135,6 +135,7 @@ def test_report_row_fails_on_sglangs_own_checker_alone():
     assert not row.ok and row.checker == ("iteration 9: Mem Leak Detected! total_tokens=8199",)
     assert row.notes[0].startswith("disagreement: iteration 9: SGLang's checker fired")
     assert row.version == "0.5.10.post1 (real scheduler)"
+    assert row.target == "sglang-scheduler"  # its own column beside the memory classes'
     assert scheduler_row("clean", "kvspec run y", outcome()).ok
 
 
