@@ -14,7 +14,6 @@ flush; the ``response`` event follows every finished request, with its ``Respons
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from engine.observe.session_views import response_view
@@ -159,24 +158,7 @@ class SessionAPI:
         if record is not None:
             self.sessions.record_response(record, reason.kind, prompt, completion)
         if self.hooks.observers:
-            self._response = response_view(
-                req.rid,
-                record,
-                reason.kind,
-                reason.status_code,
-                prompt,
-                completion,
-                req.cached_tokens,
-                tuple(req.output_ids[:completion]),
-            )
-            stop = (
-                reason.matched if reason.kind == "stop" and isinstance(reason.matched, int) else -1
-            )
-            self._response = replace(
-                self._response,
-                stop_token=stop,
-                min_new_tokens=req.sampling_params.min_new_tokens,
-            )
+            self._response = response_view(req, record, prompt, completion)
             self._response_req = req
             self._emit("response")
 

@@ -113,44 +113,36 @@ def session_views(
 
 
 def response_view(
-    rid: str,
-    record: TurnRecord | None,
-    finish_kind: str,
-    status_code: int | None,
-    prompt: int,
-    completion: int,
-    cached: int,
-    output_ids: tuple[int, ...] = (),
+    req: Req, record: TurnRecord | None, prompt: int, completion: int
 ) -> ResponseView:
     """The response record of one finished request (a plain request: no session fields)."""
+    reason = req.finished_reason
+    assert reason is not None
+    matched = reason.matched if reason.kind == "stop" else None
     base = ResponseView(
-        rid=rid,
+        rid=req.rid,
         prompt_tokens=prompt,
         completion_tokens=completion,
-        cached_tokens=cached,
-        finish_type=finish_kind,
-        status_code=status_code or 0,
-        output_ids=output_ids,
+        cached_tokens=req.cached_tokens,
+        finish_type=reason.kind,
+        stop_token=matched if isinstance(matched, int) else -1,
+        min_new_tokens=req.sampling_params.min_new_tokens,
+        status_code=reason.status_code or 0,
+        output_ids=tuple(req.output_ids[:completion]),
     )
     if record is None:
         return base
-    return ResponseView(
-        rid=rid,
+    return replace(
+        base,
         session_id=record.session_id,
         streaming=record.streaming,
         turn=record.turn,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cached_tokens=cached,
-        finish_type=finish_kind,
-        status_code=status_code or 0,
         rejected=record.rejected,
         appended_tokens=record.appended,
         parent_turn=record.parent_turn,
         parent_prompt_tokens=record.parent_prompt,
         parent_completion_tokens=record.parent_completion,
         cache_flushed=record.cache_flushed,
-        output_ids=output_ids,
     )
 
 
