@@ -14,7 +14,7 @@ there, and a verify applies the round's first penalties to every draft position
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
@@ -90,6 +90,21 @@ def output_rows(batch: ForwardBatch) -> tuple[list[int], list[int]]:
     return list(range(batch.batch_size)), batch.seq_lens.tolist()
 
 
+def penalized_rows(
+    batch: ForwardBatch,
+    penalties: list[Penalties | None],
+    context_of: Callable[[int], Sequence[int]],
+) -> Iterator[tuple[int, Penalties, Sequence[int]]]:
+    """Each output row of a penalized request: the row, its penalties and the tokens the
+    request output before it. ``context_of(i)``: request ``i``'s tokens through the batch's
+    (asked once per request)."""
+    contexts = cache(context_of)
+    for row, (i, end) in enumerate(zip(*output_rows(batch))):
+        pen = penalties[i]
+        if pen is not None:
+            yield row, pen, output_before(batch.reqs[i], contexts(i), end)
+
+
 def repick(
     batch: ForwardBatch,
     penalties: list[Penalties | None],
@@ -99,14 +114,9 @@ def repick(
 ) -> None:
     """Re-pick in place each output of a penalized request (``out``: tokens, logprobs): the
     argmax of its penalized log-probs ``logp`` ([outputs, vocab]) and that token's logprob
-    under the penalized distribution (SGLang's logprobs come after the penalizers).
-    ``context_of(i)``: request ``i``'s tokens through the batch's."""
+    under the penalized distribution (SGLang's logprobs come after the penalizers)."""
     tokens, logprobs = out
-    contexts = cache(context_of)
-    for row, (i, end) in enumerate(zip(*output_rows(batch))):
-        if penalties[i] is None:
-            continue
-        output = output_before(batch.reqs[i], contexts(i), end)
-        scores = penalties[i].apply(logp[row], output)
+    for row, pen, output in penalized_rows(batch, penalties, context_of):
+        scores = pen.apply(logp[row], output)
         best = int(np.argmax(scores))  # its logprob: top - logsumexp = -log Σ exp(s - top)
         tokens[row], logprobs[row] = best, -np.log(np.exp(scores - scores[best]).sum())

@@ -44,7 +44,7 @@ from engine.model.fingerprint import (
     splitmix64,
     splitmix64_int,
 )
-from engine.model.penalties import Penalties, output_before, output_rows, penalties_of
+from engine.model.penalties import Penalties, penalized_rows, penalties_of
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
 from engine.model.sim_context import BASE, TERM_MUL, Context, chain_hashes
 from engine.model.tokenizer import EOS_ID, NUM_BYTES, VOCAB_SIZE
@@ -166,11 +166,8 @@ class SimModel:
     ) -> None:
         """Re-pick each output of a penalized request from its penalized scores, in place
         (a verify's output after input ``p`` sees the drafts before ``p`` as output)."""
-        for row, (i, end) in enumerate(zip(*output_rows(batch))):
-            if penalties[i] is None:
-                continue
-            output = output_before(batch.reqs[i], contexts[i].ids, end)
-            tokens[row] = penalties[i].pick(self.scores(hashes[row], int(tokens[row])), output)
+        for row, pen, output in penalized_rows(batch, penalties, lambda i: contexts[i].ids):
+            tokens[row] = pen.pick(self.scores(hashes[row], int(tokens[row])), output)
             logprobs[row] = self.token_logprobs(hashes[row : row + 1], tokens[row : row + 1])[0]
 
     def shadow(self, batch: ForwardBatch) -> list[Context]:

@@ -1,6 +1,6 @@
 """Penalizer slips (issue 18: min_new_tokens, frequency and presence penalties): each the
-fixed body of one function of engine/model/penalties.py with one change, swapped wherever a
-model calls it.
+fixed body of one function of engine/model/penalties.py with one change (both models find
+their penalized rows through ``penalized_rows``, which calls them).
 
 Keeps: each buggy body below is the fixed function with exactly one change (the comment on
 each says which); nothing else differs.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.model import penalties, sim
+from engine.model import penalties
 from engine.model.runner import ForwardBatch, ForwardMode
 from engine.request import Req
 from invariants.mutants.base import Mutant, ids, swap
@@ -35,17 +35,12 @@ def output_with_prompt(req: Req, context: Sequence[int], end: int) -> Sequence[i
     return context[: max(end, len(req.origin_input_ids))]  # fix: from len(origin_input_ids)
 
 
-def _both(name: str, buggy: object):  # type: ignore[no-untyped-def]
-    """The swap at both call sites: the sim model's and the module's own (the tiny model)."""
-    return lambda: swap(penalties, name, buggy, (sim, name, buggy))
-
-
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "penalties-verify-from-round-start",
         "issue 18 (sglang penaltylib orchestrator.apply repeat)",
         "an EAGLE verify penalizes every draft position as of the round's root",
-        _both("output_rows", rows_from_round_start),
+        lambda: swap(penalties, "output_rows", rows_from_round_start),
         "penalties-verify-round-start.yaml",
         ids("response.tokens_match_uncached_reference"),
     ),
@@ -53,7 +48,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "penalties-count-the-prompt",
         "issue 18 (sglang penaltylib counts output tokens only)",
         "the penalizers count the prompt's tokens as output: min_new_tokens is met at once",
-        _both("output_before", output_with_prompt),
+        lambda: swap(penalties, "output_before", output_with_prompt),
         "penalties-count-prompt.yaml",
         ids(
             "response.tokens_match_uncached_reference",
