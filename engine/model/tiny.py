@@ -262,11 +262,16 @@ class TinyModel:
         return known + batch.input_ids[first : first + int(batch.extend_lens[b])].tolist()
 
     def _remember(self, batch: ForwardBatch) -> None:
-        ends = np.cumsum(batch.extend_lens).tolist()
-        ids, firsts = batch.input_ids.tolist(), batch.prefix_lens.tolist()
+        """Each request's last written token and any written past its known ids (a prompt
+        is never kept: only what results not yet processed leave unknown — a decode's
+        token, a verify's span)."""
+        ends, firsts = np.cumsum(batch.extend_lens).tolist(), batch.prefix_lens.tolist()
         for req, first, n, end in zip(batch.reqs, firsts, batch.extend_lens.tolist(), ends):
+            known = len(req.origin_input_ids) + len(req.output_ids)
+            skip = max(0, min(n - 1, known - first))  # the last token always (a lookback's)
+            written = batch.input_ids[end - n + skip : end].tolist()
             self._last_written.pop(req.rid, None)
-            self._last_written[req.rid] = (first, ids[end - n : end])
+            self._last_written[req.rid] = (first + skip, written)
         while len(self._last_written) > _RECORDS:
             self._last_written.popitem(last=False)
 
