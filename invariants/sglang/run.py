@@ -160,7 +160,7 @@ def run_trace_on_sglang(
         spec,
         stats,
         tuple(checker.violations),
-        _unmet(spec, stats),
+        unmet_goals(spec, stats),
         checks,
         seconds,
         error,
@@ -171,13 +171,14 @@ def run_trace_on_sglang(
     )
 
 
-def _unmet(spec: Spec | None, stats: SGLangStats) -> tuple[str, ...]:
-    """The spec's ``expect`` goals (those the driver counts) that the run fell short of."""
-    goals = spec.expect if spec is not None else {}
+def unmet_goals(spec: Spec | None, stats: Any, goals: dict[str, str] = GOALS) -> tuple[str, ...]:
+    """The spec's ``expect`` goals that the run fell short of: those ``goals`` maps to a
+    field of the driver's ``stats``."""
+    expect = spec.expect if spec is not None else {}
     return tuple(
-        f"{name} >= {least} (got {getattr(stats, GOALS[name])})"
-        for name, least in goals.items()
-        if name in GOALS and getattr(stats, GOALS[name]) < least
+        f"{name} >= {least} (got {getattr(stats, goals[name])})"
+        for name, least in expect.items()
+        if name in goals and getattr(stats, goals[name]) < least
     )
 
 

@@ -21,7 +21,7 @@ from invariants.scenarios.ops import CloseSession, OpenSession, Trace
 from invariants.scenarios.runner import spec_catalog
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import EngineSpec, Spec
-from invariants.sglang.run import GOALS, SGLangOutcome, SGLangStats, drive_trace
+from invariants.sglang.run import SGLangOutcome, SGLangStats, drive_trace, unmet_goals
 from invariants.vllm.blocks import BlockMirror
 from invariants.vllm.target import VLLMDriver
 
@@ -88,12 +88,7 @@ def run_spec_on_vllm(
     outcome = run_trace_on_vllm(
         trace, spec_catalog(spec, catalog), level, python, fault=fault, driver=driver
     )
-    unmet = tuple(
-        f"{name} >= {least} (got {getattr(outcome.stats, GOALS[name])})"
-        for name, least in spec.expect.items()
-        if name in GOALS and getattr(outcome.stats, GOALS[name]) < least
-    )
-    return replace(outcome, spec=spec, unmet=unmet)
+    return replace(outcome, spec=spec, unmet=unmet_goals(spec, outcome.stats))
 
 
 def run_trace_on_vllm(

@@ -23,6 +23,7 @@ from invariants.scenarios.ops import Trace, op_label
 from invariants.scenarios.runner import spec_catalog
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import Spec
+from invariants.sglang.run import unmet_goals
 from invariants.sglang.scheduler.target import SchedulerDriver
 from invariants.sglang.scheduler.trace import SchedulerTrace, config_op, unsupported
 from invariants.sglang.target import DriverError
@@ -141,13 +142,7 @@ def run_spec_on_scheduler(
     outcome = run_trace_on_scheduler(
         build_trace(spec), spec_catalog(spec, catalog), level, **kwargs
     )
-    goals = {name: least for name, least in spec.expect.items() if name in GOALS}
-    unmet = tuple(
-        f"{name} >= {least} (got {getattr(outcome.stats, GOALS[name])})"
-        for name, least in goals.items()
-        if getattr(outcome.stats, GOALS[name]) < least
-    )
-    return replace(outcome, spec=spec, unmet=unmet)
+    return replace(outcome, spec=spec, unmet=unmet_goals(spec, outcome.stats, GOALS))
 
 
 def run_trace_on_scheduler(
