@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from engine.errors import ConfigError
 from invariants.checking.checker import Violation
 from invariants.explore.ddmin import shrink_counted
+from invariants.explore.explorer import Finding  # the engine explorer's: a shrunk failure
 from invariants.explore.generate import generate_trace
 from invariants.explore.parallel import map_in_order
 from invariants.explore.swarm import Swarm
@@ -120,19 +121,6 @@ def detail(outcome: RealOutcome, target: RealTarget) -> str:
         first = outcome.engine_findings[0]
         return f"iteration {first.iteration}: {target.engine}'s checker: {first.message[:300]}"
     return outcome.error or ""
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """A failing seed, shrunk: ``path`` replays it on the release."""
-
-    seed: int
-    key: str
-    detail: str
-    path: Path
-    original_ops: int
-    shrunk_ops: int
-    shrink_runs: int
 
 
 @dataclass(slots=True)
