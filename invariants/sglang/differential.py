@@ -20,7 +20,6 @@ from typing import Any
 
 from engine.engine import Engine
 from engine.hooks import SimClock
-from engine.request import SamplingParams
 from engine.sched.sessions import SessionError
 from engine.view import POOL_BUCKETS, SELECTIVE, StateView
 from invariants.scenarios.ops import (
@@ -149,11 +148,10 @@ class _Lockstep:
         engine = self.engine
         if isinstance(op, Submit):
             if op.rid not in engine.requests:
-                params = SamplingParams(max_new_tokens=op.max_new_tokens, ignore_eos=op.ignore_eos)
                 session = op.session and op.session.params()
                 engine.submit(
                     op.input_ids,
-                    params,
+                    op.sampling_params(),
                     rid=op.rid,
                     session_params=session,
                     return_logprob=op.return_logprob,
