@@ -147,7 +147,7 @@ class Driver:
         out (vLLM's sampler masks it before: MinTokensLogitsProcessor), else the trace's."""
         request = self.sched.requests[rid]
         tokens, at = self.outputs[rid], request.num_output_tokens + ahead
-        eos_allowed = at >= request.sampling_params.min_tokens
+        eos_allowed = self.eos_prob and at >= request.sampling_params.min_tokens
         if eos_allowed and random.Random(f"{rid}:eos:{at}").random() < self.eos_prob:
             return EOS_TOKEN_ID
         return tokens[at % len(tokens)]
