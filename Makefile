@@ -51,16 +51,16 @@ SGLANG_VERSION ?= 0.5.23
 sglang-env:
 	SGLANG_VERSION=$(SGLANG_VERSION) bash ci/sglang_env.sh
 
-# the sglang targets (invariants/sglang/): brings .sglang-venv (0.5.23) and
+# the sglang targets (invariants/targets/sglang/): brings .sglang-venv (0.5.23) and
 # .sglang-venv-0.5.10.post1 up to their recipes (no-ops when built), then the adapter tests (real
 # SGLang under the catalog, fault injection, one differential spec) and the real-scheduler tests
 # (0.5.23 clean on the default specs; 0.5.10.post1's #22862 leak found)
 test-sglang: $(STAMP)
 	SGLANG_VERSION=0.5.23 SGLANG_VENV=.sglang-venv bash ci/sglang_env.sh
 	SGLANG_VERSION=0.5.10.post1 bash ci/sglang_env.sh
-	$(PY) -m pytest -p no:cacheprovider -m sglang tests/invariants/sglang
+	$(PY) -m pytest -p no:cacheprovider -m sglang tests/invariants/targets
 
-# real vLLM on CPU in its own venv, for the vllm target (invariants/vllm/): its v1 Scheduler and
+# real vLLM on CPU in its own venv, for the vllm target (invariants/targets/vllm/): its v1 Scheduler and
 # KVCacheManager with a faked model runner. 0.33.0 (default) in .vllm-venv; `make vllm-env
 # VLLM_VERSION=0.30.0` into .vllm-venv-0.30.0 (point $KVSPEC_VLLM_PYTHON at it). Idempotent.
 VLLM_VERSION ?= 0.33.0
@@ -70,7 +70,7 @@ vllm-env:
 # the vllm target's tests: engine-neutral specs clean on vLLM, planted block-pool faults caught
 test-vllm: $(STAMP)
 	VLLM_VERSION=0.33.0 bash ci/vllm_env.sh
-	$(PY) -m pytest -p no:cacheprovider -m vllm tests/invariants/vllm
+	$(PY) -m pytest -p no:cacheprovider -m vllm tests/invariants/targets
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis report

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a CPU-only venv holding one real vLLM release for the vllm target (invariants/vllm/): the
+# Builds a CPU-only venv holding one real vLLM release for the vllm target (invariants/targets/vllm/): the
 # wheel --no-deps (its declared dependencies pull CUDA), torch's CPU wheel, and only the
 # pure-Python packages vLLM's v1 scheduler, KV cache manager and config import (found by
 # importing them on a bare venv; xgrammar --no-deps: it would pull triton). No stubs are needed:

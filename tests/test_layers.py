@@ -30,13 +30,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("=invariants", "invariants.checking"),  # catalog → compiled rules → per-event checker
     ("invariants.scenarios",),  # specs → op traces → checked runs
     # the targets (real SGLang, real vLLM), search, speed
-    ("invariants.sglang", "invariants.vllm", "invariants.explore", "invariants.bench"),
+    ("invariants.targets", "invariants.explore", "invariants.bench"),
     ("invariants.report", "invariants.mutants"),  # report → sglang rows; mutants → explore
     ("invariants.cli",),
     ("invariants.pytest_plugin",),
 )
 # Run in the sglang and vllm venvs: import nothing of the project.
-ISOLATED = ("invariants.sglang.driver", "invariants.vllm.driver")
+ISOLATED = (
+    "invariants.targets.sglang.driver",
+    "invariants.targets.sglang_scheduler.driver",
+    "invariants.targets.vllm.driver",
+)
 
 
 def modules() -> dict[str, Path]:

@@ -24,9 +24,9 @@ from invariants.checking.loader import shipped_catalog
 from invariants.explore.parallel import map_in_order
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import load_spec
-from invariants.sglang.scheduler.explore import SeedRun, run_seed, scheduler_swarm
-from invariants.sglang.scheduler.run import run_trace_on_scheduler
-from invariants.sglang.scheduler.target import SchedulerDriver
+from invariants.targets.sglang_scheduler.explore import SeedRun, run_seed, scheduler_swarm
+from invariants.targets.sglang_scheduler.run import run_trace_on_scheduler
+from invariants.targets.sglang_scheduler.target import SchedulerDriver
 
 THROUGHPUT_SPECS = ("specs/matrix-base.yaml", "specs/streaming-sessions.yaml")
 

@@ -138,8 +138,8 @@ def bench_vllm_command(
 ) -> None:
     """vLLM's real scheduler (the vllm target): iterations/s unchecked vs checked on one
     spec's trace, one driver, and the ratio (needs `make vllm-env`)."""
-    from invariants.vllm.bench import bench_vllm
-    from invariants.vllm.target import VLLMUnavailable
+    from invariants.targets.vllm.bench import bench_vllm
+    from invariants.targets.vllm.target import VLLMUnavailable
 
     try:
         emit_json(bench_vllm(spec, runs), out)

@@ -23,7 +23,7 @@ from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explor
 from invariants.explore.report import print_report, write_report_json
 
 UNMET_COVERAGE = 3
-SCHEDULER_SEEDS, SCHEDULER_STEPS = 40, 200  # invariants/sglang/scheduler/explore.py's defaults
+SCHEDULER_SEEDS, SCHEDULER_STEPS = 40, 200  # invariants/targets/sglang_scheduler/explore.py's defaults
 
 
 class ExploreTarget(str, Enum):
@@ -141,8 +141,8 @@ def _explore_on_vllm(
     """`kvspec explore --target vllm`: 0 clean, 1 a failing seed, 2 no vllm env."""
     from invariants.cli.scheduler import print_explore_report
     from invariants.explore.real import explore_real
-    from invariants.vllm.explore import driver_for, vllm_target
-    from invariants.vllm.target import VLLMUnavailable
+    from invariants.targets.vllm.explore import driver_for, vllm_target
+    from invariants.targets.vllm.target import VLLMUnavailable
 
     try:
         version = driver_for(python).version
@@ -201,11 +201,11 @@ def replay_command(
         raise typer.Exit(2) from None
     if target is ExploreTarget.sglang_scheduler:
         from invariants.cli.scheduler import guarded
-        from invariants.sglang.scheduler.replay import replay_on_scheduler
+        from invariants.targets.sglang_scheduler.replay import replay_on_scheduler
 
         result = guarded(lambda: replay_on_scheduler(loaded, sglang_version, sglang_python))
     elif target is ExploreTarget.vllm:
-        from invariants.vllm.replay import replay_on_vllm
+        from invariants.targets.vllm.replay import replay_on_vllm
 
         result = replay_on_vllm(loaded, vllm_python)  # type: ignore[assignment]
     else:

@@ -18,7 +18,7 @@ from invariants.cli.scheduler import PythonOpt, VersionOpt, guarded
 from invariants.cli.sglang import sglang_app
 
 if TYPE_CHECKING:
-    from invariants.sglang.scheduler.lockstep import LockstepResult
+    from invariants.targets.sglang_scheduler.lockstep import LockstepResult
 
 Sets = Annotated[
     list[str] | None,
@@ -40,7 +40,7 @@ def lockstep_command(
     buckets compared; the first difference no declared gap explains is printed with both
     sides' batch and buckets."""
     from invariants.scenarios.spec import SpecError, load_spec, parse_overrides
-    from invariants.sglang.scheduler.lockstep import lockstep_spec
+    from invariants.targets.sglang_scheduler.lockstep import lockstep_spec
 
     try:
         loaded = load_spec(spec, parse_overrides(set_ or []))

@@ -74,9 +74,9 @@ def report(
     (sglang target: a violation or crash), 2 when a backend or the sglang target is missing."""
     from invariants.report.backends import BackendError
     from invariants.report.run import default_workers, run_report
-    from invariants.sglang.scheduler.target import ShimDrift
-    from invariants.sglang.target import SGLangUnavailable
-    from invariants.vllm.target import VLLMUnavailable
+    from invariants.targets.sglang_scheduler.target import ShimDrift
+    from invariants.targets.sglang.target import SGLangUnavailable
+    from invariants.targets.vllm.target import VLLMUnavailable
 
     use_crosscheck(crosscheck)
     try:

@@ -119,11 +119,11 @@ def _run_on_kvspec(
 
 
 def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
-    """The spec on real SGLang (invariants/sglang/): 0 clean, 1 a finding, 2 no sglang env or
+    """The spec on real SGLang (invariants/targets/sglang/): 0 clean, 1 a finding, 2 no sglang env or
     a spec the adapter does not model (said, never passed silently)."""
     from invariants.cli.sglang import print_outcome
-    from invariants.sglang.run import run_spec_on_sglang
-    from invariants.sglang.target import SGLangUnavailable
+    from invariants.targets.sglang.run import run_spec_on_sglang
+    from invariants.targets.sglang.target import SGLangUnavailable
 
     try:
         outcome = run_spec_on_sglang(
@@ -136,11 +136,11 @@ def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
 
 
 def _run_on_vllm(spec: Spec, level: int) -> int:
-    """The spec on vLLM's real scheduler (invariants/vllm/): 0 clean, 1 a finding, 2 no vllm
+    """The spec on vLLM's real scheduler (invariants/targets/vllm/): 0 clean, 1 a finding, 2 no vllm
     env or a spec vLLM has no counterpart for (said, never passed)."""
     from invariants.cli.sglang import print_outcome
-    from invariants.vllm.run import run_spec_on_vllm
-    from invariants.vllm.target import VLLMUnavailable
+    from invariants.targets.vllm.run import run_spec_on_vllm
+    from invariants.targets.vllm.target import VLLMUnavailable
 
     try:
         outcome = run_spec_on_vllm(spec, load_catalog(), level)
@@ -153,7 +153,7 @@ def _run_on_vllm(spec: Spec, level: int) -> int:
 def _run_on_scheduler(
     loaded: Spec, path: Path, sets: list[str], level: int, version: str | None, python: Path | None
 ) -> int:
-    """The spec on SGLang's real scheduler (invariants/sglang/scheduler/)."""
+    """The spec on SGLang's real scheduler (invariants/targets/sglang_scheduler/)."""
     from invariants.cli.scheduler import replay_flags, run_on_scheduler
 
     replay = f"kvspec run {path}{''.join(f' --set {s}' for s in sets)} {replay_flags(version)}"

@@ -21,7 +21,7 @@ from invariants.report.terminal import Col, out_console, print_table
 if TYPE_CHECKING:
     from invariants.explore.real import ExploreReport
     from invariants.scenarios.spec import Spec
-    from invariants.sglang.scheduler.run import SchedulerOutcome
+    from invariants.targets.sglang_scheduler.run import SchedulerOutcome
 
 VersionOpt = Annotated[
     str | None,
@@ -80,7 +80,7 @@ def run_on_scheduler(
 ) -> int:
     """`kvspec run SPEC --target sglang-scheduler`."""
     from invariants.checking.loader import load_catalog
-    from invariants.sglang.scheduler.run import run_spec_on_scheduler
+    from invariants.targets.sglang_scheduler.run import run_spec_on_scheduler
 
     outcome = guarded(
         lambda: run_spec_on_scheduler(spec, load_catalog(), level, version=version, python=python)
@@ -90,8 +90,8 @@ def run_on_scheduler(
 
 def guarded(run):
     """``run()``, with a missing venv or a moved release as one line and exit 2."""
-    from invariants.sglang.scheduler.target import ShimDrift
-    from invariants.sglang.target import SGLangUnavailable
+    from invariants.targets.sglang_scheduler.target import ShimDrift
+    from invariants.targets.sglang.target import SGLangUnavailable
 
     try:
         return run()
@@ -113,7 +113,7 @@ def explore_on_scheduler(
     python: str | None,
 ) -> int:
     """`kvspec explore --target sglang-scheduler`: 0 clean, 1 a failing seed."""
-    from invariants.sglang.scheduler.explore import explore_scheduler
+    from invariants.targets.sglang_scheduler.explore import explore_scheduler
 
     report = guarded(
         lambda: explore_scheduler(
@@ -164,7 +164,7 @@ def history_command(
 ) -> None:
     """Every release's real scheduler on the default specs and an exploration budget: a
     release x finding table (what fired, iteration, pages named, replay). Exit 0."""
-    from invariants.sglang.scheduler.history import history_json, sglang_history
+    from invariants.targets.sglang_scheduler.history import history_json, sglang_history
 
     chosen = [v.strip() for v in versions.split(",")] if versions else None
     histories = sglang_history(chosen, seeds, steps, workers)

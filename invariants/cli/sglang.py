@@ -63,9 +63,9 @@ def run_command(
     2 when there is no sglang interpreter or the spec is one the adapter does not model."""
     from invariants.checking.loader import load_catalog
     from invariants.scenarios.spec import SpecError, load_spec
-    from invariants.sglang.run import run_spec_on_sglang, run_trace_on_sglang
-    from invariants.sglang.scenarios import SCENARIOS
-    from invariants.sglang.target import SGLangUnavailable
+    from invariants.targets.sglang.run import run_spec_on_sglang, run_trace_on_sglang
+    from invariants.targets.sglang.scenarios import SCENARIOS
+    from invariants.targets.sglang.target import SGLangUnavailable
 
     try:
         if scenario is not None:
@@ -101,11 +101,11 @@ def diff_command(
 ) -> None:
     """The spec's trace on kvspec and on real SGLang in lockstep (kvspec's batches, overlap,
     mixed chunk and chunked prefill off), buckets compared per step; exit 1 on an undeclared
-    difference (declared ones: invariants/sglang/gaps.py)."""
+    difference (declared ones: invariants/targets/sglang/gaps.py)."""
     from invariants.scenarios.spec import SpecError, load_spec
-    from invariants.sglang.differential import differential
-    from invariants.sglang.gaps import GAPS
-    from invariants.sglang.target import SGLangUnavailable
+    from invariants.targets.sglang.differential import differential
+    from invariants.targets.sglang.gaps import GAPS
+    from invariants.targets.sglang.target import SGLangUnavailable
 
     try:
         result = differential(load_spec(spec), python=sglang_python)
@@ -128,8 +128,8 @@ def check_command(sglang_python: PythonOpt = None) -> None:
     """Fault injection on the real allocator (a skipped free, a double free): the census must
     name the slot ids; exit 1 if either fault goes unnoticed."""
     from invariants.checking.loader import load_catalog
-    from invariants.sglang.run import run_trace_on_sglang
-    from invariants.sglang.scenarios import sessions_scenario
+    from invariants.targets.sglang.run import run_trace_on_sglang
+    from invariants.targets.sglang.scenarios import sessions_scenario
 
     caught = 0
     for kind in ("skip_free", "double_free"):

@@ -1,5 +1,5 @@
 """`kvspec report --target sglang-scheduler`: every default spec, as written, on SGLang's real
-scheduler (invariants/sglang/scheduler/), as the side-by-side rows of the sglang target.
+scheduler (invariants/targets/sglang_scheduler/), as the side-by-side rows of the sglang target.
 
 Keeps: the sglang target's verdict rules (an unsupported spec is shown with its reason, an
 unmet goal is shown, not failed), checked at level 2 as `kvspec run --target sglang-scheduler`
@@ -24,7 +24,7 @@ CHECKER_LISTED = 3  # SGLang's own checker messages kept per row
 
 
 def scheduler_row(name: str, replay: str, outcome: Any) -> TargetRow:
-    """A ``SchedulerOutcome`` of ``invariants.sglang.scheduler.run`` as a row."""
+    """A ``SchedulerOutcome`` of ``invariants.targets.sglang_scheduler.run`` as a row."""
     if outcome.unsupported:
         why = "; ".join(outcome.unsupported)
         return TargetRow(name, replay, unsupported=why, target="sglang-scheduler")
@@ -65,8 +65,8 @@ def run_scheduler_rows(
     """Every spec of ``specs`` on the release's real scheduler, one driver (each trace in a
     fresh child of it); ``SGLangUnavailable``/``ShimDrift`` before any run when the release's
     venv is missing or its internals moved."""
-    from invariants.sglang.scheduler.run import run_spec_on_scheduler
-    from invariants.sglang.scheduler.target import SchedulerDriver
+    from invariants.targets.sglang_scheduler.run import run_spec_on_scheduler
+    from invariants.targets.sglang_scheduler.target import SchedulerDriver
 
     flags = " --target sglang-scheduler" + (f" --sglang-version {version}" if version else "")
     catalog, rows = shipped_catalog(), []

@@ -1,5 +1,5 @@
 """`kvspec report --target sglang|both`: every default spec, as written, also run on real
-SGLang's memory classes (invariants/sglang/), and the two targets side by side.
+SGLang's memory classes (invariants/targets/sglang/), and the two targets side by side.
 
 Keeps: the same verdict rules as the kvspec rows, with two stated exceptions — a spec the
 adapter cannot run is shown as unsupported with the reason (not a failure), and an unmet
@@ -33,7 +33,7 @@ GOALS_NOTE = (
 
 
 def target_row(name: str, path: Path, outcome: Any, target: str = "sglang") -> TargetRow:
-    """An ``SGLangOutcome`` of ``invariants.sglang.run`` (or the vllm target's) as a row."""
+    """An ``SGLangOutcome`` of ``invariants.targets.sglang.run`` (or the vllm target's) as a row."""
     replay = f"kvspec run {relative(path)} --target {target}"
     if outcome.unsupported:
         return TargetRow(name, replay, unsupported="; ".join(outcome.unsupported), target=target)
@@ -72,7 +72,7 @@ class _Drivers:
         self.python, self.live, self.given = python, given, given
 
     def get(self) -> Any:
-        from invariants.sglang.target import SGLangDriver
+        from invariants.targets.sglang.target import SGLangDriver
 
         if self.live is None:
             self.live = SGLangDriver(self.python)
@@ -100,8 +100,8 @@ def run_sglang_rows(
     """Every spec of ``specs`` on the sglang target, in order; ``SGLangUnavailable`` (before
     any run) when there is no sglang interpreter or its driver does not start. ``driver``:
     reuse a running one."""
-    from invariants.sglang.run import run_spec_on_sglang
-    from invariants.sglang.target import SGLangUnavailable, sglang_python, unavailable_reason
+    from invariants.targets.sglang.run import run_spec_on_sglang
+    from invariants.targets.sglang.target import SGLangUnavailable, sglang_python, unavailable_reason
 
     reason = unavailable_reason(sglang_python(python))
     if reason:
@@ -203,8 +203,8 @@ def run_vllm_rows(
 ) -> list[TargetRow]:
     """Every spec of ``specs`` on vLLM's real scheduler, one driver for all (its import is
     most of a run); ``VLLMUnavailable`` up front when there is no vllm interpreter."""
-    from invariants.vllm.run import run_spec_on_vllm
-    from invariants.vllm.target import VLLMDriver
+    from invariants.targets.vllm.run import run_spec_on_vllm
+    from invariants.targets.vllm.target import VLLMDriver
 
     catalog, rows = shipped_catalog(), []
     with VLLMDriver() as driver:

@@ -189,7 +189,7 @@ def test_both_sglang_commands_share_one_exit_rule(capsys: pytest.CaptureFixture[
     """`kvspec run --target sglang` and `kvspec sglang run` answer through one helper: an
     unsupported spec exits 2 and says why (never passed silently), a finding 1, clean 0."""
     from invariants.cli.sglang import print_outcome
-    from invariants.sglang.run import SGLangOutcome, SGLangStats
+    from invariants.targets.sglang.run import SGLangOutcome, SGLangStats
 
     unsupported = SGLangOutcome(
         None,

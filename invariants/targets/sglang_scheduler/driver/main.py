@@ -1,0 +1,194 @@
+"""The sglang-scheduler target's subprocess: SGLang's REAL Scheduler and event loop (normal or
+overlap), driven by JSON lines; only the model worker is fake (worker.py) and every
+other shim is in the release's ``shim_<version>.py``.
+
+Run by an sglang venv's python; imports nothing of kvspec. The process imports SGLang once,
+then forks one child per trace (a ``config`` op): the child builds the real Scheduler and runs
+its event loop until an ``end`` op, so a trace costs a Scheduler build, not an import of
+SGLang, and no trace sees another's state. The loop calls ``recv_requests`` at the top of
+every iteration: that is where the child answers the iteration just run and reads the next
+ops — requests, session opens and closes and aborts are queued, a ``step`` hands them to
+SGLang and lets one iteration run. Protocol, one line each way per op (the answer to a
+``step`` comes when that iteration ends):
+
+  in:  {"op": "config", "page_size", "pool_tokens", "max_reqs", "max_context",
+        "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "overlap",
+        "mixed_chunk", "cache", "streaming_sessions", "retract_interval", "seed",
+        "eos_prob", "eos_id"}
+       {"op": "submit", "rid", "input_ids", "max_new_tokens", "ignore_eos", "session"?}
+       {"op": "open_session", "session_id", "streaming", "timeout"}
+       {"op": "close_session", "session_id"}
+       {"op": "abort", "rid"} | {"op": "abort", "phase", "pick"}
+       {"op": "flush_cache"}   {"op": "advance_clock", "seconds"}
+       {"op": "step"}   {"op": "idle"}   {"op": "unfinished", "rids"}
+       {"op": "stats"}   {"op": "end"}
+  out: {"views": [...], "result": ..., "sglang": [its own checkers' messages]} or
+       {"error": "...", "drift": bool, "where", "trace"} (the child then ends) or
+       {"error": "..."} (an op refused; the trace goes on);
+       the first line is a banner {"ready", "sglang", "shim", "not_applicable", "supports"}
+       (catalog ids that do not hold by this release's design, each with the reason; the
+       engine features beyond the plain ones the shim drives, e.g. "speculative").
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# what every SGLang driver shares (the import stubs, the view records) lives in the sglang
+# target's driver folder
+SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "sglang", "driver"))
+sys.path[:0] = [HERE, SHARED]
+import stubs
+
+INSTALLED = stubs.install()
+logging.disable(logging.WARNING)
+
+import seams  # noqa: E402
+import sglang  # noqa: E402
+import torch  # noqa: E402
+
+
+def load_shim(version: str):
+    """The release's shim module (``shim_0_5_23`` for 0.5.23); None when there is none."""
+    name = "shim_" + version.replace(".", "_")
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return None
+        raise
+
+
+class Driver:
+    """One real Scheduler; answers ops at its iteration boundaries."""
+
+    def __init__(self, shim, out) -> None:
+        self.shim, self.out = shim, out
+        self.scheduler = None
+        self.io: seams.Inputs | None = None
+        self.stepping, self.iterations = False, 0
+
+    def write(self, **answer) -> None:
+        self.out.write(json.dumps(answer) + "\n")
+        self.out.flush()
+
+    def configure(self, cfg: dict) -> None:
+        self.scheduler = self.shim.build(cfg)
+        self.io = seams.Inputs(self.scheduler, self.shim)
+        self.io.observe = bool(cfg.get("observe", True))  # False: only step (the benchmark)
+        self.shim.set_receiver(self.scheduler, self.boundary)
+        self.shim.set_output(self.scheduler, self.io.record)
+        runner = self.scheduler.tp_worker.model_runner
+        self.write(views=[], result=dict(defaulted=sorted(runner.defaulted)))
+
+    def boundary(self, local_reqs=None) -> list:
+        """Called by SGLang's loop at the top of each iteration: answer the step that just
+        ran, then take ops until the next step (an ``end`` or the end of input: exit)."""
+        if self.stepping:
+            self.stepping = False
+            self.iterations += 1
+            self.write(**self.io.step_answer(self.iterations))
+        handed = list(local_reqs or [])
+        for op in read_ops():
+            if op.get("op") == "step":
+                self.stepping = True
+                return handed + self.io.take_pending()
+            if op.get("op") == "end":
+                break
+            try:
+                views, result = self.io.apply(op, self.iterations)
+                self.write(views=views, result=result)
+            except (KeyError, ValueError) as exc:
+                self.write(error=f"{type(exc).__name__}: {exc}")
+        self.write(views=[], result="ended")
+        os._exit(0)  # the trace's child: nothing of it outlives the trace
+
+
+def read_ops():
+    """The ops on stdin, one JSON object per line (``readline``: never reads ahead of the
+    trace's own ops, which a forked child shares with its parent)."""
+    while line := sys.stdin.readline():
+        if line.strip():
+            yield json.loads(line)
+
+
+def say(**answer) -> None:
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+def run_trace(shim, cfg: dict) -> None:
+    """A forked child: one real Scheduler, its event loop until the trace ends."""
+    driver = Driver(shim, sys.stdout)
+    try:
+        driver.configure(cfg)
+        driver.scheduler.run_event_loop()
+    except Exception as exc:  # reported with the op that ran into it; the child ends
+        say(**failure(exc))
+    os._exit(1)
+
+
+def main() -> None:
+    torch.set_num_threads(1)  # tiny tensors; and a forked child must not inherit a thread pool
+    try:
+        shim = load_shim(sglang.__version__)
+    except Exception as exc:  # the shim itself does not import: the release moved
+        return say(ready=False, sglang=sglang.__version__, **failure(exc))
+    if shim is None:
+        message = f"no shim for sglang {sglang.__version__}: write {HERE}/shim_<version>.py"
+        return say(ready=False, sglang=sglang.__version__, error=message, drift=True)
+    not_applicable = getattr(shim, "NOT_APPLICABLE", {})
+    supports = getattr(shim, "SUPPORTS", frozenset())
+    say(
+        ready=True,
+        sglang=sglang.__version__,
+        shim=shim.__name__,
+        not_applicable=not_applicable,
+        supports=sorted(supports),
+    )
+    for op in read_ops():
+        if op.get("op") != "config":
+            say(error=f"op {op.get('op')!r} before a config")
+            continue
+        if op.get("speculative") and "speculative" not in supports:
+            say(error=f"speculative: {shim.__name__} does not drive it on this release")
+            continue
+        child = os.fork()
+        if child == 0:
+            run_trace(shim, op)
+        os.waitpid(child, 0)
+
+
+def failure(exc: Exception) -> dict:
+    """An exception as an answer. ``drift``: it was raised in this driver's own code (a
+    shim, the state reader) by an attribute, import or signature that is not there — the
+    release's internals moved; anything else is SGLang's own error."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in frames if not f.filename.startswith("<frozen")]  # import machinery
+    ours = [f for f in frames if f.filename.startswith((HERE, SHARED))]
+    drift = isinstance(exc, (AttributeError, ImportError, TypeError, NameError))
+    drift = drift and bool(frames) and frames[-1].filename.startswith((HERE, SHARED))
+    where = (
+        f"{os.path.basename(ours[-1].filename)}:{ours[-1].lineno} {ours[-1].name}" if ours else ""
+    )
+    error = f"{type(exc).__name__}: {exc}"
+    if frames and not frames[-1].filename.startswith((HERE, SHARED)):  # SGLang's own line, to read
+        last = frames[-1]
+        source = last.filename[last.filename.rfind("sglang/") :]
+        error += f" [raised at {source}:{last.lineno} in {last.name}]"
+    return dict(
+        error=error,
+        drift=drift,
+        where=where,
+        trace=traceback.format_exc(),
+    )
+
+
+if __name__ == "__main__":
+    main()

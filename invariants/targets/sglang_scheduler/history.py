@@ -1,0 +1,197 @@
+"""Releases side by side: every installed SGLang release's real scheduler, run on kvspec's
+default specs and an exploration budget, each finding one row — what fired (kvspec's
+invariants or SGLang's own checker), at which iteration, which pages the census named, and the
+command that replays it.
+
+Keeps: a row says which side saw it. ``census``: kvspec fired while SGLang's checkers were
+silent (a bug SGLang cannot see); ``sglang-false-positive``: SGLang's checker fired while
+kvspec's census and sums held (the #22213 shape); ``both``: both fired at that iteration;
+``crash``/``liveness``: SGLang raised, or a drain did not reach idle. A release whose venv is
+missing or whose internals moved is a row-less entry with its one-line reason, never a finding.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from invariants.checking.checker import Violation
+from invariants.checking.loader import shipped_catalog
+from invariants.scenarios.matrix import default_spec_paths
+from invariants.scenarios.ops import Trace
+from invariants.scenarios.spec import load_spec
+from invariants.targets.sglang_scheduler.explore import explore_scheduler
+from invariants.targets.sglang_scheduler.run import (
+    SchedulerOutcome,
+    run_spec_on_scheduler,
+    run_trace_on_scheduler,
+)
+from invariants.targets.sglang_scheduler.target import SchedulerDriver, ShimDrift, installed_versions
+from invariants.targets.sglang.target import ROOT, SGLangUnavailable
+
+PAGES = re.compile(r"pages?\b[^\[]*\[([\d, ]+)\]")  # the census's "... pages ...: [3, 7]"
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One finding on one release."""
+
+    release: str
+    source: str  # a spec's name, or "explore seed N"
+    kind: str  # census | sglang-false-positive | both | crash | liveness
+    invariant: str  # "+"-joined kvspec ids, or "sglang: <message head>", or the error
+    iteration: int | None
+    pages: tuple[int, ...]
+    replay: str
+    detail: str
+    iterations: int = 1  # how many iterations said it (SGLang's false positives repeat)
+
+
+@dataclass(slots=True)
+class ReleaseHistory:
+    """One release's runs: how many specs ran clean, the exploration's numbers, the rows."""
+
+    release: str
+    specs_run: int = 0
+    specs_clean: int = 0
+    unsupported: list[str] = field(default_factory=list)
+    seeds: int = 0
+    seeds_failed: int = 0
+    first_finding_s: float | None = None
+    seconds: float = 0.0
+    rows: list[HistoryRow] = field(default_factory=list)
+    error: str | None = None  # no venv, or the release's internals moved
+
+
+def pages_named(violations: list[Violation]) -> tuple[int, ...]:
+    """The page ids the census's messages name (leaked, duplicated, foreign)."""
+    found: set[int] = set()
+    for violation in violations:
+        for match in PAGES.finditer(violation.message):
+            found.update(int(p) for p in match.group(1).replace(" ", "").split(",") if p)
+    return tuple(sorted(found))
+
+
+def rows_of(outcome: SchedulerOutcome, source: str, replay: str) -> list[HistoryRow]:
+    """The rows one run on one release gives (none when it ran clean)."""
+    release, rows = outcome.version, []
+    fired = {f.iteration: f.message for f in outcome.sglang}
+    if outcome.violations:
+        first = outcome.violations[0]
+        view = [v for v in outcome.violations if (v.step, v.event) == (first.step, first.event)]
+        kind = "both" if first.step in fired else "census"
+        key = "+".join(dict.fromkeys(v.invariant for v in view))
+        detail = "; ".join(v.message for v in view)[:300]
+        rows.append(
+            HistoryRow(release, source, kind, key, first.step, pages_named(view), replay, detail)
+        )
+    positives = [d for d in outcome.disagreements if d.kind == "sglang-only"]
+    if positives:
+        head = "sglang: " + " ".join(positives[0].detail.split()[:4])
+        rows.append(
+            HistoryRow(
+                release,
+                source,
+                "sglang-false-positive",
+                head,
+                positives[0].iteration,
+                (),
+                replay,
+                positives[0].detail[:300],
+                len(positives),
+            )
+        )
+    if outcome.error:
+        stuck = "not idle after" in outcome.error or "still running after" in outcome.error
+        kind = "liveness" if stuck else "crash"
+        rows.append(
+            HistoryRow(release, source, kind, outcome.error[:80], None, (), replay, outcome.error)
+        )
+    return rows
+
+
+def spec_rows(history: ReleaseHistory, driver: SchedulerDriver, specs: list[Path]) -> None:
+    """Each default spec on the release's driver: its rows, or why it cannot run."""
+    catalog, flags = (
+        shipped_catalog(),
+        f"--target sglang-scheduler --sglang-version {history.release}",
+    )
+    for path in specs:
+        spec = load_spec(path)
+        outcome = run_spec_on_scheduler(spec, catalog, driver=driver)
+        if outcome.unsupported:
+            history.unsupported.append(spec.name)
+            continue
+        history.specs_run += 1
+        history.specs_clean += outcome.ok
+        where = f"  # stops in {outcome.replay_op}" if outcome.replay_op else ""
+        replay = f"kvspec run {_relative(path)} {flags}{where}"
+        history.rows.extend(rows_of(outcome, spec.name, replay))
+
+
+def explore_rows(
+    history: ReleaseHistory,
+    driver: SchedulerDriver,
+    seeds: int,
+    steps: int,
+    workers: int,
+    out_dir: Path,
+) -> None:
+    """The exploration budget on the release; each distinct failure, shrunk, as its rows
+    (the shrunk trace re-run once, so the row's iteration and pages are the replay's)."""
+    report = explore_scheduler(
+        history.release, seeds, steps, workers=workers, out_dir=out_dir / history.release
+    )
+    history.seeds, history.seeds_failed = len(report.results), len(report.failed)
+    history.first_finding_s = report.first_failure_s
+    flags = f"--target sglang-scheduler --sglang-version {history.release}"
+    for finding in report.findings:
+        outcome = run_trace_on_scheduler(Trace.load(finding.path), shipped_catalog(), driver=driver)
+        replay = f"kvspec replay {_relative(finding.path)} {flags}"
+        history.rows.extend(rows_of(outcome, f"explore seed {finding.seed}", replay))
+
+
+def release_history(
+    release: str, specs: list[Path], seeds: int, steps: int, workers: int, out_dir: Path
+) -> ReleaseHistory:
+    """One release: the default specs, then the exploration budget."""
+    start, history = time.perf_counter(), ReleaseHistory(release)
+    try:
+        with SchedulerDriver(release) as driver:
+            spec_rows(history, driver, specs)
+            if seeds:
+                explore_rows(history, driver, seeds, steps, workers, out_dir)
+    except (ShimDrift, SGLangUnavailable) as exc:
+        history.error = str(exc)
+    history.seconds = time.perf_counter() - start
+    return history
+
+
+def sglang_history(
+    versions: list[str] | None = None,
+    seeds: int = 40,
+    steps: int = 200,
+    workers: int = 2,
+    out_dir: Path = Path("explore-failures/history"),
+    specs: list[Path] | None = None,
+) -> list[ReleaseHistory]:
+    """Every release asked for (default: every installed one), oldest first."""
+    chosen = specs if specs is not None else default_spec_paths()
+    return [
+        release_history(v, chosen, seeds, steps, workers, out_dir)
+        for v in versions or installed_versions()
+    ]
+
+
+def history_json(histories: list[ReleaseHistory]) -> dict:
+    """The JSON form (``--json``): one entry per release, its rows as records."""
+    return {"releases": [asdict(h) for h in histories]}
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
