@@ -287,14 +287,16 @@ class ResponseView:
 @dataclass(frozen=True, slots=True)
 class CrashView:
     """The exception that ended an engine operation (the harness's ``crash`` event): its kind
-    (accounting | out_of_memory | stall | exception), its class and message, and the pages it
-    names in pool ``pool`` where the raiser knew them."""
+    (accounting | out_of_memory | stall | exception), its class and message, the pages it
+    names in pool ``pool`` where the raiser knew them, and (a real engine's) the ``site`` in
+    the engine's code that raised it, ``path:function`` (what tells two crashes apart)."""
 
     kind: str = ""
     error: str = ""
     message: str = ""
     pool: str = ""
     pages: tuple[int, ...] = ()
+    site: str = ""
 
 
 @dataclass(frozen=True, slots=True)

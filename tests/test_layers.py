@@ -27,16 +27,23 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.observe",),  # the state view: reads everything below, writes nothing
     ("engine.session_api", "engine.engine"),  # the facade that wires the components
     ("engine.server",),
-    ("=invariants", "invariants.checking"),  # catalog → compiled rules → per-event checker
+    # catalog → compiled rules → per-event checker; how results print; the machine they ran on
+    ("=invariants", "invariants.checking", "invariants.terminal", "invariants.machine"),
+    ("invariants.checked_server",),  # `kvspec serve`'s app: an engine with the checker attached
     ("invariants.scenarios",),  # specs → op traces → checked runs
-    # the targets (real SGLang, real vLLM), search, speed
-    ("invariants.targets", "invariants.explore", "invariants.bench"),
-    ("invariants.report", "invariants.mutants"),  # report → sglang rows; mutants → explore
+    ("invariants.explore",),  # seeds, coverage, shrinking, replay on kvspec's engine
+    # the real engines: the engine-neutral core, then one folder per engine, then the registry's
+    # users (the core reaches a folder only through registry.Target.adapter(), at run time)
+    ("invariants.targets", "invariants.targets.driverlib"),
+    ("invariants.targets.sglang", "invariants.targets.sglang_scheduler", "invariants.targets.vllm"),
+    ("invariants.bench",),  # speed: kvspec's engine, the kernels, the real targets
+    ("invariants.report", "invariants.mutants"),  # report → target rows; mutants → explore
     ("invariants.cli",),
     ("invariants.pytest_plugin",),
 )
-# Run in the sglang and vllm venvs: import nothing of the project.
+# Run in a real engine's venv: import nothing of the project.
 ISOLATED = (
+    "invariants.targets.driverlib",
     "invariants.targets.sglang.driver",
     "invariants.targets.sglang_scheduler.driver",
     "invariants.targets.vllm.driver",
@@ -118,7 +125,7 @@ def test_no_import_circle() -> None:
 
 
 def test_isolated_modules_import_nothing_of_the_project() -> None:
-    """The sglang driver runs in SGLang's own venv: it imports no project module but its own."""
+    """A driver runs in its engine's own venv: it imports no project module but drivers'."""
     known, found = modules(), []
     for name, path in known.items():
         if name.startswith(ISOLATED):

@@ -30,7 +30,7 @@ import uvicorn
 
 from engine.model.tokenizer import BOS_ID
 from engine.server.args import ServerArgs
-from invariants.bench.machine import machine_info
+from invariants.machine import machine_info
 
 MODES = ("pinned", "radix", "session-radix")
 CUT_AFTER = 3  # tokens a dropped or aborted turn streams first
@@ -40,7 +40,7 @@ class Served:
     """`kvspec serve`'s app on a free loopback port, in a thread."""
 
     def __init__(self, args: ServerArgs) -> None:
-        from invariants.checking.served import serve_app
+        from invariants.checked_server import serve_app
 
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))

@@ -16,12 +16,12 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from engine.model.tokenizer import NUM_BYTES
-from invariants.bench.machine import machine_info
 from invariants.bench.summary import ratios, summarize_cell, targets
 from invariants.bench.timing import BenchSettings, RunSample, run_once
 from invariants.checking.checker import InvariantViolation
 from invariants.checking.loader import load_catalog
 from invariants.checking.rule import Rule
+from invariants.machine import machine_info
 from invariants.scenarios.workload import TraceRequest, TraceShape, make_trace
 
 MODES: tuple[str, ...] = ("off", "sums", "full")

@@ -21,24 +21,37 @@ from invariants.cli import (  # noqa: F401 - registers the commands
     bugs,
     catalog,
     explore,
-    lockstep,
     report,
     run,
-    scheduler,
     serve,
-    sglang,
+    targets,
 )
 from invariants.cli.app import app
 from invariants.scenarios.ops import TraceError
 from invariants.scenarios.spec import SpecError
+from invariants.targets.driver import AdapterDrift, TargetUnavailable
+from invariants.targets.registry import UnknownTarget
 
-USER_ERRORS = (OSError, SpecError, ConfigError, CatalogError, TraceError, yaml.YAMLError)
+USER_ERRORS = (
+    OSError,
+    SpecError,
+    ConfigError,
+    CatalogError,
+    TraceError,
+    yaml.YAMLError,
+    TargetUnavailable,
+    AdapterDrift,
+    UnknownTarget,
+)
 
 
 def user_error_line(exc: BaseException) -> str:
-    """One line per problem, naming the thing (a file: its path and what went wrong)."""
+    """One line per problem, naming the thing (a file: its path and what went wrong; a real
+    target: why it cannot run, or where its adapter no longer fits the release)."""
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"kvspec: cannot read {exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, AdapterDrift):
+        return f"kvspec: adapter drift: {exc}"
     return "\n".join(f"kvspec: {line}" for line in str(exc).splitlines() if line.strip())
 
 

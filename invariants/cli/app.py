@@ -11,7 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from invariants.report.terminal import Format
+from invariants.targets.registry import NAMES, TARGETS, TargetOptions, UnknownTarget
+from invariants.terminal import Format
 
 # click's own help layout: it wraps descriptions at words and never cuts a flag (rich's
 # panels cut flag names to fit a narrow terminal or a pipe's 80 columns)
@@ -41,6 +42,50 @@ def _options(
     """kvspec: spec-driven verification of KV-cache accounting (exit 1: a finding; 2: a
     mistake in a file or flag, said in one line)."""
     # read by invariants.cli.main before the app runs; declared here to show in --help
+
+
+TargetOption = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help="kvspec (its own engine), or a real engine: "
+        + "; ".join(f"{t.name}: {t.title}, only {t.faked} faked" for t in TARGETS)
+        + " (each in its own venv: make sglang-env, make vllm-env).",
+    ),
+]
+TargetPython = Annotated[
+    str | None,
+    typer.Option(
+        "--target-python",
+        "--sglang-python",
+        "--vllm-python",
+        help="A real target's interpreter: another release's venv, or one with your own "
+        "checkout installed (default: $KVSPEC_SGLANG_PYTHON / $KVSPEC_VLLM_PYTHON, else the "
+        "target's venv).",
+    ),
+]
+TargetVersion = Annotated[
+    str | None,
+    typer.Option(
+        "--target-version",
+        "--sglang-version",
+        help="The release to check, for a target with one venv per release "
+        "(sglang-scheduler: make sglang-env SGLANG_VERSION=V; default 0.5.23).",
+    ),
+]
+
+
+def chosen_target(name: str, also: tuple[str, ...] = ("kvspec",)) -> str:
+    """``name`` if it is a target (the registry's, or one of ``also``); else the error that
+    lists them (one line, exit 2)."""
+    if name in also or name in NAMES:
+        return name
+    raise UnknownTarget(f"--target {name!r}: choose one of {', '.join((*also, *NAMES))}")
+
+
+def target_options(python: str | None, version: str | None) -> TargetOptions:
+    """What --target-python and --target-version picked."""
+    return TargetOptions(python=None if python is None else str(python), version=version)
 
 
 OutPath = Annotated[

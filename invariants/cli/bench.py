@@ -1,4 +1,4 @@
-"""`kvspec bench sim|kernels|anchor` (results: docs/benchmarks.md)."""
+"""`kvspec bench sim|kernels|anchor|target|serve` (results: docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,17 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from invariants.cli.app import OutPath, bench_app, emit_json, int_list
+from invariants.cli.app import (
+    OutPath,
+    TargetOption,
+    TargetPython,
+    TargetVersion,
+    bench_app,
+    chosen_target,
+    emit_json,
+    int_list,
+    target_options,
+)
 
 
 @bench_app.command("sim")
@@ -106,45 +116,29 @@ def bench_anchor_command(
     emit_json(result, out)
 
 
-@bench_app.command("scheduler")
-def bench_scheduler_command(
-    sglang_version: Annotated[
-        str | None, typer.Option(help="The release for the throughput rows (default 0.5.23).")
+@bench_app.command("target")
+def bench_target_command(
+    target: TargetOption = "vllm",
+    specs: Annotated[
+        list[Path] | None, typer.Argument(help="Specs the target can run (default: two).")
     ] = None,
     runs: Annotated[int, typer.Option(min=1, help="Timed runs per spec and mode (median).")] = 3,
-    seeds: Annotated[int, typer.Option(min=1, help="Seeds explored per release at most.")] = 40,
-    workers: Annotated[int, typer.Option(min=1, help="Exploration processes.")] = 2,
-    releases: Annotated[
-        str, typer.Option(help="Releases to explore (default: each seed bug's own).")
-    ] = "",
+    target_python: TargetPython = None,
+    target_version: TargetVersion = None,
     out: OutPath = None,
 ) -> None:
-    """SGLang's real scheduler: iterations/s unchecked vs checked at level 2, and the time
-    to the first finding of each shipped seed bug (needs the release venvs)."""
-    from invariants.bench.scheduler import bench_scheduler
-    from invariants.cli.scheduler import guarded
+    """A real engine (--target): iterations/s unchecked (the driver only steps) vs checked
+    (a view per step, the whole catalog) on each spec's trace, one driver, and the ratio
+    (needs the target's venv)."""
+    from invariants.bench.targets import DEFAULT_SPECS, bench_target
 
-    chosen = tuple(r.strip() for r in releases.split(",") if r.strip())
-    emit_json(guarded(lambda: bench_scheduler(sglang_version, runs, seeds, workers, chosen)), out)
-
-
-@bench_app.command("vllm")
-def bench_vllm_command(
-    spec: Annotated[Path, typer.Argument(help="A spec vLLM can run.")] = Path(
-        "specs/radix-eviction.yaml"
-    ),
-    runs: Annotated[int, typer.Option(min=1, help="Runs per mode (best kept).")] = 3,
-    out: OutPath = None,
-) -> None:
-    """vLLM's real scheduler (the vllm target): iterations/s unchecked vs checked on one
-    spec's trace, one driver, and the ratio (needs `make vllm-env`)."""
-    from invariants.targets.vllm.bench import bench_vllm
-    from invariants.targets.vllm.target import VLLMUnavailable
-
+    name = chosen_target(target, ())
+    chosen = tuple(str(p) for p in specs) if specs else DEFAULT_SPECS
+    options = target_options(target_python, target_version)
     try:
-        emit_json(bench_vllm(spec, runs), out)
-    except VLLMUnavailable as exc:
-        typer.echo(f"vllm target: {exc}", err=True)
+        emit_json(bench_target(name, chosen, runs, options), out)
+    except ValueError as exc:  # a spec the target cannot run
+        typer.echo(f"kvspec bench target: {exc}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -165,7 +159,7 @@ def bench_serve_command(
     p50/p99 turn latency, slots reclaimed, and the accounting afterwards, per mode."""
     from engine.server.args import ServerArgs
     from invariants.bench.serve import MODES, bench_serve
-    from invariants.report.terminal import Col, out_console, print_table
+    from invariants.terminal import Col, out_console, print_table
 
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     if not mode_list or set(mode_list) - set(MODES):

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from invariants.cli.app import FormatOption, app, emit_json
-from invariants.report.terminal import Format
+from invariants.terminal import Format
 
 Only = Annotated[list[str] | None, typer.Option("--only", help="Run only this entry (repeatable).")]
 NoShrink = Annotated[bool, typer.Option("--no-shrink", help="Skip shrinking the reproducers.")]

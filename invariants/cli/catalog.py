@@ -10,7 +10,7 @@ import typer
 
 from invariants.checking.loader import catalog_files, lint, load_catalog
 from invariants.cli.app import FormatOption, invariants_app
-from invariants.report.terminal import Col, Format, out_console, print_table
+from invariants.terminal import Col, Format, out_console, print_table
 
 Paths = Annotated[
     list[Path] | None,

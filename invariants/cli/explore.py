@@ -9,35 +9,42 @@ finding, as in FoundationDB; `--no-coverage` waives it for small runs).
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from invariants.checking.loader import load_catalog
-from invariants.cli.app import PLAIN_HELP, CrossCheck, app, use_crosscheck
-from invariants.cli.scheduler import PythonOpt, VersionOpt
+from invariants.cli.app import (
+    PLAIN_HELP,
+    CrossCheck,
+    TargetOption,
+    TargetPython,
+    TargetVersion,
+    app,
+    chosen_target,
+    target_options,
+    use_crosscheck,
+)
 from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
 from invariants.explore.report import print_report, write_report_json
+from invariants.targets.explore import DEFAULT_SEEDS as REAL_SEEDS
+from invariants.targets.explore import DEFAULT_STEPS as REAL_STEPS
+from invariants.targets.registry import TARGETS
+
+if TYPE_CHECKING:
+    from invariants.targets.registry import TargetOptions
 
 UNMET_COVERAGE = 3
-SCHEDULER_SEEDS, SCHEDULER_STEPS = 40, 200  # invariants/targets/sglang_scheduler/explore.py's defaults
-
-
-class ExploreTarget(str, Enum):
-    kvspec = "kvspec"
-    sglang_scheduler = "sglang-scheduler"
-    vllm = "vllm"
-
+EXPLORED = tuple(t.name for t in TARGETS if t.explores)  # the real targets explore runs on
 
 Seeds = Annotated[
     int | None,
     typer.Option(
         min=1,
         help=f"How many runs (default {DEFAULT_SEEDS}: half fresh seeds, half mutants; "
-        f"sglang-scheduler: {SCHEDULER_SEEDS} fresh seeds).",
+        f"a real target: {REAL_SEEDS} fresh seeds).",
     ),
 ]
 Steps = Annotated[
@@ -45,23 +52,11 @@ Steps = Annotated[
     typer.Option(
         min=1,
         help=f"Scheduled iterations of each seed's safety phase (default {DEFAULT_STEPS}; "
-        f"sglang-scheduler {SCHEDULER_STEPS}).",
+        f"a real target: {REAL_STEPS}).",
     ),
 ]
 Workers = Annotated[int, typer.Option(min=1, help="Worker processes (results stay in seed order).")]
 Out = Annotated[Path, typer.Option(help="Where shrunk failing traces are written.")]
-TargetOpt = Annotated[
-    ExploreTarget,
-    typer.Option(help="kvspec's engine, SGLang's real scheduler, or vLLM v1's (make vllm-env)."),
-]
-VLLMPythonOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--vllm-python",
-        help="Another interpreter with vLLM (another release's venv, your own checkout); "
-        "default $KVSPEC_VLLM_PYTHON, else .vllm-venv.",
-    ),
-]
 
 explore_app = typer.Typer(
     **PLAIN_HELP, help="Seed-driven simulation (engine), or one memory-layer cell (memory)."
@@ -81,10 +76,9 @@ def explore_engine(
     coverage: Annotated[
         bool, typer.Option(help="Exit 3 if a sometimes goal was never met.")
     ] = True,
-    target: TargetOpt = ExploreTarget.kvspec,
-    sglang_version: VersionOpt = None,
-    sglang_python: PythonOpt = None,
-    vllm_python: VLLMPythonOpt = None,
+    target: TargetOption = "kvspec",
+    target_version: TargetVersion = None,
+    target_python: TargetPython = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="The campaign's JSON (default: OUT/report.json).")
     ] = None,
@@ -97,10 +91,11 @@ def explore_engine(
     if ctx.invoked_subcommand is not None:
         return
     use_crosscheck(crosscheck)
-    if target is not ExploreTarget.kvspec:
-        runs = (seeds or SCHEDULER_SEEDS, steps or SCHEDULER_STEPS, seed_start, workers)
-        pythons = (sglang_version, sglang_python, vllm_python)
-        raise typer.Exit(_explore_real(target, runs, out, fail_fast, *pythons))
+    target = chosen_target(target, ("kvspec", *EXPLORED))
+    if target != "kvspec":
+        runs = (seeds or REAL_SEEDS, steps or REAL_STEPS, seed_start, workers)
+        options = target_options(target_python, target_version)
+        raise typer.Exit(_explore_real(target, runs, out, fail_fast, options))
     seeds, steps = seeds or DEFAULT_SEEDS, steps or DEFAULT_STEPS
     report = explore(
         seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out
@@ -113,49 +108,30 @@ def explore_engine(
 
 
 def _explore_real(
-    target: ExploreTarget,
+    name: str,
     runs: tuple[int, int, int, int],
     out: Path,
     fail_fast: bool,
-    sglang_version: str | None,
-    sglang_python: str | None,
-    vllm_python: str | None,
+    options: TargetOptions,
 ) -> int:
-    """A real engine's exploration (``runs``: seeds, steps, first seed, workers)."""
-    if target is ExploreTarget.vllm:
-        return _explore_on_vllm(*runs, out, fail_fast, vllm_python)
-    from invariants.cli.scheduler import explore_on_scheduler
+    """A real engine's exploration (``runs``: seeds, steps, first seed, workers): 0 clean,
+    1 a failing seed (no venv: kvspec's main says so, exit 2)."""
+    from invariants.targets.explore import RealTarget, explore_real
+    from invariants.targets.text import explore_lines, target_flags
 
-    return explore_on_scheduler(*runs, out, fail_fast, sglang_version, sglang_python)
-
-
-def _explore_on_vllm(
-    seeds: int,
-    steps: int,
-    seed_start: int,
-    workers: int,
-    out: Path,
-    fail_fast: bool,
-    python: str | None,
-) -> int:
-    """`kvspec explore --target vllm`: 0 clean, 1 a failing seed, 2 no vllm env."""
-    from invariants.cli.scheduler import print_explore_report
-    from invariants.explore.real import explore_real
-    from invariants.targets.vllm.explore import driver_for, vllm_target
-    from invariants.targets.vllm.target import VLLMUnavailable
-
-    try:
-        version = driver_for(python).version
-        target = vllm_target(python)
-        report = explore_real(
-            target, version, seeds, steps, seed_start=seed_start, workers=workers,
-            fail_fast=fail_fast, out_dir=out,
-        )  # fmt: skip
-    except VLLMUnavailable as exc:
-        typer.echo(f"vllm target: {exc}", err=True)
-        return 2
-    flags = "--target vllm" + (f" --vllm-python {python}" if python else "")
-    return print_explore_report(report, steps, workers, "vLLM", flags)
+    seeds, steps, seed_start, workers = runs
+    report = explore_real(
+        RealTarget(name, options),
+        seeds,
+        steps,
+        seed_start=seed_start,
+        workers=workers,
+        fail_fast=fail_fast,
+        out_dir=out,
+    )
+    for line in explore_lines(report, steps, workers, target_flags(name, options)):
+        typer.echo(line)
+    return 1 if report.failed else 0
 
 
 @explore_app.command("memory")
@@ -184,10 +160,9 @@ def explore_memory(
 @app.command("replay")
 def replay_command(
     trace: Annotated[Path, typer.Argument(help="A JSON op trace (explore-failures/seed-N.json).")],
-    target: TargetOpt = ExploreTarget.kvspec,
-    sglang_version: VersionOpt = None,
-    sglang_python: PythonOpt = None,
-    vllm_python: VLLMPythonOpt = None,
+    target: TargetOption = "kvspec",
+    target_version: TargetVersion = None,
+    target_python: TargetPython = None,
 ) -> None:
     """Replay TRACE to its first violation: the violation, its witnesses, and the state-view
     diff from the last step before it; exit 1 when a failure reproduces, 0 otherwise."""
@@ -199,17 +174,14 @@ def replay_command(
     except TraceError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    if target is ExploreTarget.sglang_scheduler:
-        from invariants.cli.scheduler import guarded
-        from invariants.targets.sglang_scheduler.replay import replay_on_scheduler
-
-        result = guarded(lambda: replay_on_scheduler(loaded, sglang_version, sglang_python))
-    elif target is ExploreTarget.vllm:
-        from invariants.targets.vllm.replay import replay_on_vllm
-
-        result = replay_on_vllm(loaded, vllm_python)  # type: ignore[assignment]
-    else:
+    if chosen_target(target) == "kvspec":
         result = replay(loaded)
-    for line in result.describe():
+        lines, failure = result.describe(), result.failure
+    else:
+        from invariants.targets.replay import replay_on
+
+        real = replay_on(target, loaded, target_options(target_python, target_version))
+        lines, failure = real.describe(), real.failure
+    for line in lines:
         typer.echo(line)
-    raise typer.Exit(1 if result.failure is not None else 0)
+    raise typer.Exit(1 if failure is not None else 0)

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from invariants.cli.app import CrossCheck, FormatOption, app, use_crosscheck
-from invariants.report.terminal import Format
-
-
-class ReportTarget(str, Enum):
-    kvspec = "kvspec"
-    sglang = "sglang"
-    both = "both"
-    sglang_scheduler = "sglang-scheduler"
-    vllm = "vllm"
-    all = "all"
-
+from invariants.cli.app import (
+    CrossCheck,
+    FormatOption,
+    TargetPython,
+    TargetVersion,
+    app,
+    target_options,
+    use_crosscheck,
+)
+from invariants.targets.registry import NAMES
+from invariants.terminal import Format
 
 OutDir = Annotated[
     Path, typer.Option(help="Folder for report.json, junit.xml, report.md, report.html.")
@@ -37,23 +35,14 @@ RayAddress = Annotated[
         "(needs the kvspec\\[ray] extra)."
     ),
 ]
-Target = Annotated[
-    ReportTarget,
+Targets = Annotated[
+    str,
     typer.Option(
-        help="kvspec's engine; sglang: every spec as written on kvspec and on real SGLang's "
-        "memory classes, side by side; both: the kvspec report plus that; sglang-scheduler: "
-        "the side by side on SGLang's real scheduler (level 2); vllm: on vLLM v1's real "
-        "scheduler (make vllm-env); all: every spec on kvspec and the three real-engine "
-        "targets, one column each."
+        "--target",
+        help="kvspec's engine (default), or real engines, comma-separated: each default spec "
+        f"as written on kvspec and on it, side by side ({', '.join(NAMES)}; all: every one; "
+        "kvspec among them: the whole kvspec report too; both = kvspec,sglang).",
     ),
-]
-SGLangPython = Annotated[
-    str | None,
-    typer.Option(help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."),
-]
-
-SGLangVersion = Annotated[
-    str | None, typer.Option(help="sglang-scheduler: the release (its venv; default 0.5.23).")
 ]
 
 
@@ -63,38 +52,36 @@ def report(
     full: Full = False,
     workers: Workers = None,
     ray_address: RayAddress = None,
-    target: Target = ReportTarget.kvspec,
-    sglang_python: SGLangPython = None,
-    sglang_version: SGLangVersion = None,
+    target: Targets = "kvspec",
+    target_python: TargetPython = None,
+    target_version: TargetVersion = None,
     crosscheck: CrossCheck = False,
     fmt: FormatOption = Format.table,
 ) -> None:
     """Run every spec, matrix cell and memory-layer cell under the checker (level 1); print
     the verdict, the failures and the summary, write the report files; exit 1 on any failure
-    (sglang target: a violation or crash), 2 when a backend or the sglang target is missing."""
+    (a real target: a violation, its own checker firing, or a crash), 2 when a backend or a
+    real target's venv is missing."""
     from invariants.report.backends import BackendError
     from invariants.report.run import default_workers, run_report
-    from invariants.targets.sglang_scheduler.target import ShimDrift
-    from invariants.targets.sglang.target import SGLangUnavailable
-    from invariants.targets.vllm.target import VLLMUnavailable
+    from invariants.report.targets import chosen_targets
 
     use_crosscheck(crosscheck)
+    try:
+        chosen_targets(target)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     try:
         code = run_report(
             out=out,
             full=full,
             workers=workers or default_workers(),
             ray_address=ray_address,
-            target=target.value,
-            sglang_python=sglang_python,
-            sglang_version=sglang_version,
+            target=target,
+            options=target_options(target_python, target_version),
             fmt=fmt,
         )
-    except ShimDrift as exc:
-        typer.echo(f"shim drift: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except (BackendError, SGLangUnavailable, VLLMUnavailable) as exc:
-        named = {SGLangUnavailable: "sglang target: ", VLLMUnavailable: "vllm target: "}
-        typer.echo(f"{named.get(type(exc), '')}{exc}", err=True)
+    except BackendError as exc:
+        typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(code)

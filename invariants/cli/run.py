@@ -3,28 +3,29 @@ matrix filtered by axis values (`--matrix`), checked."""
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from invariants.checking.loader import load_catalog
-from invariants.cli.app import CrossCheck, FormatOption, app, use_crosscheck
-from invariants.report.terminal import Format, out_console
+from invariants.cli.app import (
+    CrossCheck,
+    FormatOption,
+    TargetOption,
+    TargetPython,
+    TargetVersion,
+    app,
+    chosen_target,
+    target_options,
+    use_crosscheck,
+)
+from invariants.terminal import Format, out_console
 
 if TYPE_CHECKING:
     from invariants.scenarios.matrix import Cell
     from invariants.scenarios.spec import Spec
-
-
-class Target(str, Enum):
-    """What a spec runs on."""
-
-    kvspec = "kvspec"
-    sglang = "sglang"
-    sglang_scheduler = "sglang-scheduler"
-    vllm = "vllm"
+    from invariants.targets.registry import TargetOptions
 
 
 SpecPath = Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")]
@@ -37,29 +38,13 @@ Sets = Annotated[
 Strict = Annotated[
     bool | None,
     typer.Option(
-        help="Stop at the first violation (level 2; the default on sglang-scheduler), or "
-        "record every violation (level 1; the default elsewhere)."
+        help="Stop at the first violation (level 2), or record every violation (level 1); "
+        "default: the target's own (2 on sglang-scheduler, 1 elsewhere)."
     ),
 ]
 SaveTrace = Annotated[
     Path | None,
     typer.Option(help="Write the op trace the spec ran as JSON (replayable, shrinkable)."),
-]
-TargetOption = Annotated[
-    Target,
-    typer.Option(
-        help="kvspec's engine; sglang: real SGLang's memory classes under kvspec's glue; "
-        "sglang-scheduler: real SGLang's Scheduler and event loop, only the forward faked; "
-        "vllm: vLLM v1's real Scheduler and KV cache manager, only the runner faked."
-    ),
-]
-SGLangVersion = Annotated[
-    str | None,
-    typer.Option(help="sglang-scheduler: the release to check (default 0.5.23)."),
-]
-SGLangPython = Annotated[
-    Path | None,
-    typer.Option(help="The sglang venv's python (default: $KVSPEC_SGLANG_PYTHON, .sglang-venv)."),
 ]
 Matrix = Annotated[
     bool,
@@ -76,9 +61,9 @@ def run_command(
     set_: Sets = None,
     strict: Strict = None,
     save_trace: SaveTrace = None,
-    target: TargetOption = Target.kvspec,
-    sglang_python: SGLangPython = None,
-    sglang_version: SGLangVersion = None,
+    target: TargetOption = "kvspec",
+    target_python: TargetPython = None,
+    target_version: TargetVersion = None,
     matrix: Matrix = False,
     full: Full = False,
     crosscheck: CrossCheck = False,
@@ -86,24 +71,20 @@ def run_command(
 ) -> None:
     """Run one scenario spec with the checker after every event; print the verdict table;
     exit 1 on a violation, an unmet goal, a failed response oracle or an engine error (2: the
-    spec or a flag is invalid)."""
+    spec or a flag is invalid, or a real target has no venv)."""
     from invariants.scenarios.spec import load_spec, parse_overrides
 
-    level = 2 if strict or (strict is None and target is Target.sglang_scheduler) else 1
     use_crosscheck(crosscheck)
+    target = chosen_target(target)
+    level = None if strict is None else 2 if strict else 1
     if matrix:
-        raise typer.Exit(_run_matrix(spec, set_ or [], full, level, fmt))
+        raise typer.Exit(_run_matrix(spec, set_ or [], full, level or 1, fmt))
     loaded = load_spec(spec, parse_overrides(set_ or []))  # a SpecError: one line, exit 2
-    if target is Target.sglang:
-        raise typer.Exit(_run_on_sglang(loaded, level, sglang_python))
-    if target is Target.vllm:
-        raise typer.Exit(_run_on_vllm(loaded, level))
-    if target is Target.sglang_scheduler:
-        raise typer.Exit(
-            _run_on_scheduler(loaded, spec, set_ or [], level, sglang_version, sglang_python)
-        )
     replay = f"kvspec run {spec}{''.join(f' --set {s}' for s in set_ or [])}"
-    raise typer.Exit(_run_on_kvspec(loaded, level, save_trace, replay, fmt))
+    if target != "kvspec":
+        options = target_options(target_python, target_version)
+        raise typer.Exit(_run_on_target(target, loaded, level, options, replay))
+    raise typer.Exit(_run_on_kvspec(loaded, level or 1, save_trace, replay, fmt))
 
 
 def _run_on_kvspec(
@@ -118,46 +99,22 @@ def _run_on_kvspec(
     return print_runs(out_console(), [RunResult(loaded.name, replay, outcome)], fmt)
 
 
-def _run_on_sglang(spec: Spec, level: int, python: Path | None) -> int:
-    """The spec on real SGLang (invariants/targets/sglang/): 0 clean, 1 a finding, 2 no sglang env or
-    a spec the adapter does not model (said, never passed silently)."""
-    from invariants.cli.sglang import print_outcome
-    from invariants.targets.sglang.run import run_spec_on_sglang
-    from invariants.targets.sglang.target import SGLangUnavailable
-
-    try:
-        outcome = run_spec_on_sglang(
-            spec, load_catalog(), level, None if python is None else str(python)
-        )
-    except SGLangUnavailable as exc:
-        typer.echo(f"sglang target: {exc}", err=True)
-        return 2
-    return print_outcome(spec.name, outcome)
-
-
-def _run_on_vllm(spec: Spec, level: int) -> int:
-    """The spec on vLLM's real scheduler (invariants/targets/vllm/): 0 clean, 1 a finding, 2 no vllm
-    env or a spec vLLM has no counterpart for (said, never passed)."""
-    from invariants.cli.sglang import print_outcome
-    from invariants.targets.vllm.run import run_spec_on_vllm
-    from invariants.targets.vllm.target import VLLMUnavailable
-
-    try:
-        outcome = run_spec_on_vllm(spec, load_catalog(), level)
-    except VLLMUnavailable as exc:
-        typer.echo(f"vllm target: {exc}", err=True)
-        return 2
-    return print_outcome(spec.name, outcome, "vllm")
-
-
-def _run_on_scheduler(
-    loaded: Spec, path: Path, sets: list[str], level: int, version: str | None, python: Path | None
+def _run_on_target(
+    name: str, spec: Spec, level: int | None, options: TargetOptions, replay: str
 ) -> int:
-    """The spec on SGLang's real scheduler (invariants/targets/sglang_scheduler/)."""
-    from invariants.cli.scheduler import replay_flags, run_on_scheduler
+    """The spec on a real engine: 0 clean, 1 a finding, 2 a spec the target cannot express
+    (said, never passed; no venv: kvspec's main says so, exit 2)."""
+    from invariants.targets.registry import target
+    from invariants.targets.run import run_spec
+    from invariants.targets.text import outcome_lines, target_flags, unsupported_line
 
-    replay = f"kvspec run {path}{''.join(f' --set {s}' for s in sets)} {replay_flags(version)}"
-    return run_on_scheduler(loaded, replay, level, version, None if python is None else str(python))
+    outcome = run_spec(target(name), spec, load_catalog(), level, options=options)
+    if outcome.unsupported:
+        typer.echo(unsupported_line(spec.name, outcome), err=True)
+        return 2
+    for line in outcome_lines(spec.name, outcome, f"{replay} {target_flags(name, options)}"):
+        typer.echo(line)
+    return 0 if outcome.ok else 1
 
 
 def _matching_cells(path: Path, sets: list[str], full: bool) -> list[Cell]:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.text import Text
 
-from invariants.report.terminal import Col, Format, print_table, seconds, verdict_line
 from invariants.report.text import goals_text
 from invariants.scenarios.runner import SpecOutcome
+from invariants.terminal import Col, Format, print_table, seconds, verdict_line
 
 COLS = (
     Col("cell"),

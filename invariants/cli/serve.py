@@ -1,5 +1,5 @@
 """`kvspec serve`: the engine behind SGLang's HTTP API and OpenAI's, with the invariant
-checker attached (the app: invariants/checking/served.py)."""
+checker attached (the app: invariants/checked_server.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from engine.server.args import ServerArgs
-from invariants.checking.served import serve_app
+from invariants.checked_server import serve_app
 from invariants.cli.app import app
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from invariants.checking.loader import load_catalog
 from invariants.explore.ddmin import shrink as shrink_trace
 from invariants.mutants import ZOO, Planted, entry
 from invariants.mutants.hunt import Finding, Shrinker, hunt
-from invariants.report.terminal import Col, Format, out_console, print_table, verdict_line
+from invariants.terminal import Col, Format, out_console, print_table, verdict_line
 
 STYLE = {"caught": "green"}
 

@@ -1,11 +1,11 @@
 """What `kvspec report` prints once its cells ran, in this order: the verdict line, each
 failing cell's first findings with its replay command, the summary (one row per spec, its
-cells folded in), the matrix cells constraints exclude (one line per constraint), the sglang
-side by side and its failures, and the verdict line again with where the files are.
+cells folded in), the matrix cells constraints exclude (one line per constraint), the real
+engines side by side and their failures, and the verdict line again with where the files are.
 
 Keeps: the printed report hides nothing the files show — every failing cell is listed with
 the command that replays it — and reads the same plain data (model.py) and small texts
-(text.py) as every other format; ids and numbers are never cut (invariants/cli/output.py).
+(text.py) as every other format; ids and numbers are never cut (invariants/terminal.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from rich.text import Text
 from invariants.report.model import CellResult, ReportHeader, SideBySide
 from invariants.report.target_view import print_side_by_side, print_target_failures
 from invariants.report.targets import rows_word
-from invariants.report.terminal import Col, Format, print_table, seconds, verdict_line
 from invariants.report.text import goals_text, violation_line
 from invariants.scenarios.matrix import Exclusion
+from invariants.terminal import Col, Format, print_table, seconds, verdict_line
 
 
 def print_report(
@@ -34,9 +34,9 @@ def print_report(
     table: bool = True,
     fmt: Format = Format.table,
 ) -> int:
-    """Print the report (``table`` False: without the summary, as on the sglang target alone;
+    """Print the report (``table`` False: without the summary, as on real targets alone;
     ``fmt`` plain or json: every cell as one row, nothing else); the number of failing cells
-    and sglang rows."""
+    and real-engine rows."""
     failed = sum(not r.ok for r in results)
     if fmt is not Format.table:
         print_table(console, CELL_COLS, [cell_row(r) for r in results], fmt)
@@ -61,7 +61,7 @@ def report_verdict(
     out: Path | None = None,
 ) -> Text:
     """PASS/FAIL · cells passed · checks · violations · time · where the files are."""
-    sglang_failed = sum(not p.sglang.ok for p in pairs or ())
+    rows_failed = sum(not p.row.ok for p in pairs or ())
     cells_failed = sum(not r.ok for r in results)
     violations = sum(r.num_violations for r in results)
     facts = [
@@ -69,10 +69,10 @@ def report_verdict(
         f"{sum(r.checks for r in results):,} checks",
         f"{violations} violation{'s' * (violations != 1)}",
     ]
-    facts += [f"{sglang_failed} {rows_word(pairs or ())} rows failed"] if sglang_failed else []
+    facts += [f"{rows_failed} {rows_word(pairs or ())} rows failed"] if rows_failed else []
     facts += [seconds(wall)] if wall is not None else []
     facts += [f"files in {out}/"] if out else []
-    return verdict_line(not cells_failed and not sglang_failed, facts)
+    return verdict_line(not cells_failed and not rows_failed, facts)
 
 
 CELL_COLS = (

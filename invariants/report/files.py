@@ -24,7 +24,7 @@ from invariants.report.model import (
     summary,
 )
 from invariants.report.target_view import target_markdown
-from invariants.report.targets import sglang_document, verdict
+from invariants.report.targets import legacy_sglang_document, targets_document, verdict
 from invariants.report.text import goals_text, md_cell, violation_line
 from invariants.scenarios.matrix import Exclusion
 
@@ -33,19 +33,20 @@ def write_report(
     out: Path,
     header: ReportHeader,
     results: list[CellResult],
-    sglang: list[SideBySide] | None = None,
+    pairs: list[SideBySide] | None = None,
     excluded: Sequence[Exclusion] = (),
 ) -> list[Path]:
-    """Write the four files into ``out`` (created); return their paths. ``sglang``: the
-    side-by-side rows of `--target sglang|both` (report.json, report.md, report.html);
-    ``excluded``: the matrix cells constraints rule out (report.json, report.md)."""
+    """Write the four files into ``out`` (created); return their paths. ``pairs``: the
+    real-engine rows of `--target NAME` beside kvspec's cells (report.json, report.md,
+    report.html); ``excluded``: the matrix cells constraints rule out (report.json,
+    report.md)."""
     out.mkdir(parents=True, exist_ok=True)
     files = {
-        "report.json": json.dumps(report_document(header, results, sglang, excluded), indent=1)
+        "report.json": json.dumps(report_document(header, results, pairs, excluded), indent=1)
         + "\n",
         "junit.xml": junit_xml(header, results),
-        "report.md": report_markdown(header, results, sglang, excluded),
-        "report.html": render_html(header, results, summary(results), sglang),
+        "report.md": report_markdown(header, results, pairs, excluded),
+        "report.html": render_html(header, results, summary(results), pairs),
     }
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
@@ -55,17 +56,20 @@ def write_report(
 def report_document(
     header: ReportHeader,
     results: list[CellResult],
-    sglang: list[SideBySide] | None = None,
+    pairs: list[SideBySide] | None = None,
     excluded: Sequence[Exclusion] = (),
 ) -> dict[str, Any]:
-    """Everything: header, summary, every cell, the excluded matrix cells, the sglang pairs."""
+    """Everything: header, summary, every cell, the excluded matrix cells, and the real
+    engines' rows by target (``targets``; ``sglang``: 0.x's key for them, one release more)."""
     document = {
         "header": asdict(header),
         "summary": summary(results),
         "cells": [r.to_dict() for r in results],
         "excluded": [x.to_dict() for x in excluded],
     }
-    return document if sglang is None else {**document, "sglang": sglang_document(sglang)}
+    if pairs is None:
+        return document
+    return {**document, "targets": targets_document(pairs), "sglang": legacy_sglang_document(pairs)}
 
 
 def failure_text(r: CellResult) -> str:
@@ -124,14 +128,14 @@ def _is_error(r: CellResult) -> bool:
 def report_markdown(
     header: ReportHeader,
     results: list[CellResult],
-    sglang: list[SideBySide] | None = None,
+    pairs: list[SideBySide] | None = None,
     excluded: Sequence[Exclusion] = (),
 ) -> str:
     """The summary table (failing cells first), each failure with its replay command, the
-    matrix cells constraints exclude, and the side-by-side section when the sglang target ran."""
+    matrix cells constraints exclude, and the side-by-side section when real engines ran."""
     totals = summary(results)
     lines = [
-        f"# kvspec report: {verdict(totals, sglang)}",
+        f"# kvspec report: {verdict(totals, pairs)}",
         "",
         f"{header.title}; {header.evaluation}.",
         "",
@@ -156,8 +160,8 @@ def report_markdown(
     for r in failed:
         lines += ["", f"### {r.name}", "", "```", failure_text(r), "```"]
     lines += exclusions_markdown(excluded)
-    if sglang is not None:
-        lines += target_markdown(sglang)
+    if pairs is not None:
+        lines += target_markdown(pairs)
     return "\n".join(lines) + "\n"
 
 

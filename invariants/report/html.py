@@ -87,12 +87,13 @@ def render_html(
     header: ReportHeader,
     results: list[CellResult],
     totals: dict[str, Any],
-    sglang: list[SideBySide] | None = None,
+    pairs: list[SideBySide] | None = None,
 ) -> str:
-    """The whole page (``sglang``: with the side-by-side section after the summary)."""
+    """The whole page (``pairs``: with the real engines' side-by-side section after the
+    summary)."""
     ordered = failing_first(results)
     anchors = {id(r): f"cell-{i}" for i, r in enumerate(results)}
-    text = verdict(totals, sglang)
+    text = verdict(totals, pairs)
     mark = f'<span class="{"pass" if text == "PASS" else "fail"}">{escape(text)}</span>'
     body = [
         f"<h1>kvspec report: {mark}</h1>",
@@ -106,7 +107,7 @@ def render_html(
         "<h2>Summary</h2>",
         FILTER_BOX,
         f'<div class="scroll">{_table(ordered, anchors)}</div>',
-        *([target_html(sglang)] if sglang is not None else []),
+        *([target_html(pairs)] if pairs is not None else []),
         "<h2>Pools over steps</h2>",
         legend(),
     ]

@@ -1,4 +1,4 @@
-"""The report's plain data: a cell's result, an sglang row, the pair of them and the report's
+"""The report's plain data: a cell's result, a real-engine row, the pair of them and the report's
 header — what every writer (the printed tables, files.py, html.py, target_view.py) reads, and
 nothing that runs a cell.
 
@@ -61,7 +61,7 @@ class CellResult:
 
 @dataclass(frozen=True, slots=True)
 class TargetRow:
-    """One spec, as written, on the sglang target, as plain data."""
+    """One spec, as written, on a real-engine target, as plain data."""
 
     name: str
     replay: str
@@ -76,12 +76,12 @@ class TargetRow:
     counters: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     version: str = ""
-    target: str = "sglang"  # sglang | sglang-scheduler | vllm
-    checker: tuple[str, ...] = ()  # sglang-scheduler: SGLang's own checkers, "iteration N: msg"
+    target: str = ""  # the registry's name of the target
+    checker: tuple[str, ...] = ()  # the engine's own checkers, "iteration N: msg"
 
     @property
     def ok(self) -> bool:
-        """Violations, SGLang's own checkers firing and crashes fail; unmet goals and
+        """Violations, the engine's own checkers firing and crashes fail; unmet goals and
         unsupported specs do not."""
         return not self.num_violations and self.error is None and not self.checker
 
@@ -107,7 +107,7 @@ class SideBySide:
 
     name: str
     kvspec: CellResult | None
-    sglang: TargetRow
+    row: TargetRow
 
 
 @dataclass(frozen=True, slots=True)

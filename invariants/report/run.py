@@ -16,7 +16,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -29,15 +28,11 @@ from invariants.report.console import print_report, report_verdict
 from invariants.report.files import write_report
 from invariants.report.memory_cells import MemoryCell
 from invariants.report.model import CellResult, ReportHeader, SideBySide, TargetRow
-from invariants.report.targets import (
-    REAL_TARGETS,
-    TARGETS,
-    as_written_cells,
-    run_sglang_rows,
-    side_by_side,
-)
-from invariants.report.terminal import Format, out_console
+from invariants.report.targets import as_written_cells, chosen_targets, side_by_side, target_rows
 from invariants.scenarios.matrix import Exclusion, report_exclusions
+from invariants.targets.driver import LineDriver
+from invariants.targets.registry import TargetOptions, target
+from invariants.terminal import Format, out_console
 
 __all__ = ["default_specs", "default_workers", "run_report"]
 
@@ -59,30 +54,28 @@ def run_report(
     ray_address: str | None = None,
     cells: list[ReportCell] | None = None,
     target: str = "kvspec",
-    sglang_python: str | None = None,
+    options: TargetOptions | None = None,
     specs: list[tuple[str, Path]] | None = None,
-    sglang_driver: Any = None,
-    sglang_version: str | None = None,
+    driver: LineDriver | None = None,
     fmt: Format = Format.table,
 ) -> int:
     """Run the report; write its files into ``out`` (none when None); return the exit code
     (1 on any lint error, violation, unmet goal or crash). ``cells`` replaces the default set.
-    ``target`` sglang / sglang-scheduler: every spec of ``specs`` (default: all) as written on
-    kvspec and on SGLang's memory classes / real scheduler (``sglang_version``), side by side;
-    both: the kvspec report plus the sglang one (no sglang: ``SGLangUnavailable`` up front);
-    ``fmt`` plain or json: one row per cell, nothing else."""
-    if ray_address:
-        import_ray()  # fail before any work when the extra is missing
+    ``target``: the targets (targets.chosen_targets) — a real engine's rows are every spec of
+    ``specs`` (default: all) as written on kvspec and on it, side by side (no driver:
+    ``TargetUnavailable`` up front); ``kvspec`` among them: the whole kvspec report too;
+    ``driver``: a running one for its own target (tests); ``fmt`` plain or json: one row per
+    cell, nothing else."""
     began, console = time.perf_counter(), console or out_console()
-    errors = _lint(console)
-    sglang_specs = (default_specs() if specs is None else specs) if target != "kvspec" else []
-    args = (sglang_specs, level, sglang_python, sglang_driver, sglang_version)
-    alone = target in REAL_TARGETS + ("all",)  # the specs as written, no table
+    errors = _lint(console, ray_address)
+    names = chosen_targets(target)
+    real, alone = [n for n in names if n != "kvspec"], "kvspec" not in names
+    spec_list = (default_specs() if specs is None else specs) if real else []
     excluded = report_exclusions() if cells is None and with_matrix and not alone else []
-    cells = _target_cells(cells, target, sglang_specs, full, with_matrix, memory_cells)
-    rows = _target_rows(console, target, *args)
+    cells = _target_cells(cells, alone, spec_list, full, with_matrix, memory_cells)
+    rows = _all_rows(console, real, spec_list, level, options or TargetOptions(), driver)
     results = _run_with_progress(console, cells, level, workers, ray_address)
-    pairs = None if rows is None else side_by_side(results, rows)
+    pairs = side_by_side(results, rows) if real else None
     header = ReportHeader.for_run(len(shipped_catalog()), level, full, workers, ray_address)
     failed = print_report(console, header, results, pairs, excluded, table=not alone, fmt=fmt)
     _finish(console, header, results, pairs, excluded, out, fmt, time.perf_counter() - began)
@@ -106,35 +99,37 @@ def _finish(
         console.print(report_verdict(header, results, pairs, wall, out), soft_wrap=True)
 
 
-def _target_rows(
+def _all_rows(
     console: Console,
-    target: str,
+    names: list[str],
     specs: list[tuple[str, Path]],
     level: int,
-    python: str | None,
-    driver: Any,
-    version: str | None,
-) -> list[TargetRow] | None:
-    """The sglang, sglang-scheduler or vllm rows, or all three's one after another (None:
-    no such target in this report)."""
-    if target == "all":
-        return [
-            row
-            for real in REAL_TARGETS
-            for row in _target_rows(console, real, specs, level, python, driver, version) or ()
-        ]
-    if target == "sglang-scheduler":
-        return _scheduler_rows(console, specs, version, python)
-    if target == "vllm":
-        from invariants.report.targets import run_vllm_rows
-
-        with _row_progress(console, "vllm", len(specs)) as advance:
-            return run_vllm_rows(specs, level, advance)
-    return _sglang_rows(console, specs, level, python, driver)
+    options: TargetOptions,
+    driver: LineDriver | None,
+) -> list[TargetRow]:
+    """Every real target's rows, one target after another."""
+    return [row for name in names for row in _rows(console, name, specs, level, options, driver)]
 
 
-def _lint(console: Console) -> list[str]:
-    """The catalog's lint errors, printed."""
+def _rows(
+    console: Console,
+    name: str,
+    specs: list[tuple[str, Path]],
+    level: int,
+    options: TargetOptions,
+    driver: LineDriver | None,
+) -> list[TargetRow]:
+    """Every spec on target ``name``, one driver (``driver`` when it is that target's), with
+    a progress bar."""
+    given = driver if driver is not None and driver.target == name else None
+    with _row_progress(console, name, len(specs)) as advance:
+        return target_rows(target(name), specs, level, options, advance, driver=given)
+
+
+def _lint(console: Console, ray_address: str | None) -> list[str]:
+    """The catalog's lint errors, printed (first: Ray, when asked for, must import)."""
+    if ray_address:
+        import_ray()  # fail before any work when the extra is missing
     errors = lint()
     for error in errors:
         console.print(f"lint: {error}", markup=False)
@@ -143,17 +138,15 @@ def _lint(console: Console) -> list[str]:
 
 def _target_cells(
     cells: list[ReportCell] | None,
-    target: str,
+    alone: bool,
     specs: list[tuple[str, Path]],
     full: bool,
     with_matrix: bool,
     memory_cells: list[MemoryCell] | None,
 ) -> list[ReportCell]:
-    """The kvspec cells a target runs: the report's own (kvspec), each spec as written
-    (sglang), or both — the report's own plus any spec as written that is not among them."""
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
-    if target in REAL_TARGETS + ("all",):
+    """The kvspec cells a report runs: each spec as written (real targets ``alone``), or the
+    report's own plus any spec as written that is not among them."""
+    if alone:
         return as_written_cells(specs)
     own = (
         cells
@@ -161,27 +154,6 @@ def _target_cells(
         else spec_cells(full, with_matrix) + memory_report_cells(memory_cells)
     )
     return own + as_written_cells(specs, {c.name for c in own})
-
-
-def _sglang_rows(
-    console: Console, specs: list[tuple[str, Path]], level: int, python: str | None, driver: Any
-) -> list[TargetRow] | None:
-    """Every spec on the sglang target, one driver, with a progress bar (no specs: None, the
-    sglang target does not run)."""
-    if not specs:
-        return None
-    with _row_progress(console, "sglang", len(specs)) as advance:
-        return run_sglang_rows(specs, level, python, advance, driver=driver)
-
-
-def _scheduler_rows(
-    console: Console, specs: list[tuple[str, Path]], version: str | None, python: str | None
-) -> list[TargetRow]:
-    """Every spec on SGLang's real scheduler, one driver, with a progress bar."""
-    from invariants.report.scheduler_rows import run_scheduler_rows
-
-    with _row_progress(console, "sglang-scheduler", len(specs)) as advance:
-        return run_scheduler_rows(specs, version, python, advance)
 
 
 @contextlib.contextmanager

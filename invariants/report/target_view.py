@@ -1,7 +1,7 @@
-"""The side-by-side view of `kvspec report --target sglang|both|sglang-scheduler|vllm|all`:
-the printed table and its failures, the report.md section and the report.html section. With
-several targets (``all``) an overview comes first — one row per spec, one column per target —
-then each target's own section.
+"""The side-by-side view of `kvspec report --target NAME[,NAME…]`: the printed table and its
+failures, the report.md section and the report.html section. With several targets (``all``)
+an overview comes first — one row per spec, one column per target — then each target's own
+section.
 
 Keeps: every format shows the same pairs in the same order (kvspec steps / violations /
 goals beside the real engine's, or the reason a spec is unsupported there) under the same
@@ -19,16 +19,17 @@ from invariants.report.model import LISTED_IN_TEXT, SideBySide, TargetRow
 from invariants.report.targets import (
     GOALS_NOTE,
     by_target,
+    engine_of,
     failing_rows,
     kvspec_text,
-    sglang_detail,
-    sglang_summary,
-    sglang_text,
-    sglang_version,
-    target_label,
+    row_detail,
+    row_text,
+    rows_summary,
+    version_of,
 )
-from invariants.report.terminal import Col, print_table
 from invariants.report.text import md_cell, violation_line
+from invariants.targets.registry import TARGETS
+from invariants.terminal import Col, print_table
 
 COLUMNS = (
     "spec",
@@ -40,15 +41,18 @@ COLUMNS = (
 
 
 def columns(pairs: list[SideBySide]) -> tuple[str, ...]:
-    """The headers, naming the real engine the rows ran on (sglang or vllm)."""
-    target = pairs[0].sglang.target if pairs else "sglang"
+    """The headers, naming the target the rows ran on."""
+    target = pairs[0].row.target if pairs else "target"
     return tuple(c.format(target=target) for c in COLUMNS)
 
 
 def _title(pairs: list[SideBySide]) -> str:
-    rows = [p.sglang for p in pairs]
-    version = sglang_version(rows) or "(not run)"
-    return f"kvspec and {target_label(rows)} {version} side by side — each spec as written"
+    rows = [p.row for p in pairs]
+    version = version_of(rows) or "(not run)"
+    entry = next((t for t in TARGETS if rows and t.name == rows[0].target), None)
+    runs = f" ({entry.runs})" if entry is not None else ""
+    engine = engine_of(rows[0]) if rows else "a real engine"
+    return f"kvspec and {engine} {version}{runs} side by side — each spec as written"
 
 
 def overview(pairs: list[SideBySide]) -> tuple[list[str], list[list[tuple[str, str]]]]:
@@ -57,15 +61,13 @@ def overview(pairs: list[SideBySide]) -> tuple[list[str], list[list[tuple[str, s
     groups = by_target(pairs)
     names = list(dict.fromkeys(p.name for p in pairs))
     kvspec = {p.name: kvspec_text(p.kvspec) for p in pairs}
-    found = {(p.sglang.target, p.name): p.sglang for p in pairs}
+    found = {(p.row.target, p.name): p.row for p in pairs}
     table = []
     for name in names:
         cells = [(kvspec[name], "ok")]
         for target in groups:
             row = found.get((target, name))
-            cells.append(
-                ("not run", "missing") if row is None else (sglang_text(row), _status(row))
-            )
+            cells.append(("not run", "missing") if row is None else (row_text(row), _status(row)))
         table.append([(name, "ok"), *cells])
     return ["spec", "kvspec", *groups], table
 
@@ -95,13 +97,13 @@ def print_side_by_side(console: Console, pairs: list[SideBySide]) -> None:
             Col(names[4], "num"))  # fmt: skip
     rows = []
     for p in pairs:
-        row = p.sglang
+        row = p.row
         colour = "red" if not row.ok else "yellow" if row.unsupported or row.unmet else "green"
         rows.append([
             p.name,
             kvspec_text(p.kvspec),
-            Text(sglang_text(row), style=colour),
-            sglang_detail(row),
+            Text(row_text(row), style=colour),
+            row_detail(row),
             "" if row.unsupported else f"{row.seconds:.2f}s",
         ])  # fmt: skip
     print_table(console, cols, rows, title=_title(pairs))
@@ -109,20 +111,20 @@ def print_side_by_side(console: Console, pairs: list[SideBySide]) -> None:
 
 
 def failure_lines(row: TargetRow) -> list[str]:
-    """A failing row's first violations, crash, SGLang's own checker's messages and the
+    """A failing row's first violations, crash, the engine's own checker's messages and the
     disagreements, then its replay command."""
     lines = [violation_line(v) for v in row.violations[:LISTED_IN_TEXT]]
     if row.num_violations > LISTED_IN_TEXT:
         lines.append(f"... {row.num_violations - LISTED_IN_TEXT} more violations")
     if row.error:
         lines.append(f"{row.target} error: {row.error}")
-    lines += [f"SGLang's own checker, {message}" for message in row.checker]
+    lines += [f"{engine_of(row)}'s own checker, {message}" for message in row.checker]
     lines += [note for note in row.notes if note.startswith("disagreement")]
     return [*lines, f"replay: {row.replay}"]
 
 
 def print_target_failures(console: Console, pairs: list[SideBySide]) -> int:
-    """Each failing sglang row with its findings; the number of them."""
+    """Each failing real-engine row with its findings; the number of them."""
     failed = list(failing_rows(pairs))
     for row in failed:
         console.print(f"[red]{row.name} on {row.target}[/red]:", highlight=False)
@@ -144,7 +146,7 @@ def target_markdown(pairs: list[SideBySide]) -> list[str]:
             for table_row in table
         ]
         return lines + [line for group in groups.values() for line in target_markdown(group)]
-    totals = sglang_summary([p.sglang for p in pairs])
+    totals = rows_summary([p.row for p in pairs])
     counts = (
         f"{totals['ran']} of {totals['rows']} specs ran, {totals['violations']} violations, "
         f"{totals['unmet_goals']} unmet goals, {totals['crashed']} crashes"
@@ -159,11 +161,11 @@ def target_markdown(pairs: list[SideBySide]) -> list[str]:
         "|---|---|---|---|---|--:|",
     ]
     for p in pairs:
-        row = p.sglang
+        row = p.row
         mark = "❌" if not row.ok else "➖" if row.unsupported else "✅"
         lines.append(
             f"| {mark} | {md_cell(p.name)} | {md_cell(kvspec_text(p.kvspec))} | "
-            f"{md_cell(sglang_text(row))} | {md_cell(sglang_detail(row))} | "
+            f"{md_cell(row_text(row))} | {md_cell(row_detail(row))} | "
             f"{'' if row.unsupported else f'{row.seconds:.2f}s'} |"
         )
     for row in failing_rows(pairs):
@@ -193,7 +195,7 @@ def target_html(pairs: list[SideBySide]) -> str:
     head = "".join(f'<th class="name">{escape(c)}</th>' for c in ("", *columns(pairs)))
     body = []
     for p in pairs:
-        row = p.sglang
+        row = p.row
         mark = (
             '<span class="fail">✘</span>'
             if not row.ok
@@ -204,14 +206,12 @@ def target_html(pairs: list[SideBySide]) -> str:
         findings = (
             "".join(f"<li>{escape(line)}</li>" for line in failure_lines(row)) if not row.ok else ""
         )
-        detail = (
-            f'<ul class="violations">{findings}</ul>' if findings else escape(sglang_detail(row))
-        )
+        detail = f'<ul class="violations">{findings}</ul>' if findings else escape(row_detail(row))
         body.append(
             f'<tr class="{"ok" if row.ok else "failed"}"><td>{mark}</td>'
             f'<td class="name">{escape(p.name)}</td>'
             f'<td class="first">{escape(kvspec_text(p.kvspec))}</td>'
-            f'<td class="first">{escape(sglang_text(row))}</td><td class="first">{detail}</td>'
+            f'<td class="first">{escape(row_text(row))}</td><td class="first">{detail}</td>'
             f"<td>{'' if row.unsupported else f'{row.seconds:.2f}s'}</td></tr>"
         )
     return (

@@ -1,11 +1,13 @@
-"""`kvspec report --target sglang|both`: every default spec, as written, also run on real
-SGLang's memory classes (invariants/targets/sglang/), and the two targets side by side.
+"""`kvspec report --target NAME[,NAME…]`: every default spec, as written, also run on real
+engines (the registry's targets, invariants/targets/), each beside kvspec's cell of the same
+spec.
 
-Keeps: the same verdict rules as the kvspec rows, with two stated exceptions — a spec the
-adapter cannot run is shown as unsupported with the reason (not a failure), and an unmet
-``expect`` goal on the sglang target is shown but does not fail the report (the goals were
-tuned on kvspec's schedule, which the glue's FCFS loop does not reproduce). A violation or a
-crash on the sglang target fails the report, with the command that replays it.
+Keeps: the same verdict rules as the kvspec rows, with two stated exceptions — a spec a target
+cannot run is shown as unsupported with the reason (not a failure), and an unmet ``expect``
+goal on a real target is shown but does not fail the report (the goals were tuned on kvspec's
+schedule, which a real engine's own scheduler, or the glue's FCFS loop, does not reproduce).
+A violation, the engine's own checker firing, or a crash fails the report, with the command
+that replays it. A row is built from a ``TargetOutcome`` alone, the same way for every target.
 """
 
 from __future__ import annotations
@@ -16,66 +18,77 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from invariants.checking.checker import Level
 from invariants.checking.loader import shipped_catalog
 from invariants.report.cells import ReportCell
 from invariants.report.model import MAX_LISTED, CellResult, SideBySide, TargetRow
 from invariants.report.text import goals_text, violation_line
 from invariants.scenarios.matrix import relative
 from invariants.scenarios.spec import load_spec
+from invariants.targets.driver import LineDriver, TargetUnavailable
+from invariants.targets.outcome import TargetOutcome, shown_counters
+from invariants.targets.registry import NAMES, TARGETS, Target, TargetOptions
+from invariants.targets.run import run_spec
+from invariants.targets.text import target_flags
 
-REAL_TARGETS = ("sglang", "sglang-scheduler", "vllm")  # `all`: each of them, in this order
-TARGETS = ("kvspec", "sglang", "both", "sglang-scheduler", "vllm", "all")
+ALIASES = {"all": NAMES, "both": ("kvspec", "sglang")}  # `both`: the 0.x name, one release more
 GOALS_NOTE = (
-    "expect goals were tuned on kvspec's schedule: on the sglang target an unmet goal is "
-    "shown, not a failure; an unsupported spec is shown with its reason"
+    "expect goals were tuned on kvspec's schedule: on a real engine an unmet goal is shown, "
+    "not a failure; an unsupported spec is shown with its reason"
 )
+CHECKER_LISTED = 3  # the engine's own checker messages kept per row
 
 
-def target_row(name: str, path: Path, outcome: Any, target: str = "sglang") -> TargetRow:
-    """An ``SGLangOutcome`` of ``invariants.targets.sglang.run`` (or the vllm target's) as a row."""
-    replay = f"kvspec run {relative(path)} --target {target}"
+def chosen_targets(text: str) -> tuple[str, ...]:
+    """``--target`` as the targets it names (comma-separated; ``all``: every real engine;
+    ``kvspec`` among them: the whole kvspec report too); ValueError naming an unknown one."""
+    names: list[str] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        names += ALIASES.get(part, (part,))
+    unknown = [n for n in names if n != "kvspec" and n not in NAMES]
+    if unknown or not names:
+        choices = ", ".join(("kvspec", *NAMES, *ALIASES))
+        raise ValueError(f"--target {text!r}: choose from {choices} (comma-separated)")
+    return tuple(dict.fromkeys(names))
+
+
+def target_row(
+    entry: Target, name: str, path: Path, outcome: TargetOutcome, flags: str
+) -> TargetRow:
+    """Spec ``name``'s outcome on one real target as a row."""
+    replay = f"kvspec run {relative(path)} {flags}"
     if outcome.unsupported:
-        return TargetRow(name, replay, unsupported="; ".join(outcome.unsupported), target=target)
-    s = outcome.stats
-    counters = {
-        "finished": s.finished,
-        "cached": s.prefix_hit_tokens,
-        "evicted": s.evicted_tokens,
-        "aborted": s.aborted,
-    }
-    listed = tuple(asdict(v) for v in outcome.violations[:MAX_LISTED])
+        why = "; ".join(outcome.unsupported)
+        return TargetRow(name, replay, unsupported=why, target=entry.name)
+    said = [f"iteration {f.iteration}: {f.message[:200]}" for f in outcome.findings]
     return TargetRow(
         name,
-        replay,
-        s.steps,
-        outcome.checks,
-        len(outcome.violations),
-        listed,
-        outcome.unmet,
-        outcome.error,
-        None,
-        outcome.seconds,
-        counters,
-        outcome.notes,
-        outcome.sglang_version,
-        target,
+        replay + (f"  # stops in {outcome.stopped_in}" if outcome.stopped_in else ""),
+        steps=outcome.iterations,
+        checks=outcome.checks,
+        num_violations=len(outcome.violations),
+        violations=tuple(asdict(v) for v in outcome.violations[:MAX_LISTED]),
+        unmet=outcome.unmet,
+        error=outcome.error,
+        seconds=outcome.seconds,
+        counters=shown_counters(outcome.stats),
+        notes=outcome.notes,
+        version=outcome.version,
+        target=entry.name,
+        checker=tuple(said[:CHECKER_LISTED]),
     )
 
 
-class _Drivers:
-    """One sglang driver for all rows (its start is most of a short run); a fresh one after
-    a driver that died, so one crash does not hide the rows after it. A driver passed in
-    (tests reuse one) is used but not closed."""
+class _Driver:
+    """One driver for all of a target's rows (its start is most of a short run); a fresh one
+    after a driver that died, so one death does not hide the rows after it. A driver passed
+    in (tests reuse one) is used but not closed."""
 
-    def __init__(self, python: str | None, given: Any = None) -> None:
-        self.python, self.live, self.given = python, given, given
+    def __init__(self, entry: Target, options: TargetOptions, given: LineDriver | None) -> None:
+        self.entry, self.options, self.live, self.given = entry, options, given, given
 
-    def get(self) -> Any:
-        from invariants.targets.sglang.target import SGLangDriver
-
+    def get(self) -> LineDriver:
         if self.live is None:
-            self.live = SGLangDriver(self.python)
+            self.live = self.entry.adapter().open_driver(self.options)
         return self.live
 
     def drop(self, dead: bool = False) -> None:
@@ -89,39 +102,30 @@ class _Drivers:
             self.live = None
 
 
-def run_sglang_rows(
+def target_rows(
+    entry: Target,
     specs: list[tuple[str, Path]],
-    level: int = Level.RECORD,
-    python: str | None = None,
+    level: int,
+    options: TargetOptions | None = None,
     progress: Callable[[TargetRow], None] = lambda row: None,
     *,
-    driver: Any = None,
+    driver: LineDriver | None = None,
 ) -> list[TargetRow]:
-    """Every spec of ``specs`` on the sglang target, in order; ``SGLangUnavailable`` (before
-    any run) when there is no sglang interpreter or its driver does not start. ``driver``:
-    reuse a running one."""
-    from invariants.targets.sglang.run import run_spec_on_sglang
-    from invariants.targets.sglang.target import SGLangUnavailable, sglang_python, unavailable_reason
-
-    reason = unavailable_reason(sglang_python(python))
-    if reason:
-        raise SGLangUnavailable(reason)
-    catalog, drivers, rows = shipped_catalog(), _Drivers(python, driver), []
+    """Every spec of ``specs`` on ``entry``, in order, checked at ``level`` or the target's own,
+    whichever is stricter; ``TargetUnavailable`` before any run when no driver starts."""
+    options = options or TargetOptions()
+    catalog, drivers, rows = shipped_catalog(), _Driver(entry, options, driver), []
     drivers.get()  # a driver that cannot start is the whole target's problem (exit 2)
+    flags, level = target_flags(entry.name, options), max(level, entry.level)
     try:
         for name, path in specs:
             try:
-                row = target_row(
-                    name,
-                    path,
-                    run_spec_on_sglang(load_spec(path), catalog, level, driver=drivers.get()),
-                )
-            except (SGLangUnavailable, OSError) as exc:  # the driver died mid-run
-                row = TargetRow(
-                    name,
-                    f"kvspec run {relative(path)} --target sglang",
-                    error=f"sglang driver died: {exc}",
-                )
+                outcome = run_spec(entry, load_spec(path), catalog, level, driver=drivers.get())
+                row = target_row(entry, name, path, outcome, flags)
+            except (TargetUnavailable, OSError) as exc:  # the driver died mid-run
+                error = f"{entry.name} driver died: {exc}"
+                replay = f"kvspec run {relative(path)} {flags}"
+                row = TargetRow(name, replay, error=error, target=entry.name)
                 drivers.drop(dead=True)
             rows.append(row)
             progress(row)
@@ -131,7 +135,7 @@ def run_sglang_rows(
 
 
 def as_written_cells(specs: list[tuple[str, Path]], have: Collection[str] = ()) -> list[ReportCell]:
-    """The kvspec cells of ``specs`` run as written (their sglang counterparts), except
+    """The kvspec cells of ``specs`` run as written (their real-engine counterparts), except
     those already among the report's cells by name (a spec without matrix axes)."""
     return [
         ReportCell(name, f"kvspec run {relative(path)}", spec=load_spec(path))
@@ -140,10 +144,10 @@ def as_written_cells(specs: list[tuple[str, Path]], have: Collection[str] = ()) 
     ]
 
 
-def side_by_side(kvspec: list[CellResult], sglang: list[TargetRow]) -> list[SideBySide]:
-    """Each sglang row with the kvspec cell of the same name, in sglang row order."""
+def side_by_side(kvspec: list[CellResult], rows: list[TargetRow]) -> list[SideBySide]:
+    """Each real-engine row with the kvspec cell of the same name, in row order."""
     by_name = {r.name: r for r in kvspec}
-    return [SideBySide(row.name, by_name.get(row.name), row) for row in sglang]
+    return [SideBySide(row.name, by_name.get(row.name), row) for row in rows]
 
 
 def kvspec_text(r: CellResult | None) -> str:
@@ -153,26 +157,32 @@ def kvspec_text(r: CellResult | None) -> str:
     return f"{r.steps} / {r.num_violations} / {goals_text(r.error, r.unmet)}"
 
 
-def sglang_text(row: TargetRow) -> str:
-    """``steps / violations / goals`` of an sglang row, or why it did not run."""
+def row_text(row: TargetRow) -> str:
+    """``steps / violations / goals`` of a real-engine row, or why it did not run."""
     if row.unsupported:
         return f"unsupported: {row.unsupported}"
     return f"{row.steps} / {row.num_violations} / {goals_text(row.error, row.unmet)}"
 
 
-def sglang_detail(row: TargetRow) -> str:
-    """The first violation, crash or unmet goal of a row (what its verdict rests on)."""
+def row_detail(row: TargetRow) -> str:
+    """The first violation, crash, engine checker message or unmet goal of a row (what its
+    verdict rests on)."""
     if row.violations:
         return violation_line(row.violations[0], event=False)
     if row.error:
         return f"crashed: {row.error}"
     if row.checker:
-        return f"SGLang's own checker, {row.checker[0]}"
+        return f"{engine_of(row)}'s own checker, {row.checker[0]}"
     return "; ".join(f"expected {goal}" for goal in row.unmet)
 
 
-def sglang_summary(rows: list[TargetRow]) -> dict[str, Any]:
-    """Totals over the sglang rows; ``ok``: none violated or crashed."""
+def engine_of(row: TargetRow) -> str:
+    """The engine a row ran on, as titles name it."""
+    return next((t.engine for t in TARGETS if t.name == row.target), row.target)
+
+
+def rows_summary(rows: list[TargetRow]) -> dict[str, Any]:
+    """Totals over the rows; ``ok``: none violated, fired the engine's checker or crashed."""
     ran = [r for r in rows if not r.unsupported]
     return {
         "rows": len(rows),
@@ -187,60 +197,51 @@ def sglang_summary(rows: list[TargetRow]) -> dict[str, Any]:
     }
 
 
-def sglang_version(rows: list[TargetRow]) -> str:
+def version_of(rows: list[TargetRow]) -> str:
     return next((r.version for r in rows if r.version), "")
 
 
-def target_label(rows: list[TargetRow]) -> str:
-    """The real engine the rows ran on, as the titles name it."""
-    return "vLLM" if rows and rows[0].target == "vllm" else "SGLang"
+def targets_document(pairs: list[SideBySide]) -> dict[str, Any]:
+    """report.json's ``targets``: per target, its version, the note on goals, its summary and
+    every pair."""
+    return {name: _document(group) for name, group in by_target(pairs).items()}
 
 
-def run_vllm_rows(
-    specs: list[tuple[str, Path]],
-    level: int = Level.RECORD,
-    progress: Callable[[TargetRow], None] = lambda row: None,
-) -> list[TargetRow]:
-    """Every spec of ``specs`` on vLLM's real scheduler, one driver for all (its import is
-    most of a run); ``VLLMUnavailable`` up front when there is no vllm interpreter."""
-    from invariants.targets.vllm.run import run_spec_on_vllm
-    from invariants.targets.vllm.target import VLLMDriver
-
-    catalog, rows = shipped_catalog(), []
-    with VLLMDriver() as driver:
-        for name, path in specs:
-            outcome = run_spec_on_vllm(load_spec(path), catalog, level, driver=driver)
-            rows.append(target_row(name, path, outcome, "vllm"))
-            progress(rows[-1])
-    return rows
-
-
-def sglang_document(pairs: list[SideBySide]) -> dict[str, Any]:
-    """report.json's ``sglang`` part: its summary, the note on goals, every pair (several
-    targets: one such part per target under ``targets``)."""
-    groups = by_target(pairs)
-    if len(groups) > 1:
-        return {"targets": {name: sglang_document(group) for name, group in groups.items()}}
-    rows = [p.sglang for p in pairs]
+def _document(pairs: list[SideBySide]) -> dict[str, Any]:
+    rows = [p.row for p in pairs]
     return {
-        "version": sglang_version(rows),
+        "version": version_of(rows),
         "note": GOALS_NOTE,
-        "summary": sglang_summary(rows),
+        "summary": rows_summary(rows),
         "side_by_side": [
             {
                 "spec": p.name,
                 "kvspec": kvspec_text(p.kvspec),
-                "sglang": sglang_text(p.sglang),
-                "sglang_row": p.sglang.to_dict(),
+                "target": row_text(p.row),
+                "row": p.row.to_dict(),
             }
             for p in pairs
         ],
     }
 
 
+def legacy_sglang_document(pairs: list[SideBySide]) -> dict[str, Any]:
+    """report.json's ``sglang`` key as 0.x wrote it (one release more, then gone): one
+    target's part, or ``{"targets": {...}}`` for several, with ``sglang``/``sglang_row``."""
+    groups = by_target(pairs)
+    if len(groups) > 1:
+        return {"targets": {name: legacy_sglang_document(g) for name, g in groups.items()}}
+    part = _document(pairs)
+    part["side_by_side"] = [
+        {"spec": s["spec"], "kvspec": s["kvspec"], "sglang": s["target"], "sglang_row": s["row"]}
+        for s in part["side_by_side"]
+    ]
+    return part
+
+
 def verdict(totals: dict[str, Any], pairs: list[SideBySide] | None) -> str:
     """PASS, or FAIL with the failing kvspec cells and real-engine rows."""
-    failed_rows = sglang_summary([p.sglang for p in pairs])["failed"] if pairs else 0
+    failed_rows = rows_summary([p.row for p in pairs])["failed"] if pairs else 0
     if totals["ok"] and not failed_rows:
         return "PASS"
     parts = [f"{totals['failed']} of {totals['cells']} cells"]
@@ -253,15 +254,15 @@ def by_target(pairs: list[SideBySide]) -> dict[str, list[SideBySide]]:
     """The pairs of each real-engine target, in the order the targets ran."""
     groups: dict[str, list[SideBySide]] = {}
     for p in pairs:
-        groups.setdefault(p.sglang.target, []).append(p)
+        groups.setdefault(p.row.target, []).append(p)
     return groups
 
 
 def rows_word(pairs: Sequence[SideBySide]) -> str:
     """What the rows are called: their one target's name, else "real-engine"."""
-    targets = {p.sglang.target for p in pairs}
+    targets = {p.row.target for p in pairs}
     return next(iter(targets)) if len(targets) == 1 else "real-engine"
 
 
 def failing_rows(pairs: list[SideBySide]) -> Iterator[TargetRow]:
-    return (p.sglang for p in pairs if not p.sglang.ok)
+    return (p.row for p in pairs if not p.row.ok)

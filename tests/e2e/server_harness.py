@@ -1,6 +1,6 @@
 """The live server for the end-to-end tests (their fixtures: conftest.py): real uvicorn on a
 free loopback port in a thread, built by the same function as `kvspec serve`
-(invariants/checking/served.py ``serve_app``), and a real HTTP client (httpx).
+(invariants/checked_server.py ``serve_app``), and a real HTTP client (httpx).
 
 Keeps: a server is up (``/health`` 200) before a test gets it and is shut down cleanly (the
 engine loop joined) after; ``assert_clean_idle`` is the oracle every test ends with — the
@@ -24,7 +24,7 @@ import uvicorn
 
 from engine.model.tokenizer import ByteTokenizer
 from engine.server.args import ServerArgs
-from invariants.checking.served import serve_app
+from invariants.checked_server import serve_app
 
 TOKENIZER = ByteTokenizer()
 BOS = TOKENIZER.bos_token_id

@@ -1,6 +1,8 @@
-"""The sglang target: real SGLang 0.5.23 memory classes on CPU, in their own venv and process.
+"""The sglang target: real SGLang 0.5.23 memory classes on CPU, under kvspec's scheduler glue.
 
-kvspec imports nothing of sglang: ``target.py`` launches ``driver/main.py`` with the sglang
-venv's python and speaks JSON lines (ops in, state views out); ``views.py`` turns those views
-into StateView objects for the same Checker and catalog.
+``adapter.py`` is how the rest of kvspec runs it; ``driver/`` runs under the sglang venv's
+python (the glue, SGLang's stack, the state reader, and the import stubs every SGLang driver
+shares). Beside the common commands: ``differential.py`` (with ``gaps.py``) runs kvspec's
+engine and SGLang's memory classes in lockstep, ``scenarios.py`` holds built-in traces, and
+``commands.py`` is `kvspec sglang run|diff|check`.
 """

@@ -37,16 +37,12 @@ from invariants.scenarios.ops import (
 )
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import Spec
+from invariants.targets.drive import DRAIN_STEPS, Stepper
+from invariants.targets.driver import DriverError, LineDriver
+from invariants.targets.registry import TargetOptions
+from invariants.targets.sglang.adapter import config, open_driver, unsupported, unsupported_engine
 from invariants.targets.sglang.gaps import declared
-from invariants.targets.sglang.target import DriverError, SGLangDriver
-from invariants.targets.sglang.trace_driver import (
-    DRAIN_STEPS,
-    TraceDriver,
-    driver_config,
-    unsupported,
-    unsupported_engine,
-)
-from invariants.targets.sglang.views import pool_buckets, to_state_view
+from invariants.targets.views import pool_buckets, to_state_view
 
 POOL_PARTS = frozenset({SELECTIVE, "pools"})
 
@@ -111,12 +107,12 @@ class _Batches:
 class _Lockstep:
     """kvspec's Engine and the driver, stepped together; the rows and differences so far."""
 
-    def __init__(self, trace: Trace, driver: SGLangDriver) -> None:
+    def __init__(self, trace: Trace, driver: LineDriver) -> None:
         self.trace, self.batches = trace, _Batches()
         self.engine = Engine(
             trace.engine.engine_config(trace.seed), clock=SimClock(), observers=[self.batches]
         )
-        self.sglang = TraceDriver(driver, trace.seed)
+        self.sglang = Stepper(driver, trace.seed, draws_outputs=True)
         self.config = {
             "page_size": trace.engine.page_size,
             "sliding_window": trace.engine.sliding_window,
@@ -182,7 +178,7 @@ class _Lockstep:
         self.batches.plan = {"mode": "idle", "rids": []}
         self.engine.step()
         ours = _buckets(self.engine.state_view("step", POOL_PARTS))
-        theirs = _buckets(to_state_view(self.sglang.step(self.batches.plan)[0]))
+        theirs = _buckets(to_state_view(self.sglang.step(self.batches.plan)["views"][0]))
         self.ours.append(ours)
         self.theirs.append(theirs)
         for bucket in ours.keys() | theirs.keys():
@@ -204,10 +200,10 @@ class _Lockstep:
             self.step()
         if (
             any(s.close_on_finish for s in self.engine.sessions.sessions.values())
-            or not self.sglang.idle()
+            or self.sglang.idle() is None
         ):
             self.step()
-        if not self.sglang.idle():
+        if self.sglang.idle() is None:
             self.schedule_difference("kvspec is idle, sglang is not")
 
     def schedule_difference(self, detail: str) -> None:
@@ -247,7 +243,7 @@ def differential(
     python: str | None = None,
     *,
     fault: dict[str, Any] | None = None,
-    driver: SGLangDriver | None = None,
+    driver: LineDriver | None = None,
 ) -> DiffResult:
     """The spec's trace on both targets in lockstep (``fault``: patched into SGLang's
     allocator, to show an undeclared difference is caught; ``driver``: reuse one)."""
@@ -258,8 +254,8 @@ def differential(
     if missing or trace is None:
         raise ValueError(f"{spec.name}: not supported by the sglang target: {'; '.join(missing)}")
     with contextlib.ExitStack() as stack:
-        live = driver if driver is not None else stack.enter_context(SGLangDriver(python))
-        live.send(driver_config(trace.engine, trace.seed, fault))
+        live = driver or stack.enter_context(open_driver(TargetOptions(python=python)))
+        live.ask(config(trace, fault))
         run = _Lockstep(trace, live)
         try:
             for op in trace.ops:

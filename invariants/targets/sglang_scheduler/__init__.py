@@ -1,9 +1,12 @@
 """The sglang-scheduler target: SGLang's REAL Scheduler and event loop on CPU, one release per
-venv, with only the model forward faked (``driver/sched_*.py`` and ``driver/shim_<ver>.py``).
+venv, with only the model forward faked.
 
-kvspec imports nothing of sglang: ``target.py`` launches the driver under the release's venv
-and speaks JSON lines; ``trace.py`` turns the project's op trace into the driver's ops;
-``run.py`` checks every iteration with the same catalog and records, beside it, what SGLang's
-own checkers said; ``history.py`` lays the releases side by side; ``explore.py`` searches
-seeds on the real scheduler; ``lockstep.py`` runs kvspec's scheduler beside it.
+``adapter.py`` is how the rest of kvspec runs it (its config op, what it cannot run, how the
+explorer draws its seeds); ``releases.py`` finds a release's venv and shim and starts the
+driver; ``driver/`` runs under the release's own interpreter (``main.py``, the seams to
+SGLang's loop, the state reader, the fake workers, one ``shim_<release>.py`` per release).
+Beside the common commands: ``history.py`` lays the releases side by side, ``seed_bugs.py``
+times exploration to each shipped seed bug, ``lockstep.py`` (with ``gaps.py`` and
+``known.py``) runs kvspec's scheduler beside the real one, and ``commands.py`` is
+`kvspec sglang history|lockstep|seed-bugs`.
 """

@@ -210,7 +210,7 @@ SCHED_GAPS: tuple[SchedGap, ...] = (
         "returns it already aborted and the scheduler still queues it, prefilling a one-token "
         "stand-in in the next batch (and, under overlap, decodes it once in the batch after) "
         "before answering it (the driver's view: "
-        "driver/sched_state.py view, ``refused``)",
+        "driver/reader.py view, ``refused``)",
         _stand_ins,
         note=_note_stand_ins,
     ),

@@ -22,15 +22,14 @@ from invariants.checking.loader import shipped_catalog
 from invariants.scenarios.matrix import default_spec_paths
 from invariants.scenarios.ops import Trace
 from invariants.scenarios.spec import load_spec
-from invariants.targets.sglang_scheduler.explore import explore_scheduler
-from invariants.targets.sglang_scheduler.run import (
-    SchedulerOutcome,
-    run_spec_on_scheduler,
-    run_trace_on_scheduler,
-)
-from invariants.targets.sglang_scheduler.target import SchedulerDriver, ShimDrift, installed_versions
-from invariants.targets.sglang.target import ROOT, SGLangUnavailable
+from invariants.targets.driver import AdapterDrift, LineDriver, TargetUnavailable
+from invariants.targets.explore import RealTarget, explore_real, failure_key
+from invariants.targets.outcome import TargetOutcome, disagreements
+from invariants.targets.registry import TargetOptions, target
+from invariants.targets.run import run_spec, run_trace
+from invariants.targets.sglang_scheduler.releases import ROOT, SchedulerDriver, installed_versions
 
+TARGET = target("sglang-scheduler")
 PAGES = re.compile(r"pages?\b[^\[]*\[([\d, ]+)\]")  # the census's "... pages ...: [3, 7]"
 
 
@@ -74,66 +73,64 @@ def pages_named(violations: list[Violation]) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def rows_of(outcome: SchedulerOutcome, source: str, replay: str) -> list[HistoryRow]:
+def rows_of(outcome: TargetOutcome, source: str, replay: str) -> list[HistoryRow]:
     """The rows one run on one release gives (none when it ran clean)."""
-    release, rows = outcome.version, []
-    fired = {f.iteration: f.message for f in outcome.sglang}
-    if outcome.violations:
-        first = outcome.violations[0]
-        view = [v for v in outcome.violations if (v.step, v.event) == (first.step, first.event)]
-        kind = "both" if first.step in fired else "census"
-        key = "+".join(dict.fromkeys(v.invariant for v in view))
-        detail = "; ".join(v.message for v in view)[:300]
-        rows.append(
-            HistoryRow(release, source, kind, key, first.step, pages_named(view), replay, detail)
-        )
-    positives = [d for d in outcome.disagreements if d.kind == "sglang-only"]
-    if positives:
-        head = "sglang: " + " ".join(positives[0].detail.split()[:4])
-        rows.append(
-            HistoryRow(
-                release,
-                source,
-                "sglang-false-positive",
-                head,
-                positives[0].iteration,
-                (),
-                replay,
-                positives[0].detail[:300],
-                len(positives),
-            )
-        )
+    rows = [*_violation_row(outcome, source, replay), *_false_positive_row(outcome, source, replay)]
     if outcome.error:
-        stuck = "not idle after" in outcome.error or "still running after" in outcome.error
-        kind = "liveness" if stuck else "crash"
+        kind = "liveness" if "not idle after" in outcome.error else "crash"
+        said = failure_key(outcome) if outcome.crash is not None else outcome.error[:80]
         rows.append(
-            HistoryRow(release, source, kind, outcome.error[:80], None, (), replay, outcome.error)
+            HistoryRow(outcome.version, source, kind, str(said), None, (), replay, outcome.error)
         )
     return rows
 
 
-def spec_rows(history: ReleaseHistory, driver: SchedulerDriver, specs: list[Path]) -> None:
+def _violation_row(outcome: TargetOutcome, source: str, replay: str) -> list[HistoryRow]:
+    """The first failing view's row (a crash's is the crash row)."""
+    if not outcome.violations or outcome.violations[0].event == "crash":
+        return []
+    first, fired = outcome.violations[0], {f.iteration for f in outcome.findings}
+    view = [v for v in outcome.violations if (v.step, v.event) == (first.step, first.event)]
+    kind = "both" if first.step in fired else "census"
+    key = "+".join(dict.fromkeys(v.invariant for v in view))
+    detail = "; ".join(v.message for v in view)[:300]
+    pages = pages_named(view)
+    return [HistoryRow(outcome.version, source, kind, key, first.step, pages, replay, detail)]
+
+
+def _false_positive_row(outcome: TargetOutcome, source: str, replay: str) -> list[HistoryRow]:
+    """SGLang's checker firing while kvspec's census and sums held, once with its count."""
+    positives = [d for d in disagreements(outcome, "SGLang") if d.kind == "engine-only"]
+    if not positives:
+        return []
+    first = positives[0]
+    head = "sglang: " + " ".join(first.detail.split()[:4])
+    detail, count = first.detail[:300], len(positives)
+    kind = "sglang-false-positive"
+    return [
+        HistoryRow(outcome.version, source, kind, head, first.iteration, (), replay, detail, count)
+    ]
+
+
+def spec_rows(history: ReleaseHistory, driver: LineDriver, specs: list[Path]) -> None:
     """Each default spec on the release's driver: its rows, or why it cannot run."""
-    catalog, flags = (
-        shipped_catalog(),
-        f"--target sglang-scheduler --sglang-version {history.release}",
-    )
+    catalog, flags = shipped_catalog(), _flags(history.release)
     for path in specs:
         spec = load_spec(path)
-        outcome = run_spec_on_scheduler(spec, catalog, driver=driver)
+        outcome = run_spec(TARGET, spec, catalog, driver=driver)
         if outcome.unsupported:
             history.unsupported.append(spec.name)
             continue
         history.specs_run += 1
         history.specs_clean += outcome.ok
-        where = f"  # stops in {outcome.replay_op}" if outcome.replay_op else ""
+        where = f"  # stops in {outcome.stopped_in}" if outcome.stopped_in else ""
         replay = f"kvspec run {_relative(path)} {flags}{where}"
         history.rows.extend(rows_of(outcome, spec.name, replay))
 
 
 def explore_rows(
     history: ReleaseHistory,
-    driver: SchedulerDriver,
+    driver: LineDriver,
     seeds: int,
     steps: int,
     workers: int,
@@ -141,14 +138,15 @@ def explore_rows(
 ) -> None:
     """The exploration budget on the release; each distinct failure, shrunk, as its rows
     (the shrunk trace re-run once, so the row's iteration and pages are the replay's)."""
-    report = explore_scheduler(
-        history.release, seeds, steps, workers=workers, out_dir=out_dir / history.release
+    explored = RealTarget(TARGET.name, TargetOptions(version=history.release))
+    report = explore_real(
+        explored, seeds, steps, workers=workers, out_dir=out_dir / history.release
     )
     history.seeds, history.seeds_failed = len(report.results), len(report.failed)
     history.first_finding_s = report.first_failure_s
-    flags = f"--target sglang-scheduler --sglang-version {history.release}"
+    flags = _flags(history.release)
     for finding in report.findings:
-        outcome = run_trace_on_scheduler(Trace.load(finding.path), shipped_catalog(), driver=driver)
+        outcome = run_trace(TARGET, Trace.load(finding.path), shipped_catalog(), driver=driver)
         replay = f"kvspec replay {_relative(finding.path)} {flags}"
         history.rows.extend(rows_of(outcome, f"explore seed {finding.seed}", replay))
 
@@ -163,7 +161,7 @@ def release_history(
             spec_rows(history, driver, specs)
             if seeds:
                 explore_rows(history, driver, seeds, steps, workers, out_dir)
-    except (ShimDrift, SGLangUnavailable) as exc:
+    except (AdapterDrift, TargetUnavailable) as exc:
         history.error = str(exc)
     history.seconds = time.perf_counter() - start
     return history
@@ -188,6 +186,10 @@ def sglang_history(
 def history_json(histories: list[ReleaseHistory]) -> dict:
     """The JSON form (``--json``): one entry per release, its rows as records."""
     return {"releases": [asdict(h) for h in histories]}
+
+
+def _flags(release: str) -> str:
+    return f"--target sglang-scheduler --target-version {release}"
 
 
 def _relative(path: Path) -> str:

@@ -2,18 +2,18 @@
 batch and pool buckets compared; the first difference no declared gap explains ends the run.
 
 Keeps: both sides interpret the trace the way their own targets do — kvspec through its
-runner's op interpreter (``scenarios/trace_run.py``), SGLang through the sglang-scheduler
-target (``SchedulerTrace``) — on the same configuration (``config_op``); where an op leaves a
-choice to the side (an abort by phase and pick) kvspec's choice is sent to SGLang, so both
-act on the same request. The inputs are equalized where the target cannot express them or
+runner's op interpreter (``scenarios/trace_run.py``), SGLang through the targets' stepper
+(``targets/drive.py``) — on the same configuration (the adapter's ``config``); where an op
+leaves a choice to the side (an abort by phase and pick) kvspec's choice is sent to SGLang, so
+both act on the same request. The inputs are equalized where the target cannot express them or
 the designs differ on purpose, and each such change is said (``notes``): token values differ
 (the sim model and the fake worker draw their own), so EOS is turned off on both sides; the
 target sends no logprob request, so kvspec's are plain too; the target's SGLang has no
 tokenizer to strip a session turn's BOS, so the trace comes without it. Iterations pair up
-within an op; a difference is declared by a scheduler gap (``sched_gaps.py``: batch aspects
-one by one, the buckets jointly) or a memory-class gap (``invariants/targets/sglang/gaps.py``, which
+within an op; a difference is declared by a scheduler gap (``gaps.py``: batch aspects
+one by one, the buckets jointly) or a memory-class gap (``targets/sglang/gaps.py``, which
 holds here too), else it is the divergence, printed with both sides' batch and buckets and,
-where it looks like one, a known divergence's cause (``sched_known.py``).
+where it looks like one, a known divergence's cause (``known.py``).
 """
 
 from __future__ import annotations
@@ -32,14 +32,11 @@ from invariants.scenarios.ops import Abort, Op, OpenSession, Step, Submit, Trace
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import Spec
 from invariants.scenarios.trace_run import DRAIN_STEPS, _Interpreter
+from invariants.targets.drive import Stepper
+from invariants.targets.driver import DriverError, LineDriver
 from invariants.targets.sglang.gaps import GAPS
 from invariants.targets.sglang.gaps import declared as bucket_gap
-from invariants.targets.sglang_scheduler.lockstep_records import (
-    Iteration,
-    Recorder,
-    compare,
-    sglang_iteration,
-)
+from invariants.targets.sglang_scheduler.adapter import config, unsupported
 from invariants.targets.sglang_scheduler.gaps import (
     SCHED_GAPS,
     Ledger,
@@ -48,9 +45,13 @@ from invariants.targets.sglang_scheduler.gaps import (
     sched_gap,
 )
 from invariants.targets.sglang_scheduler.known import likely_causes
-from invariants.targets.sglang_scheduler.target import SchedulerDriver
-from invariants.targets.sglang_scheduler.trace import SchedulerTrace, config_op, unsupported
-from invariants.targets.sglang.target import DriverError
+from invariants.targets.sglang_scheduler.lockstep_records import (
+    Iteration,
+    Recorder,
+    compare,
+    sglang_iteration,
+)
+from invariants.targets.sglang_scheduler.releases import SchedulerDriver
 
 LOCKSTEP_SPECULATIVE = (
     "speculative (lockstep compares plain batches: a verify batch's draft tokens and "
@@ -170,7 +171,7 @@ def lockstep_trace(
     name: str | None = None,
     version: str | None = None,
     python: str | None = None,
-    driver: SchedulerDriver | None = None,
+    driver: LineDriver | None = None,
 ) -> LockstepResult:
     """``trace`` on kvspec's engine and on SGLang's real scheduler, in lockstep."""
     name = name or trace.name
@@ -199,13 +200,13 @@ class _EngineRaised(RuntimeError):
 class _Lockstep:
     """kvspec's interpreter and the target's trace, one op at a time."""
 
-    def __init__(self, trace: Trace, driver: SchedulerDriver) -> None:
+    def __init__(self, trace: Trace, driver: LineDriver) -> None:
         self.trace, self.driver = trace, driver
         self.recorder = Recorder()
         # the runner's own interpreter: the ops mean on kvspec what `kvspec run` makes them
         off = Checker(Catalog(()), level=Level.OFF)
         self.kvspec = _Interpreter(trace, off, [self.recorder])
-        self.sglang = SchedulerTrace(driver)
+        self.sglang = Stepper(driver, trace.seed, draws_outputs=False)
         self.config = {
             "page_size": trace.engine.page_size,
             "sliding_window": trace.engine.sliding_window,
@@ -226,7 +227,7 @@ class _Lockstep:
 
     def run(self) -> Divergence | None:
         """Every op, then the drain; the first divergence (or None; an error ends it too)."""
-        self.driver.send(config_op(self.trace.engine, self.trace.seed))
+        self.driver.ask(config(self.trace))
         try:
             ops: list[Op | None] = [*self.trace.ops, None]
             for index, op in enumerate(ops):

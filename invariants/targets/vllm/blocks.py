@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.view import BlockView, StateView
-from invariants.targets.sglang.views import to_state_view
+from invariants.targets.views import to_state_view
 
 
 class BlockMirror:

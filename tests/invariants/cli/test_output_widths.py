@@ -14,7 +14,7 @@ from rich.console import Console
 
 from invariants.checking.loader import load_catalog
 from invariants.cli.app import app
-from invariants.report.terminal import Col, Format, print_table
+from invariants.terminal import Col, Format, print_table
 
 WIDTHS = [60, 100, 200, None]  # None: a pipe
 SPEC = "specs/radix-eviction.yaml"

@@ -1,7 +1,8 @@
-"""`kvspec report --target sglang|both` without sglang: which kvspec cells each target runs,
-how the sglang rows pair with them, what fails the report (a violation or a crash on the
-sglang target) and what does not (an unmet goal there, an unsupported spec), the files'
-side-by-side section, and exit 2 when the sglang interpreter is missing."""
+"""`kvspec report --target NAME[,NAME…]` without a real engine: which kvspec cells each choice
+runs, how a target's rows pair with them, what fails the report (a violation or a crash on a
+real target) and what does not (an unmet goal there, an unsupported spec), the files'
+side-by-side section (report.json's ``targets``, and 0.x's ``sglang`` key one release more),
+and exit 2 when a target's interpreter is missing."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
 
 import invariants.report.run as report_module
-from invariants.cli import app
+from invariants.cli import main
 from invariants.report.cells import ReportCell
 from invariants.report.model import CellResult, TargetRow
 from invariants.report.run import _target_cells, run_report
 from invariants.report.target_view import target_markdown
-from invariants.report.targets import GOALS_NOTE, sglang_text, side_by_side, verdict
+from invariants.report.targets import (
+    GOALS_NOTE,
+    chosen_targets,
+    row_text,
+    side_by_side,
+    verdict,
+)
 from invariants.scenarios.matrix import ROOT
 
 SMALL = [
@@ -56,29 +62,38 @@ def row(name: str, **fields) -> TargetRow:
         "steps": 8,
         "checks": 90,
         "version": "0.5.23",
+        "target": "sglang",
     }
     return TargetRow(**{**base, **fields})
 
 
 def test_each_target_runs_its_own_kvspec_cells():
-    """kvspec: the report's cells as before; sglang and vllm: each spec as written; both: the
-    report's cells plus each spec as written that is not already one of them (by name)."""
+    """Real targets alone: each spec as written; with kvspec among them: the report's cells
+    plus each spec as written that is not already one of them (by name); kvspec alone: the
+    report's cells as before."""
     own = [
         ReportCell("chunked-prefill-paged", "kvspec run specs/chunked-prefill-paged.yaml"),
         ReportCell("swa-hybrid ps1 mha", "kvspec run specs/swa-hybrid.yaml --set page_size=1"),
     ]
-    as_written = _target_cells(None, "sglang", SMALL, False, False, None)
+    as_written = _target_cells(None, True, SMALL, False, False, None)
     assert [(c.name, c.spec.name) for c in as_written] == [
         ("chunked-prefill-paged", "chunked-prefill-paged"),
         ("swa-hybrid", "swa-hybrid"),
     ]
-    both = [c.name for c in _target_cells(own, "both", SMALL, False, True, None)]
+    both = [c.name for c in _target_cells(own, False, SMALL, False, True, None)]
     assert both == ["chunked-prefill-paged", "swa-hybrid ps1 mha", "swa-hybrid"]
-    assert _target_cells(own, "kvspec", [], False, True, None) == own
-    vllm = _target_cells(None, "vllm", SMALL, False, False, None)
-    assert [c.name for c in vllm] == ["chunked-prefill-paged", "swa-hybrid"]  # as written too
-    with pytest.raises(ValueError, match="choose one of kvspec, sglang, both"):
-        _target_cells(None, "trtllm", SMALL, False, False, None)
+    assert _target_cells(own, False, [], False, True, None) == own
+
+
+def test_target_choices_come_from_the_registry():
+    """--target names kvspec and the registry's targets, comma-separated; ``all`` is every
+    real engine, ``both`` (0.x's name) kvspec and sglang; anything else is refused naming the
+    choices."""
+    assert chosen_targets("all") == ("sglang", "sglang-scheduler", "vllm")
+    assert chosen_targets("both") == ("kvspec", "sglang")
+    assert chosen_targets("kvspec, vllm") == ("kvspec", "vllm")
+    with pytest.raises(ValueError, match="choose from kvspec, sglang, sglang-scheduler, vllm"):
+        chosen_targets("trtllm")
 
 
 def test_rows_pair_by_spec_name_and_say_why_a_spec_is_unsupported():
@@ -89,8 +104,8 @@ def test_rows_pair_by_spec_name_and_say_why_a_spec_is_unsupported():
         [row("a", unmet=("finished_reqs >= 40 (got 38)",)), row("c", unsupported="model: tiny")],
     )
     assert [(p.name, p.kvspec and p.kvspec.steps) for p in pairs] == [("a", 12), ("c", None)]
-    assert sglang_text(pairs[0].sglang) == "8 / 0 / 1 unmet"
-    assert sglang_text(pairs[1].sglang) == "unsupported: model: tiny"
+    assert row_text(pairs[0].row) == "8 / 0 / 1 unmet"
+    assert row_text(pairs[1].row) == "unsupported: model: tiny"
 
 
 def test_violations_and_crashes_fail_unmet_goals_and_unsupported_do_not():
@@ -150,67 +165,52 @@ def test_markdown_section_lists_every_pair_and_each_failure_with_its_replay():
 def test_report_exit_status_and_files_with_the_sglang_rows(monkeypatch, tmp_path: Path, rows, code):
     """run_report(target="sglang") runs each spec as written on kvspec, pairs the sglang rows
     (stubbed here) with them, exits 1 only on an sglang violation or crash, and writes the
-    pairs into report.json, report.md and report.html."""
-    monkeypatch.setattr(
-        report_module, "run_sglang_rows", lambda specs, level, python, progress, driver: rows
-    )
+    pairs into report.json (``targets``, and 0.x's ``sglang``), report.md and report.html."""
+    monkeypatch.setattr(report_module, "target_rows", lambda *a, **k: rows)
     console = Console(record=True, width=250)
     assert run_report(console=console, out=tmp_path, target="sglang", specs=SMALL) == code
     document = json.loads((tmp_path / "report.json").read_text())
     assert [c["name"] for c in document["cells"]] == ["chunked-prefill-paged", "swa-hybrid"]
-    side = document["sglang"]["side_by_side"]
+    side = document["targets"]["sglang"]["side_by_side"]
     assert [p["spec"] for p in side] == ["chunked-prefill-paged", "swa-hybrid"]
-    assert document["sglang"]["summary"]["ok"] is (code == 0)
+    assert document["targets"]["sglang"]["summary"]["ok"] is (code == 0)
+    legacy = document["sglang"]  # 0.x's key, one release more
+    assert [p["sglang_row"] for p in legacy["side_by_side"]] == [p["row"] for p in side]
     assert "side by side" in (tmp_path / "report.md").read_text()
     assert "side by side" in (tmp_path / "report.html").read_text()
     assert "kvspec: steps / violations / goals" in console.export_text()
 
 
-def test_missing_sglang_interpreter_exits_2_with_the_reason(tmp_path: Path):
-    """`kvspec report --target sglang` without an sglang python exits 2 and says how to get
-    one, before any cell runs."""
-    result = CliRunner().invoke(
-        app,
-        [
-            "report",
-            "--target",
-            "both",
-            "--out",
-            str(tmp_path),
-            "--sglang-python",
-            str(tmp_path / "none" / "python"),
-        ],
-    )
-    assert result.exit_code == 2 and "make sglang-env" in result.output
+def test_missing_sglang_interpreter_exits_2_with_the_reason(tmp_path: Path, capsys):
+    """`kvspec report --target kvspec,sglang` without an sglang python exits 2 and says how
+    to get one, in one line, before any cell runs."""
+    missing = str(tmp_path / "none" / "python")
+    args = ["report", "--target", "both", "--out", str(tmp_path), "--target-python", missing]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    printed = capsys.readouterr().err
+    assert exited.value.code == 2 and "make sglang-env" in printed and printed.count("\n") == 1
     assert not (tmp_path / "report.json").exists()
 
 
-def test_both_sglang_commands_share_one_exit_rule(capsys: pytest.CaptureFixture[str]) -> None:
-    """`kvspec run --target sglang` and `kvspec sglang run` answer through one helper: an
-    unsupported spec exits 2 and says why (never passed silently), a finding 1, clean 0."""
-    from invariants.cli.sglang import print_outcome
-    from invariants.targets.sglang.run import SGLangOutcome, SGLangStats
+def test_a_target_runs_lines_say_why_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvspec run --target NAME` and a target's own run command print one way: an
+    unsupported spec says why (exit 2 by the caller), a finding ends with its replay, an
+    unmet goal is a note (goals were tuned on kvspec's schedule), not a failure."""
+    from invariants.targets.outcome import TargetOutcome, TargetStats, unsupported_outcome
+    from invariants.targets.text import outcome_lines, unsupported_line
 
-    unsupported = SGLangOutcome(
-        None,
-        SGLangStats(),
-        (),
-        (),
-        0,
-        0.0,
-        "not supported by the sglang target: x",
-        unsupported=("speculative decoding",),
+    refused = unsupported_outcome("sglang", None, ["speculative decoding"])
+    assert unsupported_line("a", refused) == (
+        "a: not supported by the sglang target: speculative decoding"
     )
-    assert print_outcome("a", unsupported) == 2
-    assert "not supported by the sglang target: speculative decoding" in capsys.readouterr().err
-    assert (
-        print_outcome(
-            "a", SGLangOutcome(None, SGLangStats(steps=3), (), ("finished >= 2 (got 1)",), 5, 0.1)
-        )
-        == 1
-    )
-    assert "expected finished >= 2 (got 1)" in capsys.readouterr().out
-    assert print_outcome("a", SGLangOutcome(None, SGLangStats(steps=3), (), (), 5, 0.1)) == 0
+    unmet = TargetOutcome("sglang", "0.5.23", None, TargetStats(steps=3), checks=5,
+                          unmet=("finished >= 2 (got 1)",))  # fmt: skip
+    lines = outcome_lines("a", unmet, "kvspec run a.yaml --target sglang")
+    assert unmet.ok and "note: expected finished >= 2 (got 1)" in lines[-1]
+    assert lines[0] == "a on SGLang 0.5.23 (memory classes): steps=3"
+    crashed = TargetOutcome("sglang", "0.5.23", None, TargetStats(steps=3), error="op #1: boom")
+    assert outcome_lines("a", crashed, "kvspec run a.yaml")[-1] == "replay: kvspec run a.yaml"
 
 
 def test_all_targets_give_one_overview_then_each_targets_section(monkeypatch, tmp_path: Path):
@@ -228,11 +228,12 @@ def test_all_targets_give_one_overview_then_each_targets_section(monkeypatch, tm
         ]
 
     failing = {"num_violations": 1, "violations": (VIOLATION,)}
-    monkeypatch.setattr(report_module, "run_sglang_rows", lambda *a, **k: rows("sglang"))
-    monkeypatch.setattr(report_module, "_scheduler_rows", lambda *a: rows("sglang-scheduler"))
-    monkeypatch.setattr(
-        "invariants.report.targets.run_vllm_rows", lambda *a: rows("vllm", **failing)
-    )
+    stubbed = {
+        "sglang": rows("sglang"),
+        "sglang-scheduler": rows("sglang-scheduler"),
+        "vllm": rows("vllm", **failing),
+    }
+    monkeypatch.setattr(report_module, "target_rows", lambda entry, *a, **k: stubbed[entry.name])
     console = Console(record=True, width=250)
     assert run_report(console=console, out=tmp_path, target="all", specs=SMALL) == 1
     text = console.export_text()
@@ -244,7 +245,7 @@ def test_all_targets_give_one_overview_then_each_targets_section(monkeypatch, tm
     assert "unsupported: SWA pools (swa_tokens)" in text
     assert "chunked-prefill-paged on vllm" in text  # the failure, with its target
     assert "1 real-engine rows failed" in text
-    parts = json.loads((tmp_path / "report.json").read_text())["sglang"]["targets"]
+    parts = json.loads((tmp_path / "report.json").read_text())["targets"]
     assert list(parts) == ["sglang", "sglang-scheduler", "vllm"]
     assert parts["vllm"]["summary"]["failed"] == 1 and parts["sglang"]["summary"]["ok"]
     markdown = (tmp_path / "report.md").read_text()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from invariants.targets.sglang.target import sglang_python, unavailable_reason
-from invariants.targets.vllm.target import vllm_python
+from invariants.targets.sglang.adapter import sglang_python, unavailable_reason
+from invariants.targets.vllm.adapter import vllm_python
 
 
 def _why_not(marker: str, selected: str) -> str | None:

@@ -77,7 +77,7 @@ class Glue:
             admitted=0,
             finished=0,
             aborted=0,
-            prefix_hit_tokens=0,
+            cached_tokens=0,
             extend_tokens=0,
             decode_tokens=0,
             rejected=0,
@@ -298,7 +298,7 @@ class Glue:
         )
         for req, hit, extend in zip(new, prefix_lens, extend_lens):
             req.extend_batch_idx += 1
-            self.counts["prefix_hit_tokens"] += hit
+            self.counts["cached_tokens"] += hit
             self.counts["extend_tokens"] += extend
             if self._sample(req) or req.to_finish is not None:  # the token lands, then the abort
                 self._release(req)

@@ -13,8 +13,10 @@ one line each way per op:
        {"op": "abort", "rid"} | {"op": "abort", "phase", "pick"}
        {"op": "advance_clock", "seconds"}
        {"op": "step"}   {"op": "idle"}   {"op": "unfinished", "rids"}   {"op": "stats"}
-  out: {"views": [...], "result": ..., "faults": [...]} or {"error": "..."}; the first line is
-       a banner {"ready": true, "sglang": VERSION, "stubs": [...]}.
+  out: {"views": [...], "result": ..., "faults": [...]} or {"error", "drift", "crash"?,
+       "where"?, "trace"} (driverlib/answers.py); the first line is a banner {"ready": true,
+       "version": VERSION, "stubs": [...]}. ``idle`` answers whether the glue is idle (its view
+       the idle event's); ``stats`` answers {"counts"}.
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ import json
 import logging
 import os
 import sys
-import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import stubs
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVERLIB = os.path.normpath(os.path.join(HERE, "..", "..", "driverlib"))
+sys.path[:0] = [HERE, DRIVERLIB]
+import stubs  # noqa: E402
 
 INSTALLED = stubs.install()
 logging.disable(logging.WARNING)
 
+import answers  # noqa: E402
 import glue as glue_mod  # noqa: E402
 import sglang  # noqa: E402
 import stack as stack_mod  # noqa: E402
@@ -129,13 +133,13 @@ class Driver:
         if kind == "idle":
             return ([state.view(glue, "idle")] if glue.idle else []), glue.idle
         if kind == "stats":
-            return [dict(counts=dict(glue.counts, evicted_tokens=glue.stack.evicted_tokens))], None
+            return [], dict(counts=dict(glue.counts, evicted_tokens=glue.stack.evicted_tokens))
         raise ValueError(f"unknown op {kind!r}")
 
 
 def main() -> None:
     out = sys.stdout
-    out.write(json.dumps(dict(ready=True, sglang=sglang.__version__, stubs=INSTALLED)) + "\n")
+    out.write(json.dumps(dict(ready=True, version=sglang.__version__, stubs=INSTALLED)) + "\n")
     out.flush()
     driver = Driver()
     for line in sys.stdin:
@@ -145,7 +149,7 @@ def main() -> None:
             views, result = driver.apply(json.loads(line))
             answer = dict(views=views, result=result, faults=driver.faults)
         except Exception as exc:  # reported to the harness, which names the op
-            answer = dict(error=f"{type(exc).__name__}: {exc}", trace=traceback.format_exc())
+            answer = answers.failure(exc, (HERE, DRIVERLIB), "sglang")
         out.write(json.dumps(answer) + "\n")
         out.flush()
 

@@ -25,7 +25,6 @@ import hashlib
 
 import torch
 from reader import trace_rid
-from worker import FakeWorker, KVShadow
 from sglang.srt.arg_groups import speculative_hook
 from sglang.srt.managers import overlap_utils
 from sglang.srt.managers.utils import GenerationBatchResult
@@ -34,6 +33,7 @@ from sglang.srt.mem_cache.allocation_sizing import get_alloc_len_per_decode
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.eagle_info import EagleDraftInput
+from worker import FakeWorker, KVShadow
 
 TOPK = 1  # a chain draft: the tree kernels and the KV moves of topk > 1 are not modelled
 

@@ -22,12 +22,14 @@ SGLang and lets one iteration run. Protocol, one line each way per op (the answe
        {"op": "flush_cache"}   {"op": "advance_clock", "seconds"}
        {"op": "step"}   {"op": "idle"}   {"op": "unfinished", "rids"}
        {"op": "stats"}   {"op": "end"}
-  out: {"views": [...], "result": ..., "sglang": [its own checkers' messages]} or
-       {"error": "...", "drift": bool, "where", "trace"} (the child then ends) or
-       {"error": "..."} (an op refused; the trace goes on);
-       the first line is a banner {"ready", "sglang", "shim", "not_applicable", "supports"}
+  out: {"views": [...], "result": ..., "findings": [its own checkers' messages]} or
+       {"error", "drift", "crash"?, "where"?, "trace", "ended": true} (driverlib/answers.py;
+       the child has ended) or {"error": "..."} (an op refused; the trace goes on);
+       the first line is a banner {"ready", "version", "shim", "not_applicable", "supports"}
        (catalog ids that do not hold by this release's design, each with the reason; the
        engine features beyond the plain ones the shim drives, e.g. "speculative").
+       ``idle`` answers whether SGLang is idle (its view the idle event's); ``stats`` answers
+       {"counts"}.
 """
 
 from __future__ import annotations
@@ -37,18 +39,20 @@ import json
 import logging
 import os
 import sys
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # what every SGLang driver shares (the import stubs, the view records) lives in the sglang
-# target's driver folder
+# target's driver folder; what every driver shares, in driverlib
 SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "sglang", "driver"))
-sys.path[:0] = [HERE, SHARED]
-import stubs
+DRIVERLIB = os.path.normpath(os.path.join(HERE, "..", "..", "driverlib"))
+OURS = (HERE, SHARED, DRIVERLIB)
+sys.path[:0] = [HERE, SHARED, DRIVERLIB]
+import stubs  # noqa: E402
 
 INSTALLED = stubs.install()
 logging.disable(logging.WARNING)
 
+import answers  # noqa: E402
 import seams  # noqa: E402
 import sglang  # noqa: E402
 import torch  # noqa: E402
@@ -139,15 +143,15 @@ def main() -> None:
     try:
         shim = load_shim(sglang.__version__)
     except Exception as exc:  # the shim itself does not import: the release moved
-        return say(ready=False, sglang=sglang.__version__, **failure(exc))
+        return say(ready=False, version=sglang.__version__, **failure(exc))
     if shim is None:
         message = f"no shim for sglang {sglang.__version__}: write {HERE}/shim_<version>.py"
-        return say(ready=False, sglang=sglang.__version__, error=message, drift=True)
+        return say(ready=False, version=sglang.__version__, error=message, drift=True)
     not_applicable = getattr(shim, "NOT_APPLICABLE", {})
     supports = getattr(shim, "SUPPORTS", frozenset())
     say(
         ready=True,
-        sglang=sglang.__version__,
+        version=sglang.__version__,
         shim=shim.__name__,
         not_applicable=not_applicable,
         supports=sorted(supports),
@@ -166,28 +170,9 @@ def main() -> None:
 
 
 def failure(exc: Exception) -> dict:
-    """An exception as an answer. ``drift``: it was raised in this driver's own code (a
-    shim, the state reader) by an attribute, import or signature that is not there — the
-    release's internals moved; anything else is SGLang's own error."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    frames = [f for f in frames if not f.filename.startswith("<frozen")]  # import machinery
-    ours = [f for f in frames if f.filename.startswith((HERE, SHARED))]
-    drift = isinstance(exc, (AttributeError, ImportError, TypeError, NameError))
-    drift = drift and bool(frames) and frames[-1].filename.startswith((HERE, SHARED))
-    where = (
-        f"{os.path.basename(ours[-1].filename)}:{ours[-1].lineno} {ours[-1].name}" if ours else ""
-    )
-    error = f"{type(exc).__name__}: {exc}"
-    if frames and not frames[-1].filename.startswith((HERE, SHARED)):  # SGLang's own line, to read
-        last = frames[-1]
-        source = last.filename[last.filename.rfind("sglang/") :]
-        error += f" [raised at {source}:{last.lineno} in {last.name}]"
-    return dict(
-        error=error,
-        drift=drift,
-        where=where,
-        trace=traceback.format_exc(),
-    )
+    """An exception that ended the trace's child, as its answer (driverlib/answers.py: drift
+    in the shims or the state reader, a crash in SGLang's own code, else a refusal)."""
+    return dict(answers.failure(exc, OURS, "sglang"), ended=True)
 
 
 if __name__ == "__main__":

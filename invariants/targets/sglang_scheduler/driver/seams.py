@@ -82,7 +82,7 @@ class Inputs:
                 rid for rid in op["rids"] if rid in self.submitted and rid not in self.finished
             ]
         if kind == "stats":
-            return [], self.counts(iteration)
+            return [], dict(counts=self.counts(iteration))
         raise ValueError(f"unknown op {kind!r}")
 
     def take_pending(self) -> list:
@@ -128,7 +128,7 @@ class Inputs:
         (``batch``: what kvspec's lockstep compares)."""
         scheduler, shim = self.scheduler, self.shim
         if not self.observe:  # the unchecked baseline: SGLang's loop and nothing else
-            return dict(views=[], result=None, sglang=[], batch=None)
+            return dict(views=[], result=None, findings=[], batch=None)
         views = [self._view("step", iteration)]
         failed = scheduler.tp_worker.take_integrity()  # the fake worker's KV reads, if checked
         if failed is not None:  # the step view less its pools (no rule but kv.integrity reads it)
@@ -140,7 +140,7 @@ class Inputs:
         found, self.findings[:] = [*self.findings, *([busy] if busy else [])], []
         done, self.told = list(self.finished)[self.told :], len(self.finished)
         ran = reader.batch(scheduler, self.retracts.take(), done)
-        return dict(views=views, result=None, sglang=found, batch=ran)
+        return dict(views=views, result=None, findings=found, batch=ran)
 
     def _view(self, event: str, iteration: int) -> dict:
         refused = frozenset(self.refused)
@@ -149,7 +149,7 @@ class Inputs:
     def counts(self, iteration: int) -> dict:
         aborted = sum(1 for r in self.finished.values() if r.get("type") == "abort")
         return dict(
-            iterations=iteration,
+            steps=iteration,
             submitted=len(self.submitted),
             finished=len(self.finished),
             aborted=aborted,

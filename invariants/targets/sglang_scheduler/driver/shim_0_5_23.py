@@ -34,7 +34,6 @@ from array import array
 import drafts
 import shim_common
 import torch
-from worker import FakeRunner, FakeWorker
 from sglang.srt.distributed import bootstrap
 from sglang.srt.managers import io_struct
 from sglang.srt.managers import scheduler as scheduler_module
@@ -54,6 +53,7 @@ from sglang.srt.server_args import PortArgs, ServerArgs
 from sglang.srt.session import session_controller
 from sglang.srt.session.session_controller import Session
 from shim_common import kv_pools
+from worker import FakeRunner, FakeWorker
 
 VERSION = "0.5.23"
 # engine features a trace may use on this release beyond the plain ones (kvspec checks a

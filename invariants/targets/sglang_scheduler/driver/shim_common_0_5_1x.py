@@ -30,7 +30,6 @@ import os
 import reader
 import shim_common
 import torch
-from worker import FakeRunner, FakeWorker
 from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
 from sglang.srt.layers.dp_attention import initialize_dp_attention
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
@@ -44,6 +43,7 @@ from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToK
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import PortArgs, ServerArgs, set_global_server_args_for_scheduler
+from worker import FakeRunner, FakeWorker
 
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model")
 
@@ -190,9 +190,7 @@ def session_slots(scheduler: Scheduler, refused: frozenset = frozenset()) -> dic
     into it (then both own the row, and the census says so)."""
     tree = scheduler.tree_cache
     slots = getattr(getattr(tree, "session", tree), "slots", {})  # 0.5.11 radix: embedded
-    live = [
-        r for r in reader.live_requests(scheduler) if reader.trace_rid(r) not in refused
-    ]
+    live = [r for r in reader.live_requests(scheduler) if reader.trace_rid(r) not in refused]
     found = {}
     for sid, slot in slots.items():
         turns = [r for r in live if _turn_of(r, sid) and r.req_pool_idx == slot.req_pool_idx]

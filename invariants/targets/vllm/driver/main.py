@@ -21,8 +21,10 @@ each way per op:
        {"op": "abort", "rid"} | {"op": "abort", "rid": null, "phase", "pick"}
        {"op": "step"}  {"op": "idle"}  {"op": "unfinished", "rids"}  {"op": "stats"}
        {"op": "flush_cache"} (vLLM's reset_prefix_cache: only when no request holds a block)
-  out: {"views": [...], "result": ...} or {"error": "..."}; the first line is a banner
-       {"ready": true, "vllm": VERSION}.
+  out: {"views": [...], "result": ...} or {"error", "drift", "crash"?, "where"?, "trace"}
+       (driverlib/answers.py); the first line is a banner {"ready": true, "version": VERSION}.
+       ``idle`` answers whether the scheduler is idle (its view the idle event's);
+       ``stats`` answers {"counts", "scheduler", "drafts", "fault", "fault_fired"}.
 A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
 vLLM's free count and ref counts, the census input by block id), the block records changed
 since the run's previous view, and each request's block table per KV-cache group.
@@ -35,18 +37,20 @@ import os
 import random
 import sys
 import tempfile
-import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the CUDA wheel cannot infer a device
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVERLIB = os.path.normpath(os.path.join(HERE, "..", "..", "driverlib"))
+sys.path[:0] = [HERE, DRIVERLIB]
 # the protocol owns stdout: whatever vLLM or its imports print goes to stderr instead
 PROTOCOL = os.fdopen(os.dup(1), "w", buffering=1)
 os.dup2(2, 1)
 sys.stdout = sys.stderr
 
+import answers  # noqa: E402
 import faults  # noqa: E402
 import spec  # noqa: E402
 import views  # noqa: E402
@@ -68,8 +72,10 @@ class Driver:
         """A fresh scheduler and fresh bookkeeping: every run starts here."""
         self.outputs: dict[str, list[int]] = {}
         self.order: list[str] = []  # rids in submit order (phase aborts pick from it)
-        self.counts = dict(steps=0, finished=0, aborted=0, rejected=0, preempted=0,
-                           prefix_hit_tokens=0, evicted_tokens=0, decode_tokens=0)  # fmt: skip
+        self.counts = dict.fromkeys(
+            ("steps", "finished", "aborted", "rejected", "preempted", "cached_tokens",
+             "evicted_tokens", "decode_tokens"), 0
+        )  # fmt: skip
         self.sched = build_scheduler(op, self.model_dir)
         self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
         instrument(self.sched, self.counts, self.block_size)
@@ -179,9 +185,8 @@ class Driver:
             self.counts["finished"] += 1
 
     def idle(self, op: dict) -> list[dict]:
-        if self.sched.has_unfinished_requests() or self.inflight is not None:
-            return []
-        return self._view("idle") or [{"event": "idle"}]  # unviewed: still says idle
+        self.result = not self.sched.has_unfinished_requests() and self.inflight is None
+        return self._view("idle") if self.result else []
 
     def flush_cache(self, op: dict) -> list[dict]:
         """``Scheduler.reset_prefix_cache()``: refused (False) while a request holds blocks,
@@ -196,16 +201,18 @@ class Driver:
     def stats(self, op: dict) -> list[dict]:
         finished = self.counts["finished"] - self.counts["aborted"]
         self.result = {
+            "counts": {**self.counts, "finished": max(finished, 0)},
+            "fault": self.fault is not None,
             "fault_fired": self.fault.fired if self.fault else [],
             "scheduler": type(self.sched).__name__,
             "drafts": [self.spec.accepted_drafts, self.spec.verified_drafts] if self.spec else None,
         }
-        return [{"counts": {**self.counts, "finished": max(finished, 0)}}]
+        return []
 
 
 def main() -> None:
     driver = Driver()
-    print(json.dumps({"ready": True, "vllm": vllm.__version__}), file=PROTOCOL, flush=True)
+    print(json.dumps({"ready": True, "version": vllm.__version__}), file=PROTOCOL, flush=True)
     for line in sys.stdin:
         op = json.loads(line)
         driver.result = None
@@ -213,7 +220,7 @@ def main() -> None:
             produced = getattr(driver, op["op"])(op)
             answer = {"views": produced, "result": driver.result}
         except Exception as exc:  # the op's failure is the answer; the driver goes on
-            answer = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+            answer = answers.failure(exc, (HERE, DRIVERLIB), "vllm")
         print(json.dumps(answer), file=PROTOCOL, flush=True)
 
 

@@ -130,7 +130,7 @@ def count_hits(manager, counts: dict) -> None:
 
     def counted(request, *args, **kwargs):
         found = real(request, *args, **kwargs)
-        counts["prefix_hit_tokens"] += found[1]  # (blocks, hit tokens, ...)
+        counts["cached_tokens"] += found[1]  # (blocks, hit tokens, ...)
         return found
 
     manager.get_computed_blocks = counted

@@ -7,7 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from invariants.checking.loader import load_catalog
-from invariants.targets.sglang.target import SGLangDriver
+from invariants.targets.driver import LineDriver
+from invariants.targets.registry import TargetOptions
+from invariants.targets.sglang.adapter import open_driver
 
 
 @pytest.fixture(scope="session")
@@ -16,8 +18,8 @@ def catalog():
 
 
 @pytest.fixture(scope="session")
-def driver() -> Iterator[SGLangDriver]:
+def driver() -> Iterator[LineDriver]:
     """One driver process for the whole session (its start, SGLang's imports, is most of a
     run's time); every run sends its own config op, which builds a fresh stack."""
-    with SGLangDriver() as live:
+    with open_driver(TargetOptions()) as live:
         yield live

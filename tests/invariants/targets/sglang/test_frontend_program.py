@@ -17,7 +17,7 @@ import pytest
 
 from engine.server.args import ServerArgs
 from invariants.bench.serve import Served
-from invariants.targets.sglang.target import sglang_python
+from invariants.targets.sglang.adapter import sglang_python
 
 PROGRAM = Path(__file__).parent / "frontend" / "program.py"
 

@@ -7,22 +7,25 @@ import pytest
 
 from invariants.scenarios.ops import Idle, Submit
 from invariants.scenarios.spec import load_spec
+from invariants.targets.registry import TargetOptions, target
+from invariants.targets.run import run_spec, run_trace
 from invariants.targets.sglang import differential as differential_module
 from invariants.targets.sglang import gaps
+from invariants.targets.sglang.adapter import open_driver
 from invariants.targets.sglang.differential import differential
-from invariants.targets.sglang.run import run_spec_on_sglang, run_trace_on_sglang
 from invariants.targets.sglang.scenarios import prefix_scenario, sessions_scenario
-from invariants.targets.sglang.target import SGLangDriver
-from invariants.targets.sglang.views import buckets
+from invariants.targets.views import buckets
 
 pytestmark = pytest.mark.sglang
+SGLANG = target("sglang")
 DIFF_SPEC = "specs/sglang-diff-sessions.yaml"
 
 
 def test_prefix_reuse_counts_match_the_feasibility_study(catalog, driver):
-    """research/sglang_cpu.md §6 (pool 64, page 1): r1's finish leaves 41 free / 23
-    evictable; r2 hits 16 tokens; every view passes the whole catalog."""
-    outcome = run_trace_on_sglang(prefix_scenario(), catalog, driver=driver, keep_views=True)
+    """A prefix hit, then eviction (pool 64, page 1), with the counts worked out by hand from
+    SGLang's code: r1's finish leaves 41 free / 23 evictable; r2 hits 16 tokens; every view
+    passes the whole catalog."""
+    outcome = run_trace(SGLANG, prefix_scenario(), catalog, driver=driver, keep_views=True)
     assert outcome.ok, outcome.violations[:3] or outcome.error
     after_r1 = [buckets(v) for v in outcome.views if v.event == "step"][3]
     assert after_r1 == {
@@ -32,14 +35,16 @@ def test_prefix_reuse_counts_match_the_feasibility_study(catalog, driver):
         "session_held": 0,
         "request_owned": 0,
     }
-    assert outcome.stats.prefix_hit_tokens == 16 and outcome.sglang_version == "0.5.23"
+    assert outcome.stats.cached_tokens == 16 and outcome.version == "0.5.23"
 
 
 def test_eviction_pressure_spec_holds_every_invariant(catalog, driver):
     """radix-eviction.yaml's trace (the runner's build_trace) on real SGLang: all requests
     finish, tokens are evicted and reused, and no invariant is violated at any step."""
-    outcome = run_spec_on_sglang(load_spec("specs/radix-eviction.yaml"), catalog, driver=driver)
-    assert outcome.ok, outcome.violations[:3] or outcome.error or outcome.unmet
+    outcome = run_spec(SGLANG, load_spec("specs/radix-eviction.yaml"), catalog, driver=driver)
+    assert outcome.ok and not outcome.unmet, (
+        outcome.violations[:3] or outcome.error or outcome.unmet
+    )
     assert (
         outcome.stats.finished == 96 and outcome.stats.evicted_tokens > 0 and outcome.checks > 1000
     )
@@ -49,8 +54,8 @@ def test_swa_hybrid_spec_holds_every_invariant_on_both_pools(catalog, driver):
     """swa-hybrid.yaml on SGLang's SWATokenToKVPoolAllocator + UnifiedRadixCache(FULL, SWA):
     the real maybe_evict_swa slides windows (cursors advance, tree SWA values tombstone), and
     both pools' sums, censuses and the SWA tree rules hold at every step."""
-    outcome = run_spec_on_sglang(
-        load_spec("specs/swa-hybrid.yaml"), catalog, driver=driver, keep_views=True
+    outcome = run_spec(
+        SGLANG, load_spec("specs/swa-hybrid.yaml"), catalog, driver=driver, keep_views=True
     )
     assert not outcome.violations and outcome.error is None and not outcome.unmet, (
         outcome.violations[:3]
@@ -68,7 +73,7 @@ def test_swa_hybrid_spec_holds_every_invariant_on_both_pools(catalog, driver):
 def test_streaming_sessions_with_aborts_hold_every_invariant(catalog, driver):
     """Two streaming sessions over three turns, an aborted running turn, an aborted queued
     request, close and eviction pressure: slots hold KV between turns, close releases it."""
-    outcome = run_trace_on_sglang(sessions_scenario(), catalog, driver=driver, keep_views=True)
+    outcome = run_trace(SGLANG, sessions_scenario(), catalog, driver=driver, keep_views=True)
     assert outcome.ok, outcome.violations[:3] or outcome.error
     assert outcome.stats.aborted == 2 and outcome.stats.evicted_tokens > 0
     assert any(v.slots and not any(s.borrowed for s in v.slots) for v in outcome.views)
@@ -82,9 +87,8 @@ def test_streaming_sessions_with_aborts_hold_every_invariant(catalog, driver):
 def test_fault_on_the_real_allocator_is_named_by_slot_id(catalog, driver, kind, invariant):
     """A skipped free (leak) or a double free patched into SGLang's allocator breaks its sum
     and the census names the very slots the fault touched."""
-    outcome = run_trace_on_sglang(
-        sessions_scenario(), catalog, driver=driver, fault={"kind": kind, "step": 1}
-    )
+    fault = {"kind": kind, "step": 1}
+    outcome = run_trace(SGLANG, sessions_scenario(), catalog, driver=driver, fault=fault)
     found = [v for v in outcome.violations if v.invariant == invariant]
     assert found and any(v.invariant == "pool.busy_sum" for v in outcome.violations)
     named = [int(x) for x in found[0].message.split("[")[1].rstrip("]").split(",")]
@@ -131,8 +135,8 @@ def test_a_turn_refused_after_the_session_accepted_it_is_its_live_request(catalo
     """streaming-aborts.yaml: a too-long turn passes Session.create_req (the session goes in
     flight), then the prompt-length check refuses it and it queues for a 1-token prefill; the
     view counts it as the session's live request meanwhile, so single-live-request holds."""
-    outcome = run_spec_on_sglang(
-        load_spec("specs/streaming-aborts.yaml"), catalog, driver=driver, keep_views=True
+    outcome = run_spec(
+        SGLANG, load_spec("specs/streaming-aborts.yaml"), catalog, driver=driver, keep_views=True
     )
     assert not outcome.violations and outcome.error is None, outcome.violations[:3]
     assert outcome.stats.rejected > 0
@@ -206,6 +210,6 @@ def test_streaming_many_turns_needs_no_cadence_gap_at_sglang_every_step_cadence(
     so never at a request's first decode — engine/memory.py maybe_evict_swa does the same)."""
     monkeypatch.setenv("SGLANG_SWA_EVICTION_INTERVAL", "1")
     monkeypatch.setattr(gaps, "GAPS", tuple(g for g in gaps.GAPS if g.id != "swa.eviction_cadence"))
-    with SGLangDriver() as live:
+    with open_driver(TargetOptions()) as live:
         result = differential(load_spec("specs/streaming-many-turns.yaml"), driver=live)
     assert result.ok, [str(d) for d in result.unexpected[:5]]

@@ -7,17 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from invariants.checking.loader import load_catalog
 from invariants.scenarios.ops import FlushCache, ForceRetract, Step, Submit, Trace
 from invariants.scenarios.spec import EngineSpec, load_spec
+from invariants.targets.driver import TargetUnavailable
+from invariants.targets.ops import output_rng, submit_message, with_outputs
+from invariants.targets.registry import TargetOptions, target
+from invariants.targets.run import run_spec
+from invariants.targets.sglang.adapter import ENV_VAR, open_driver, sglang_python, unsupported
 from invariants.targets.sglang.gaps import declared
-from invariants.targets.sglang.run import run_spec_on_sglang
-from invariants.targets.sglang.target import ENV_VAR, SGLangDriver, SGLangUnavailable, sglang_python
-from invariants.targets.sglang.trace_driver import output_rng, submit_op, unsupported
-from invariants.targets.sglang.views import to_state_view
+from invariants.targets.views import to_state_view
 
 
 def test_interpreter_order_is_flag_then_env_then_default(monkeypatch):
-    """--sglang-python wins over $KVSPEC_SGLANG_PYTHON, which wins over .sglang-venv."""
+    """--target-python wins over $KVSPEC_SGLANG_PYTHON, which wins over .sglang-venv."""
     monkeypatch.setenv(ENV_VAR, "/env/python")
     assert sglang_python("/flag/python") == Path("/flag/python")
     assert sglang_python() == Path("/env/python")
@@ -27,8 +30,8 @@ def test_interpreter_order_is_flag_then_env_then_default(monkeypatch):
 
 def test_missing_interpreter_is_a_clear_error(tmp_path):
     """A missing sglang python names the path and `make sglang-env`."""
-    with pytest.raises(SGLangUnavailable, match="make sglang-env"):
-        SGLangDriver(tmp_path / "nope" / "python")
+    with pytest.raises(TargetUnavailable, match="make sglang-env"):
+        open_driver(TargetOptions(python=str(tmp_path / "nope" / "python")))
 
 
 def test_census_is_computed_from_the_raw_owners():
@@ -80,20 +83,21 @@ def test_ops_and_features_the_glue_cannot_run_are_named():
 
 
 def test_a_spec_with_an_unsupported_op_is_reported_not_run():
-    """session-timeouts.yaml flushes the cache: the outcome is an error naming flush_cache,
-    before any sglang process starts (so this runs without the sglang venv)."""
-    outcome = run_spec_on_sglang(
+    """session-timeouts.yaml flushes the cache: the outcome names flush_cache as the reason it
+    did not run, before any sglang process starts (so this runs without the sglang venv)."""
+    outcome = run_spec(
+        target("sglang"),
         load_spec("specs/session-timeouts.yaml"),
-        catalog=None,  # type: ignore[arg-type]
-        python="/nonexistent/python",
+        load_catalog(),
+        options=TargetOptions(python="/nonexistent/python"),
     )
-    assert not outcome.ok and "flush_cache" in (outcome.error or "")
+    assert not outcome.ok and any("flush_cache" in why for why in outcome.unsupported)
 
 
 def test_output_ids_are_a_seeded_draw_of_the_requested_length():
     """The model-less glue's output ids: max_new_tokens draws from the trace's seed."""
-    op = Submit(rid="r", input_ids=[1], max_new_tokens=5)
-    first, again = submit_op(op, output_rng(7)), submit_op(op, output_rng(7))
+    message = submit_message(Submit(rid="r", input_ids=[1], max_new_tokens=5))
+    first, again = with_outputs(message, output_rng(7)), with_outputs(message, output_rng(7))
     assert len(first["output_ids"]) == 5 and first == again
 
 

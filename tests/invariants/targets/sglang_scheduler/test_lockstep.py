@@ -9,12 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from invariants.cli import app
-from invariants.cli.lockstep import print_lockstep
+from invariants.cli import main
 from invariants.scenarios.ops import Idle, OpenSession, Step, Submit, Trace
 from invariants.scenarios.spec import EngineSpec, load_spec
+from invariants.targets.sglang_scheduler.commands import print_lockstep
+from invariants.targets.sglang_scheduler.gaps import Ledger, Situation, pool_gaps, sched_gap
+from invariants.targets.sglang_scheduler.known import likely_causes
 from invariants.targets.sglang_scheduler.lockstep import (
     Divergence,
     GapHit,
@@ -24,9 +25,7 @@ from invariants.targets.sglang_scheduler.lockstep import (
     lockstep_trace,
 )
 from invariants.targets.sglang_scheduler.lockstep_records import Batch, Iteration, compare
-from invariants.targets.sglang_scheduler.gaps import Ledger, Situation, pool_gaps, sched_gap
-from invariants.targets.sglang_scheduler.known import likely_causes
-from invariants.targets.sglang_scheduler.target import SchedulerDriver, installed_versions
+from invariants.targets.sglang_scheduler.releases import SchedulerDriver, installed_versions
 
 SPECS = Path(__file__).resolve().parents[4] / "specs"
 POOL = dict(free=100, evictable=20, protected=30, session_held=0, request_owned=10)
@@ -225,13 +224,15 @@ def test_the_exit_code_says_agree_diverge_or_cannot_run(capsys):
     assert print_lockstep(result(unsupported=("swa_tokens",))) == 2
 
 
-def test_a_missing_sglang_interpreter_is_one_line_and_exit_2(tmp_path):
+def test_a_missing_sglang_interpreter_is_one_line_and_exit_2(tmp_path, capsys):
     """No sglang venv at the interpreter named: one line, exit 2, no traceback."""
     missing = tmp_path / "python"
-    args = ["sglang", "lockstep", str(SPECS / "radix-eviction.yaml"), "--sglang-python"]
-    run = CliRunner().invoke(app, [*args, str(missing)])
-    assert run.exit_code == 2
-    assert "no sglang interpreter" in run.output
+    args = ["sglang", "lockstep", str(SPECS / "radix-eviction.yaml"), "--target-python"]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, str(missing)])
+    printed = capsys.readouterr().err
+    assert exited.value.code == 2 and printed.count("\n") == 1
+    assert "no sglang interpreter" in printed
 
 
 def test_a_spec_the_real_scheduler_cannot_express_exits_2_before_any_driver():

@@ -16,11 +16,15 @@ from invariants.checking.loader import shipped_catalog
 from invariants.report.cells import default_specs
 from invariants.scenarios.ops import Trace
 from invariants.scenarios.spec import load_spec
+from invariants.targets.explore import failure_key
+from invariants.targets.outcome import disagreements
+from invariants.targets.registry import target
+from invariants.targets.run import run_spec, run_trace
 from invariants.targets.sglang_scheduler.history import pages_named
-from invariants.targets.sglang_scheduler.run import run_spec_on_scheduler, run_trace_on_scheduler
-from invariants.targets.sglang_scheduler.target import SchedulerDriver, installed_versions
+from invariants.targets.sglang_scheduler.releases import SchedulerDriver, installed_versions
 
 pytestmark = pytest.mark.sglang
+SCHEDULER = target("sglang-scheduler")
 LEAK = Path(__file__).parent / "traces" / "retracted-streaming-turn-leak.json"
 
 
@@ -51,10 +55,10 @@ def test_default_specs_run_clean_on_0_5_23(latest, name, path):
     """Every default spec the real scheduler can express runs on 0.5.23 with no violation,
     no message from SGLang's own checkers and no crash (a spec it cannot express is said to
     be unsupported, with the reason, before anything runs)."""
-    outcome = run_spec_on_scheduler(load_spec(path), shipped_catalog(), driver=latest)
+    outcome = run_spec(SCHEDULER, load_spec(path), shipped_catalog(), driver=latest)
     if outcome.unsupported:
         pytest.skip(f"unsupported on the real scheduler: {'; '.join(outcome.unsupported)}")
-    assert outcome.ok, (outcome.violations[:3], outcome.sglang[:3], outcome.error)
+    assert outcome.ok, (outcome.violations[:3], outcome.findings[:3], outcome.error)
     assert outcome.stats.finished > 0 and outcome.checks > 0
 
 
@@ -63,13 +67,13 @@ def test_0_5_10_post1_leaks_the_page_of_a_retracted_streaming_turn(unfixed):
     release's match overwrites the slot's row from the doubly-reserved prefix length, so the
     page that held the first turn's KV is neither free nor owned. The census names page 1 at
     the iteration it leaks, and SGLang's own checkers say nothing then."""
-    outcome = run_trace_on_scheduler(Trace.load(LEAK), shipped_catalog(), driver=unfixed)
+    outcome = run_trace(SCHEDULER, Trace.load(LEAK), shipped_catalog(), driver=unfixed)
     first = outcome.violations[0]
     view = [v for v in outcome.violations if v.step == first.step]
     assert {"pool.busy_sum", "census.no_orphans"} <= {v.invariant for v in view}
     assert pages_named(view) == (1,)
-    assert first.step not in {f.iteration for f in outcome.sglang}  # a bug SGLang cannot see
-    assert any(d.kind == "kvspec-only" for d in outcome.disagreements)
+    assert first.step not in {f.iteration for f in outcome.findings}  # a bug SGLang cannot see
+    assert any(d.kind == "kvspec-only" for d in disagreements(outcome, "SGLang"))
 
 
 def test_0_5_10_post1_leaks_the_tail_of_a_bare_continue_turn(unfixed, fixed):
@@ -79,17 +83,17 @@ def test_0_5_10_post1_leaks_the_tail_of_a_bare_continue_turn(unfixed, fixed):
     leaving the slot's last page neither free nor owned; 0.5.11 frees that tail first
     (``_free_tail``) and runs the same spec clean."""
     spec = load_spec(Path("specs/streaming-sessions.yaml"))
-    leaky = run_spec_on_scheduler(spec, shipped_catalog(), driver=unfixed)
+    leaky = run_spec(SCHEDULER, spec, shipped_catalog(), driver=unfixed)
     assert {"pool.busy_sum", "census.no_orphans"} <= {v.invariant for v in leaky.violations}
-    clean = run_spec_on_scheduler(spec, shipped_catalog(), driver=fixed)
-    assert clean.ok, (clean.violations[:3], clean.sglang[:3], clean.error)
+    clean = run_spec(SCHEDULER, spec, shipped_catalog(), driver=fixed)
+    assert clean.ok, (clean.violations[:3], clean.findings[:3], clean.error)
 
 
 def test_0_5_11_runs_the_leaking_trace_clean(fixed):
     """0.5.11 frees the stale tail before the re-match (``StreamingSession._free_tail``): the
     same trace is clean."""
-    outcome = run_trace_on_scheduler(Trace.load(LEAK), shipped_catalog(), driver=fixed)
-    assert outcome.ok, (outcome.violations[:3], outcome.sglang[:3], outcome.error)
+    outcome = run_trace(SCHEDULER, Trace.load(LEAK), shipped_catalog(), driver=fixed)
+    assert outcome.ok, (outcome.violations[:3], outcome.findings[:3], outcome.error)
 
 
 def test_0_5_10_post1_busy_check_over_counts_session_turns(unfixed):
@@ -102,9 +106,9 @@ def test_0_5_10_post1_busy_check_over_counts_session_turns(unfixed):
     sessions = spec.workload.sessions.model_copy(update={"continuing": 0.0})
     workload = spec.workload.model_copy(update={"sessions": sessions})
     spec = spec.model_copy(update={"workload": workload})
-    outcome = run_spec_on_scheduler(spec, shipped_catalog(), driver=unfixed)
+    outcome = run_spec(SCHEDULER, spec, shipped_catalog(), driver=unfixed)
     assert not outcome.violations and not outcome.error
-    positives = [d for d in outcome.disagreements if d.kind == "sglang-only"]
+    positives = [d for d in disagreements(outcome, "SGLang") if d.kind == "engine-only"]
     assert positives and all("Mem Leak Detected" in d.detail for d in positives)
 
 
@@ -115,10 +119,15 @@ def test_replacing_all_of_a_sessions_requests_crashes_the_scheduler(latest):
     self.req_nodes.items(): req_node.clear(self.req_nodes)``, which deletes from that dict),
     so one request raises in the scheduler's loop and takes the server down."""
     trace = Trace.load(LEAK.with_name("session-replace-all-crash.json"))
-    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=latest)
+    outcome = run_trace(SCHEDULER, trace, shipped_catalog(), driver=latest)
     assert outcome.error is not None
     assert "dictionary changed size during iteration" in outcome.error
     assert "session_controller.py" in outcome.error and "create_req" in outcome.error
+    assert [v.invariant for v in outcome.violations] == ["engine.exception"]  # the crash event
+    assert (
+        failure_key(outcome)
+        == "engine.exception@sglang/srt/session/session_controller.py:create_req"
+    )
 
 
 def test_two_first_turns_of_a_streaming_session_in_one_iteration_crash_the_scheduler(latest):
@@ -130,22 +139,28 @@ def test_two_first_turns_of_a_streaming_session_in_one_iteration_crash_the_sched
     Upstream's open #40252 ("a session request rejected at create_req ... was still scheduled
     as a 1-token stub") names the same path."""
     trace = Trace.load(LEAK.with_name("streaming-two-first-turns-crash.json"))
-    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=latest)
+    outcome = run_trace(SCHEDULER, trace, shipped_catalog(), driver=latest)
     assert outcome.error is not None and "already has a slot" in outcome.error
     assert "streaming_session.py" in outcome.error and "in take" in outcome.error
+    key = failure_key(outcome)  # whole: the rule and the raising site, never cut mid-path
+    assert (
+        key is not None
+        and key.startswith("engine.exception@sglang/srt/")
+        and key.endswith("streaming_session.py:take")
+    )
 
 
 def test_a_retracted_streaming_turn_clears_the_sessions_in_flight_flag(latest):
-    """Found by explore on 0.5.11 and 0.5.23 (research/sglang.md §2.9 U6; upstream's open
-    #40252): a retracted streaming turn goes through ``try_cache_finished_req`` like a
-    finished one, so ``Session.finish_req`` clears ``_inflight`` and makes the still-waiting
-    turn the session's history. ``session.single_live_request`` names it at the retract's
+    """Found by explore on 0.5.11 and 0.5.23 (upstream's open #40252): a retracted streaming
+    turn goes through ``try_cache_finished_req`` like a finished one, so
+    ``Session.finish_req`` clears ``_inflight`` and makes the still-waiting turn the
+    session's history. ``session.single_live_request`` names it at the retract's
     iteration (a live request, in flight False) while SGLang's checkers are silent."""
     trace = Trace.load(LEAK.with_name("retracted-turn-clears-inflight.json"))
-    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=latest)
+    outcome = run_trace(SCHEDULER, trace, shipped_catalog(), driver=latest)
     first = outcome.violations[0]
     assert first.invariant == "session.single_live_request" and "inflight=False" in first.message
-    assert first.step not in {f.iteration for f in outcome.sglang}
+    assert first.step not in {f.iteration for f in outcome.findings}
 
 
 def test_0_5_10_post1_leaks_a_slot_closed_under_a_rejected_turn(unfixed):
@@ -155,7 +170,7 @@ def test_0_5_10_post1_leaks_a_slot_closed_under_a_rejected_turn(unfixed):
     closed session. kvspec names the orphaned slot and SGLang's busy check over-counts by the
     stub's token at the same iteration; 0.5.11 hands an aborted turn's record back instead."""
     trace = Trace.load(LEAK.with_name("close-under-rejected-turn-leaks-slot.json"))
-    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=unfixed)
+    outcome = run_trace(SCHEDULER, trace, shipped_catalog(), driver=unfixed)
     first = outcome.violations[0]
     assert first.invariant == "session.slot_has_open_session"
-    assert first.step in {f.iteration for f in outcome.sglang}  # both sides saw it
+    assert first.step in {f.iteration for f in outcome.findings}  # both sides saw it

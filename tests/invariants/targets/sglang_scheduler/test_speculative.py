@@ -15,12 +15,15 @@ import pytest
 from invariants.checking.loader import shipped_catalog
 from invariants.scenarios.ops import Trace
 from invariants.scenarios.spec import EngineSpec, load_spec
-from invariants.targets.sglang_scheduler.run import run_spec_on_scheduler, run_trace_on_scheduler
-from invariants.targets.sglang_scheduler.target import SchedulerDriver, installed_versions
-from invariants.targets.sglang_scheduler.trace import config_op, release_supports, unsupported_engine
+from invariants.targets.outcome import disagreements
+from invariants.targets.registry import TargetOptions, target
+from invariants.targets.run import run_spec, run_trace
+from invariants.targets.sglang_scheduler.adapter import config, release_supports, unsupported_engine
+from invariants.targets.sglang_scheduler.releases import SchedulerDriver, installed_versions
 
 STALE_SLOT = Path(__file__).parent / "traces" / "eagle-session-stale-slot.json"
 EAGLE = {"version": 1, "num_steps": 3, "num_draft_tokens": 4, "accept_prob": 0.6}
+SCHEDULER = target("sglang-scheduler")
 
 
 def overlapped(engine: EngineSpec) -> EngineSpec:
@@ -49,12 +52,13 @@ def test_speculative_runs_only_on_a_release_whose_shim_supports_it():
 def test_the_config_op_carries_the_eagle_section():
     """The driver's config names the chain draft and its seeded acceptance; a plain engine
     sends None."""
-    assert config_op(EngineSpec(enable_overlap=False, speculative=EAGLE), 0)["speculative"] == {
+    eagle = Trace(engine=EngineSpec(enable_overlap=False, speculative=EAGLE), ops=[])
+    assert config(eagle)["speculative"] == {
         "num_steps": 3,
         "num_draft_tokens": 4,
         "accept_prob": 0.6,
     }
-    assert config_op(EngineSpec(), 0)["speculative"] is None
+    assert config(Trace(engine=EngineSpec(), ops=[]))["speculative"] is None
 
 
 # ---- on real SGLang 0.5.23 ----
@@ -78,8 +82,8 @@ def test_eagle_runs_clean_with_sglangs_own_accounting_moving(latest, overlap):
     spec = load_spec("specs/eagle-v1-paged.yaml")
     if overlap:
         spec = spec.model_copy(update={"engine": overlapped(spec.engine)})
-    outcome = run_spec_on_scheduler(spec, shipped_catalog(), driver=latest, keep_views=True)
-    assert outcome.ok, (outcome.violations[:3], outcome.sglang[:3], outcome.error)
+    outcome = run_spec(SCHEDULER, spec, shipped_catalog(), driver=latest, keep_views=True)
+    assert outcome.ok, (outcome.violations[:3], outcome.findings[:3], outcome.error)
     steps = [v for v in outcome.views if v.event == "step"]
     rows = [r for v in steps for r in v.reqs if r.spec_seq_len >= 0]
     assert {v.sched.spec_mode for v in steps} == {"v2"}
@@ -103,18 +107,19 @@ def test_a_streaming_turn_reuses_a_rejected_drafts_kv(latest, overlap, iteration
     trace = Trace.load(STALE_SLOT)
     if overlap:
         trace = trace.model_copy(update={"engine": overlapped(trace.engine)})
-    outcome = run_trace_on_scheduler(trace, shipped_catalog(), driver=latest)
+    outcome = run_trace(SCHEDULER, trace, shipped_catalog(), driver=latest)
     first = outcome.violations[0]
     assert (first.invariant, first.event, first.step) == ("kv.integrity", "forward", iteration)
     assert first.message.startswith("req t2 read position 30 from full slot 34")
     expected, found = map(int, re.findall(r"fingerprint (\d+), found (\d+)", first.message)[0])
     assert found == expected + 1_000_000  # the rejected draft's token (true + 1), position 30
-    assert not outcome.sglang and [d.kind for d in outcome.disagreements] == ["kvspec-only"]
+    assert not outcome.findings
+    assert [d.kind for d in disagreements(outcome, "SGLang")] == ["kvspec-only"]
 
 
 FIX = """
 import inspect, os, runpy, sys, textwrap
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
+sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "..", "..", "sglang", "driver"))
 import stubs
 stubs.install()
 from sglang.srt.session import streaming_session as ss
@@ -144,6 +149,6 @@ def test_committing_only_what_the_turn_committed_clears_it(latest, tmp_path, ove
     trace = Trace.load(STALE_SLOT)
     if overlap:
         trace = trace.model_copy(update={"engine": overlapped(trace.engine)})
-    outcome = run_trace_on_scheduler(trace, shipped_catalog(), python=str(python))
-    assert outcome.ok, (outcome.violations[:3], outcome.sglang[:3], outcome.error)
+    outcome = run_trace(SCHEDULER, trace, shipped_catalog(), options=TargetOptions(str(python)))
+    assert outcome.ok, (outcome.violations[:3], outcome.findings[:3], outcome.error)
     assert outcome.stats.finished == 2

@@ -9,16 +9,19 @@ runs seeds that replay."""
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
 from invariants.checking.loader import load_catalog
 from invariants.scenarios.matrix import ROOT
 from invariants.scenarios.spec import load_spec
-from invariants.targets.vllm.run import run_spec_on_vllm
+from invariants.targets.registry import TargetOptions, target
+from invariants.targets.run import run_spec, run_trace
 
 pytestmark = pytest.mark.vllm
 CATALOG = load_catalog()
+VLLM = target("vllm")
 
 
 @pytest.mark.parametrize(
@@ -27,11 +30,11 @@ CATALOG = load_catalog()
 def test_engine_neutral_specs_run_clean(name: str) -> None:
     """Every request finishes, the prefix cache hits and evicts, no invariant fires."""
     spec = load_spec(ROOT / "specs" / f"{name}.yaml", {"test_retract": False})
-    out = run_spec_on_vllm(spec, CATALOG)
+    out = run_spec(VLLM, spec, CATALOG)
     assert out.error is None and out.violations == () and out.ok, (out.error, out.violations[:3])
-    assert out.sglang_version == "0.33.0"
+    assert out.version == "0.33.0" and not out.unmet
     assert out.stats.finished == spec.expect["finished_reqs"]
-    assert out.stats.prefix_hit_tokens > 0 and out.stats.evicted_tokens > 0
+    assert out.stats.cached_tokens and out.stats.evicted_tokens
 
 
 @pytest.mark.parametrize(
@@ -53,7 +56,7 @@ def test_a_planted_fault_is_caught_naming_the_block(kind: str, spec: str, caught
     violations name it (the census by id, or vLLM's own rules)."""
     step = {"unpinned_hit": 1, "early_window_free": 20}.get(kind, 5)
     spec_file = load_spec(ROOT / "specs" / f"{spec}.yaml", {"test_retract": False})
-    out = run_spec_on_vllm(spec_file, CATALOG, fault={"kind": kind, "step": step})
+    out = run_spec(VLLM, spec_file, CATALOG, fault={"kind": kind, "step": step})
     fired = ast.literal_eval(
         next(n for n in out.notes if n.startswith("fault fired")).split("blocks ")[1]
     )
@@ -73,31 +76,32 @@ def test_overlap_is_vllms_async_scheduling(overlap: str, scheduler: str) -> None
 
     path = ROOT / "specs" / "aborts-and-preemption.yaml"
     spec = load_spec(path, parse_overrides([f"overlap={overlap}"]))
-    out = run_spec_on_vllm(spec, CATALOG)
+    out = run_spec(VLLM, spec, CATALOG)
     assert out.ok, (out.error, out.violations[:3])
-    assert f"scheduler: {scheduler}" in out.notes and out.stats.aborted > 0
+    assert f"scheduler: {scheduler}" in out.notes and out.stats.aborted
 
 
 def test_specs_vllm_cannot_express_are_said_unsupported() -> None:
     """Sessions, forced retracts, speculation under async scheduling: the reason, no run,
     no pass."""
-    out = run_spec_on_vllm(load_spec(ROOT / "specs" / "streaming-sessions.yaml"), CATALOG)
-    assert not out.ok and out.unsupported and "sessions" in (out.error or "")
+    out = run_spec(VLLM, load_spec(ROOT / "specs" / "streaming-sessions.yaml"), CATALOG)
+    assert not out.ok and any("sessions" in why for why in out.unsupported)
 
 
 def test_the_explorer_runs_seeds_and_a_failing_trace_replays(tmp_path) -> None:
     """`kvspec explore --target vllm`: seeds of drawn configurations (SWA groups among them)
     run clean on 0.33.0, and a seed's trace replays to the same verdict."""
-    from invariants.explore.real import explore_real
-    from invariants.targets.vllm.explore import vllm_swarm, vllm_target
-    from invariants.targets.vllm.replay import replay_on_vllm
+    from invariants.targets.explore import RealTarget, explore_real
+    from invariants.targets.replay import replay_on
+    from invariants.targets.vllm.adapter import swarm
 
-    target = vllm_target()
-    report = explore_real(target, "0.33.0", 6, 120, out_dir=tmp_path)
+    explored = RealTarget("vllm")
+    report = explore_real(explored, 6, 120, out_dir=tmp_path)
+    assert report.version == "0.33.0"
     assert len(report.results) == 6 and not report.failed, report.failed[:2]
-    assert any(vllm_swarm(s.seed).engine.swa_tokens for s in report.results)
+    assert any(swarm(s.seed).engine.swa_tokens for s in report.results)
     assert all(r.iterations > 0 for r in report.results)
-    replayed = replay_on_vllm(target.trace(2, 120))
+    replayed = replay_on("vllm", explored.trace(2, 120))
     assert replayed.failure is None and "no finding" in replayed.describe()[0]
 
 
@@ -113,9 +117,9 @@ def test_the_report_shows_kvspec_and_vllm_side_by_side(tmp_path) -> None:
     console = Console(record=True, width=250)
     assert run_report(console=console, out=tmp_path, target="vllm") == 0
     printed = console.export_text()
-    assert "kvspec and vLLM 0.33.0 side by side" in printed
+    assert "kvspec and vLLM 0.33.0 (real v1 scheduler) side by side" in printed
     document = json.loads((tmp_path / "report.json").read_text())
-    rows = {p["spec"]: p["sglang_row"] for p in document["sglang"]["side_by_side"]}
+    rows = {p["spec"]: p["row"] for p in document["targets"]["vllm"]["side_by_side"]}
     ran = {name for name, row in rows.items() if not row["unsupported"]}
     assert {"radix-eviction", "aborts-and-preemption", "chunked-prefill-paged"} <= ran
     assert all(rows[n]["num_violations"] == 0 and rows[n]["error"] is None for n in ran)
@@ -128,16 +132,14 @@ def test_the_null_block_ref_cnt_finding_reproduces_on_0_30_and_not_on_0_33() -> 
     decrements it for every null entry a freed table holds, and nothing increments it);
     0.33.0 skips the null block there, and the same trace is clean."""
     from invariants.scenarios.ops import Trace
-    from invariants.targets.vllm.replay import replay_on_vllm
+    from invariants.targets.replay import replay_on
 
-    trace = Trace.load(
-        ROOT / "tests" / "invariants" / "vllm" / "traces" / "null-block-ref-cnt.json"
-    )
-    assert replay_on_vllm(trace).failure is None
+    trace = Trace.load(Path(__file__).parent / "traces" / "null-block-ref-cnt.json")
+    assert replay_on("vllm", trace).failure is None
     old = ROOT / ".vllm-venv-0.30.0" / "bin" / "python"
     if not old.exists():
         pytest.skip("no .vllm-venv-0.30.0: make vllm-env VLLM_VERSION=0.30.0")
-    replayed = replay_on_vllm(trace, str(old))
+    replayed = replay_on("vllm", trace, TargetOptions(python=str(old)))
     assert replayed.failure == "vllm.idle_empty"
     assert "held at idle: [[0, -1, 0]]" in str(replayed.outcome.violations[0])
 
@@ -150,7 +152,6 @@ def test_eos_ends_a_request_after_its_minimum(eos_prob: float, sampled: int) -> 
     ten. Clean either way."""
     from invariants.scenarios.ops import Submit, Trace
     from invariants.scenarios.spec import EngineSpec
-    from invariants.targets.vllm.run import run_trace_on_vllm
 
     ops = [
         Submit(rid=f"r{i}", input_ids=list(range(1, 30)), max_new_tokens=10, ignore_eos=False,
@@ -158,6 +159,6 @@ def test_eos_ends_a_request_after_its_minimum(eos_prob: float, sampled: int) -> 
         for i in range(4)
     ]  # fmt: skip
     engine = EngineSpec(eos_prob=eos_prob, enable_overlap=False, page_size=4)
-    out = run_trace_on_vllm(Trace(name="eos", seed=0, engine=engine, ops=ops), CATALOG, 2)
+    out = run_trace(VLLM, Trace(name="eos", seed=0, engine=engine, ops=ops), CATALOG, 2)
     assert out.ok and out.stats.finished == 4, (out.error, out.violations[:2])
     assert out.stats.decode_tokens == sampled

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 # the sglang tier's import stubs (no triton on these machines): invariants/targets/sglang/driver
-sys.path.insert(0, str(Path(__file__).resolve().parents[5] / "invariants" / "targets" / "sglang" / "driver"))
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[5] / "invariants" / "targets" / "sglang" / "driver")
+)
 import stubs
 
 stubs.install()

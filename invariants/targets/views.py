@@ -1,9 +1,9 @@
-"""The driver's JSON views → kvspec StateView objects, with the census computed here.
+"""A driver's JSON views → kvspec StateView objects, with the census computed on this side.
 
-Keeps: DESIGN.md decision 2 on the sglang target — the pool counters are SGLang's own (the
-driver reads them), while the census is computed on this side by ``take_census`` from the
-raw slot ids each owner references, so a counter that balances over a double-owned or
-leaked page is still caught, by page id and owner.
+Keeps: counters and census stay apart (docs/design.md, *Counters vs census*) on every target —
+the pool counters are the engine's own (its driver reads them), while the census is computed
+here by ``take_census`` from the raw page ids each owner references, so a counter that
+balances over a double-owned or leaked page is still caught, by page id and owner.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def to_state_view(raw: dict[str, Any]) -> StateView:
     ]
     problems = [f"{'.'.join(map(str, loc))}: {reason}" for loc, reason in unknown_view_keys(data)]
     if problems:
-        raise ValueError("sglang driver view does not fit engine/view.py: " + "; ".join(problems))
+        raise ValueError("a driver view does not fit engine/view.py: " + "; ".join(problems))
     return build_view(data, data.get("event", "step"))
 
 

@@ -1,0 +1,70 @@
+"""`kvspec bench target --target NAME`: a real engine's iterations/s on specs' traces, unchecked
+(the driver only steps: no view read, no check of the engine's own) against checked (a state
+view per step, the whole catalog on it at the target's level), and the ratio — what checking
+costs on that engine (results: docs/benchmarks.md).
+
+Keeps: both timings of a spec come from the same driver, the same trace and the same release,
+alternated run by run, medians reported; a run's time is its loop's, not the engine's build
+(the config op: ``setup_seconds``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from invariants.checking.loader import shipped_catalog
+from invariants.machine import machine_info
+from invariants.scenarios.scenario import build_trace
+from invariants.scenarios.spec import load_spec
+from invariants.targets.registry import TargetOptions
+from invariants.targets.registry import target as registered
+from invariants.targets.run import run_trace
+
+DEFAULT_SPECS = ("specs/radix-eviction.yaml", "specs/matrix-base.yaml")
+
+
+def bench_target(
+    name: str,
+    specs: tuple[str, ...] = DEFAULT_SPECS,
+    runs: int = 3,
+    options: TargetOptions | None = None,
+) -> dict[str, Any]:
+    """Per spec: iterations, median seconds and iterations/s unchecked and checked, and the
+    ratio; ``ValueError`` for a spec the target cannot run."""
+    entry = registered(name)
+    rows = []
+    with entry.adapter().open_driver(options or TargetOptions()) as driver:
+        for path in specs:
+            trace = build_trace(load_spec(Path(path)))
+            missing = "; ".join(entry.adapter().unsupported(trace, driver.version))
+            if missing:
+                raise ValueError(f"{path}: not supported by the {name} target: {missing}")
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(runs):
+                for checked in (False, True):
+                    outcome = run_trace(
+                        entry, trace, shipped_catalog(), driver=driver, observe=checked
+                    )
+                    if outcome.error is not None:
+                        raise RuntimeError(f"{name} bench, {path}: {outcome.error}")
+                    times[checked].append(outcome.seconds - outcome.setup_seconds)
+            rows.append(_row(path, outcome.iterations, times, driver.version))
+    return {"machine": machine_info(), "target": name, "runs": runs, "rows": rows}
+
+
+def _row(
+    path: str, iterations: int, times: dict[bool, list[float]], version: str
+) -> dict[str, Any]:
+    unchecked, checked = statistics.median(times[False]), statistics.median(times[True])
+    return {
+        "spec": path,
+        "release": version,
+        "iterations": iterations,
+        "unchecked_s": round(unchecked, 3),
+        "checked_s": round(checked, 3),
+        "unchecked_it_per_s": round(iterations / unchecked, 1),
+        "checked_it_per_s": round(iterations / checked, 1),
+        "checked_over_unchecked": round(checked / unchecked, 2),
+    }

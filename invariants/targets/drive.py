@@ -1,0 +1,194 @@
+"""One trace through one driver, every view checked: the config op, each op, the drain to idle.
+
+Keeps: the trace means on a real engine what it means on kvspec's runner
+(``scenarios/trace_run.py``) — a reused rid is skipped, a ``wait_for`` that runs out of steps
+lets the trace go on (a client stops waiting; no failure), a drain that does not reach idle
+is the run's error (``not idle after``: liveness); every view is checked as it arrives, and
+under ``stop_at_first`` no op runs after the first violating view (every invariant of that
+view is evaluated). A crash in the engine's own code is checked as the ``crash`` event, as
+kvspec's engine's crashes are; a refused op is the run's error, named with its op.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.view import CrashView, StateView
+from invariants.checking.checker import Checker
+from invariants.scenarios.ops import Idle, Op, Step, Submit, Trace, WaitFor, op_label
+from invariants.targets.driver import Answer, DriverError, EngineCrash, LineDriver
+from invariants.targets.ops import op_message, output_rng, with_outputs
+from invariants.targets.outcome import EngineFinding, TargetStats, crash_record
+from invariants.targets.views import to_state_view
+
+DRAIN_STEPS = 200_000  # kvspec's runner's drain budget (scenarios/trace_run.py)
+CRASH = "crash"
+
+
+class Stepper:
+    """One trace's ops on one driver; each call returns the answers of what it ran, in order
+    (a step's: the views of the state it left, and the engine's own checkers' ``findings``)."""
+
+    def __init__(self, driver: LineDriver, seed: int, draws_outputs: bool) -> None:
+        self.driver, self.used = driver, set[str]()
+        self.rng = output_rng(seed) if draws_outputs else None
+        self.steps = 0
+
+    def apply(self, op: Op) -> list[Answer]:
+        if isinstance(op, Step):
+            return [self.step() for _ in range(op.n)]
+        if isinstance(op, WaitFor):
+            return self.wait_for(op.rids, op.max_steps)
+        if isinstance(op, Idle):
+            return self.drain(op.max_steps)
+        message = op_message(op)
+        if isinstance(op, Submit):
+            if op.rid in self.used:  # kvspec skips a reused rid
+                return []
+            self.used.add(op.rid)
+            message = message if self.rng is None else with_outputs(message, self.rng)
+        return [self.driver.ask(message)]
+
+    def step(self, plan: dict[str, Any] | None = None) -> Answer:
+        """One iteration (``plan``: the batch to run, where the driver takes one)."""
+        self.steps += 1
+        return self.driver.ask({"op": "step"} if plan is None else {"op": "step", "plan": plan})
+
+    def idle(self) -> Answer | None:
+        """The idle answer (its view the idle event's) when the engine is idle, else None."""
+        answer = self.driver.ask({"op": "idle"})
+        return answer if answer["result"] else None
+
+    def wait_for(self, rids: list[str], max_steps: int) -> list[Answer]:
+        answers: list[Answer] = []
+        for _ in range(max_steps):
+            if not self.driver.ask({"op": "unfinished", "rids": rids})["result"]:
+                break
+            answers.append(self.step())
+        return answers
+
+    def drain(self, max_steps: int = DRAIN_STEPS) -> list[Answer]:
+        """Step to idle; the last answer is the idle one."""
+        answers: list[Answer] = []
+        for _ in range(max_steps):
+            idle = self.idle()
+            if idle is not None:
+                return [*answers, idle]
+            answers.append(self.step())
+        raise DriverError(f"not idle after {max_steps} steps")
+
+
+@dataclass(slots=True)
+class Drive:
+    """What one drive did: the driver's counts (and the rest of its stats answer), the views
+    kept, the engine's own findings, the error and crash, the op it stopped in (``len(ops)``:
+    the drain; None: it ran to idle), and the config op's seconds (building the engine)."""
+
+    stats: TargetStats = field(default_factory=TargetStats)
+    details: dict[str, Any] = field(default_factory=dict)
+    kept: list[StateView] = field(default_factory=list)
+    findings: list[EngineFinding] = field(default_factory=list)
+    error: str | None = None
+    crash: CrashView | None = None
+    stopped_at: int | None = None
+    setup_seconds: float = 0.0
+
+
+class _Checked:
+    """The checking side of one drive: decode each view, check it, keep what was asked."""
+
+    def __init__(
+        self,
+        checker: Checker | None,
+        decode: Callable[[dict[str, Any]], StateView],
+        drive: Drive,
+        keep_views: bool,
+        stop_at_first: bool,
+    ) -> None:
+        self.checker, self.decode, self.drive = checker, decode, drive
+        self.keep_views, self.stop_at_first = keep_views, stop_at_first
+
+    def __call__(self, answers: list[Answer]) -> bool:
+        """Check every view of ``answers`` in order; True at the first violating one under
+        ``stop_at_first`` (the views after it are not checked)."""
+        if self.checker is None:
+            return False
+        for answer in answers:
+            views = [self.decode(raw) for raw in answer.get("views", ())]
+            if views:
+                at = views[0].step
+                self.drive.findings += [EngineFinding(at, m) for m in answer.get("findings", ())]
+            for view in views:
+                if self.keep_views:
+                    self.drive.kept.append(view)
+                if self.checker.check(view.event, view) and self.stop_at_first:
+                    return True
+        return False
+
+    def crash(self, record: CrashView, step: int) -> None:
+        """The crash event: a view of the crash record alone (the engine's state is gone)."""
+        self.drive.crash = record
+        if self.checker is not None:
+            self.checker.check(CRASH, StateView(event=CRASH, step=step, crash=(record,)))
+
+
+def drive_trace(
+    driver: LineDriver,
+    trace: Trace,
+    config: dict[str, Any],
+    checker: Checker | None,
+    *,
+    keep_views: bool = False,
+    stop_at_first: bool = False,
+    decode: Callable[[dict[str, Any]], StateView] = to_state_view,
+    draws_outputs: bool = False,
+) -> Drive:
+    """The config op, every op of ``trace``, the drain to idle, each view (``decode`` makes it
+    a StateView) through ``checker`` (None: unchecked); the driver's trace ended after."""
+    drive, stepper = Drive(), Stepper(driver, trace.seed, draws_outputs)
+    check = _Checked(checker, decode, drive, keep_views, stop_at_first)
+    began = time.perf_counter()
+    try:
+        stopped = check([driver.ask(config)])
+        drive.setup_seconds = time.perf_counter() - began
+        drive.stopped_at = 0 if stopped else _run_ops(stepper, trace, check, drive)
+    except EngineCrash as exc:
+        drive.error = str(exc)
+        check.crash(crash_record(exc.crash), stepper.steps)
+    except DriverError as exc:
+        drive.error = str(exc)
+    drive.stats, drive.details = _stats(driver, stepper)
+    driver.end()
+    return drive
+
+
+def _run_ops(stepper: Stepper, trace: Trace, check: _Checked, drive: Drive) -> int | None:
+    """Each op, then the drain; the index the run stopped in (None: it ran to idle)."""
+    for index, op in enumerate([*trace.ops, None]):
+        drive.stopped_at = index
+        try:
+            answers = stepper.drain() if op is None else stepper.apply(op)
+        except EngineCrash as exc:
+            raise EngineCrash(f"{_where(index, op)}: {exc}", exc.crash) from None
+        except DriverError as exc:
+            raise DriverError(f"{_where(index, op)}: {exc}") from None
+        if check(answers):
+            return index
+    return None
+
+
+def _where(index: int, op: Op | None) -> str:
+    return "the drain" if op is None else f"op #{index} ({op_label(op)})"
+
+
+def _stats(driver: LineDriver, stepper: Stepper) -> tuple[TargetStats, dict[str, Any]]:
+    """The driver's counts and the rest of its stats answer; only the steps this side took
+    when the driver cannot answer (its trace ended with a crash, or never configured)."""
+    try:
+        result = dict(driver.ask({"op": "stats"})["result"])
+    except DriverError:
+        return TargetStats(steps=stepper.steps), {}
+    return TargetStats(**result.pop("counts")), result

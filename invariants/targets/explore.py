@@ -1,0 +1,199 @@
+"""Seed-driven exploration of a real engine (`kvspec explore --target NAME`): each seed draws a
+configuration the engine runs and an op mix (the target adapter's ``swarm``), the trace is the
+engine explorer's own generator's (explore/generate.py), every step is checked at level 2, and
+each distinct failure's first seed is shrunk with the same delta debugging, written where
+`kvspec replay --target NAME` replays it.
+
+Keeps: a seed's result depends on the seed, the step budget, the target and its release only
+(``RealTarget`` is plain data, so worker processes rebuild it; each keeps one driver per
+target and options, the engine imported once). A failure's key is whole, never cut: the kvspec
+invariants the first failing view broke (joined by ``+``; a crash's ``engine.*`` rule with the
+engine's raising site, ``@path:function``, so two crashes stay two findings), else the
+engine's own checker (``<engine>:`` and its message's first words, no counts: a shrunk trace
+leaks less), else a drain that did not reach idle (``liveness``) or a refused op (``error:``
+and the exception's class); shrinking keeps the key.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import ConfigError
+from invariants.checking.loader import shipped_catalog
+from invariants.explore.ddmin import shrink_counted
+from invariants.explore.explorer import Finding  # the engine explorer's: a shrunk failure
+from invariants.explore.generate import generate_trace
+from invariants.explore.parallel import map_in_order
+from invariants.scenarios.ops import Trace
+from invariants.targets.driver import LineDriver
+from invariants.targets.outcome import TargetOutcome
+from invariants.targets.registry import TargetOptions
+from invariants.targets.registry import target as registered
+from invariants.targets.run import run_trace
+
+DEFAULT_SEEDS, DEFAULT_STEPS = 40, 200
+SHRINK_BUDGET = 120  # real-engine runs per shrink (each ~0.3–1.5 s: an engine is built)
+ERROR_CLASS = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b")
+_DRIVERS: dict[tuple[str, TargetOptions], LineDriver] = {}  # per worker process
+
+
+def driver_for(name: str, options: TargetOptions) -> LineDriver:
+    """This process's driver for a target and its options (started once, reused by every
+    trace: each trace's config op builds a fresh engine)."""
+    key = (name, options)
+    if key not in _DRIVERS or _DRIVERS[key].proc.poll() is not None:
+        _DRIVERS[key] = registered(name).adapter().open_driver(options)
+    return _DRIVERS[key]
+
+
+@dataclass(frozen=True, slots=True)
+class RealTarget:
+    """A real engine to explore: its registry name and the release or interpreter to run."""
+
+    name: str
+    options: TargetOptions = field(default_factory=TargetOptions)
+
+    def trace(self, seed: int, steps: int) -> Trace:
+        swarm = registered(self.name).adapter().swarm(seed)
+        trace = generate_trace(seed, steps, swarm)
+        return trace.model_copy(update={"name": f"{self.name}-seed-{seed}"})
+
+    def label(self, seed: int) -> str:
+        adapter = registered(self.name).adapter()
+        return adapter.label(adapter.swarm(seed))
+
+    def run(self, trace: Trace, keep_views: bool = False) -> TargetOutcome:
+        """``trace`` at level 2 (the first failing view, every invariant of it evaluated)."""
+        driver = driver_for(self.name, self.options)
+        entry = registered(self.name)
+        return run_trace(entry, trace, shipped_catalog(), 2, driver=driver, keep_views=keep_views)
+
+
+def failure_key(outcome: TargetOutcome) -> str | None:
+    """What failed first (see the module docstring); None: nothing."""
+    if outcome.violations:  # every invariant the first failing view broke, in catalog order
+        first = outcome.violations[0]
+        same = [v for v in outcome.violations if (v.step, v.event) == (first.step, first.event)]
+        key = "+".join(dict.fromkeys(v.invariant for v in same))
+        site = outcome.crash.site if outcome.crash is not None else ""
+        return f"{key}@{site}" if first.event == "crash" and site else key
+    if outcome.findings:
+        words = [w for w in outcome.findings[0].message.split() if not any(map(str.isdigit, w))]
+        return f"{registered(outcome.target).engine.lower()}:" + " ".join(words[:4])
+    if outcome.error is not None:
+        if "not idle after" in outcome.error:
+            return "liveness"
+        return "error:" + _error_class(outcome.error)
+    return None
+
+
+def _error_class(error: str) -> str:
+    """The exception class a driver's error names (``op #3 (submit r1): KeyError: …``)."""
+    found = ERROR_CLASS.search(error)
+    return found.group(0) if found else "driver"
+
+
+@dataclass(frozen=True, slots=True)
+class SeedRun:
+    """One seed on the real engine: its configuration, what failed (None: nothing)."""
+
+    seed: int
+    label: str
+    key: str | None
+    detail: str
+    iterations: int
+    seconds: float
+
+
+def run_seed(seed: int, steps: int, target: RealTarget) -> SeedRun:
+    """Generate and check the trace of ``seed`` (module-level: worker processes call it)."""
+    start = time.perf_counter()
+    label = target.label(seed)
+    try:
+        outcome = target.run(target.trace(seed, steps))
+    except ConfigError as exc:
+        return SeedRun(seed, label, "config", str(exc), 0, 0.0)
+    seconds = time.perf_counter() - start
+    return SeedRun(seed, label, failure_key(outcome), detail(outcome), outcome.iterations, seconds)
+
+
+def detail(outcome: TargetOutcome) -> str:
+    """The first failure in words."""
+    if outcome.violations:
+        return str(outcome.violations[0])
+    if outcome.findings:
+        first, engine = outcome.findings[0], registered(outcome.target).engine
+        return f"iteration {first.iteration}: {engine}'s checker: {first.message[:300]}"
+    return outcome.error or ""
+
+
+@dataclass(slots=True)
+class ExploreReport:
+    target: str
+    version: str
+    results: list[SeedRun] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+    first_failure_s: float | None = None  # from the start to the first failing seed's result
+
+    @property
+    def failed(self) -> list[SeedRun]:
+        return [r for r in self.results if r.key is not None and r.key != "config"]
+
+
+def explore_real(
+    target: RealTarget,
+    seeds: int = DEFAULT_SEEDS,
+    steps: int = DEFAULT_STEPS,
+    *,
+    seed_start: int = 0,
+    workers: int = 1,
+    fail_fast: bool = False,
+    out_dir: Path = Path("explore-failures"),
+    max_shrunk: int = 3,
+    shrink_budget: int = SHRINK_BUDGET,
+) -> ExploreReport:
+    """Seeds ``seed_start …`` on ``target``, then each distinct failure key's first seed shrunk
+    into ``out_dir`` (at most ``max_shrunk``); ``TargetUnavailable`` before any seed runs
+    when no driver starts."""
+    start = time.perf_counter()
+    report = ExploreReport(target.name, driver_for(target.name, target.options).version)
+    run = functools.partial(run_seed, steps=steps, target=target)
+    for result in map_in_order(run, range(seed_start, seed_start + seeds), workers):
+        report.results.append(result)
+        if result in report.failed and report.first_failure_s is None:
+            report.first_failure_s = time.perf_counter() - start
+            if fail_fast:
+                break
+    keys: set[str] = set()
+    for result in report.failed:
+        if result.key not in keys and len(keys) < max_shrunk:
+            keys.add(str(result.key))
+            report.findings.append(shrink_seed(target, result, steps, out_dir, shrink_budget))
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def shrink_seed(
+    target: RealTarget, result: SeedRun, steps: int, out_dir: Path, budget: int = SHRINK_BUDGET
+) -> Finding:
+    """The failing trace of ``result``'s seed, shrunk (same key), as ``<target>-seed-<n>.json``."""
+    trace = target.trace(result.seed, steps)
+    outcome = target.run(trace)
+    if outcome.stopped_at is not None and outcome.stopped_at < len(trace.ops):
+        trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])  # later ops never ran
+
+    def fails(candidate: Trace) -> bool:
+        return failure_key(target.run(candidate)) == result.key
+
+    small, runs = shrink_counted(trace, fails, budget=budget)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{target.name}-seed-{result.seed}.json"
+    small.model_copy(update={"name": f"{target.name}-seed-{result.seed}-shrunk"}).save(path)
+    return Finding(
+        result.seed, str(result.key), result.detail, path, len(trace.ops), len(small.ops), runs
+    )

@@ -1,0 +1,177 @@
+"""The sglang-scheduler target's adapter (the ``Adapter`` of targets/registry.py): SGLang's REAL
+``Scheduler`` and event loop (normal and overlap) on CPU, one release per venv, with only the
+model forward faked (``driver/worker.py``) — the real PrefillAdder, chunked prefill, mixed
+chunk, retract (SGLang's own ``SGLANG_TEST_RETRACT`` hook), ``process_batch_result``, the
+session controller and streaming sessions.
+
+Keeps: a step is one iteration of SGLang's own event loop, whatever it decides to run; a
+retract is SGLang's own test hook (``test_retract`` every ``test_retract_interval`` forwards),
+never an op; output tokens are the fake worker's seeded draws (``driver/worker.token_at``), EOS
+included; time is the driver's simulated clock (kvspec's tick per iteration, plus
+``advance_clock``). What a trace may use beyond the plain features depends on the release: its
+shim's ``SUPPORTS`` (read from the shim's source, so a trace is refused before any driver
+starts). A ``speculative`` section runs as SGLang's EAGLE flags (topk 1) with the fake draft
+worker's seeded accept lengths; 0.5.23 has only the spec-v2 worker, so a v1 spec (overlap off)
+runs 0.5.23's synchronous spec-v2 path.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from engine.config.speculative import SpecConfig
+from engine.mem import paging
+from engine.view import StateView
+from invariants.explore.swarm import FEATURES, NEW_MAX, Swarm, sample_prompts, sample_weights
+from invariants.scenarios.ops import Trace
+from invariants.scenarios.spec import EngineSpec
+from invariants.targets.drive import Drive
+from invariants.targets.driver import LineDriver
+from invariants.targets.registry import TargetOptions
+from invariants.targets.sglang_scheduler.releases import DEFAULT_VERSION, SchedulerDriver, shim_path
+from invariants.targets.views import to_state_view
+
+EOS_ID = 257  # the driver's model config (driver/model/config.json) and kvspec's tokenizer
+UNSUPPORTED_OPS = {
+    "force_retract": "force_retract: the real scheduler retracts through its own test hook "
+    "(engine: test_retract, test_retract_interval), not on demand",
+}
+
+
+def open_driver(options: TargetOptions) -> LineDriver:
+    return SchedulerDriver(options.version, options.python)
+
+
+def release_supports(version: str | None = None) -> frozenset[str]:
+    """The engine features beyond the plain ones that the release's shim drives: its
+    module-level ``SUPPORTS`` set literal (none: no such assignment, or no shim)."""
+    path = shim_path(version or DEFAULT_VERSION)
+    if not path.exists():
+        return frozenset()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "SUPPORTS" for t in targets):
+                return frozenset(ast.literal_eval(node.value or ast.Constant(())))
+    return frozenset()
+
+
+def unsupported_engine(engine: EngineSpec, version: str | None = None) -> list[str]:
+    """Engine features of a spec the release's real-scheduler shim does not drive (yet)."""
+    release = version or DEFAULT_VERSION
+    supports = release_supports(release)
+    checks = {
+        f"speculative (EAGLE: sglang {release}'s shim drives no draft worker)": (
+            engine.speculative is not None and "speculative" not in supports
+        ),
+        "swa_tokens (hybrid SWA pools are not built by the shims)": engine.swa_tokens is not None,
+        "model: tiny (the target's forward is the fake worker)": engine.model != "sim",
+    }
+    return [name for name, on in checks.items() if on]
+
+
+def unsupported(trace: Trace, version: str | None = None) -> list[str]:
+    """Why ``trace`` cannot run on the release's real scheduler (empty: it can)."""
+    ops = sorted({UNSUPPORTED_OPS[op.op] for op in trace.ops if op.op in UNSUPPORTED_OPS})
+    return unsupported_engine(trace.engine, version) + ops
+
+
+def config(trace: Trace, fault: dict[str, Any] | None = None, observe: bool = True) -> dict:
+    """The driver's config op: SGLang's server arguments for the trace's engine section
+    (``observe`` False: the driver only steps, reading no view and no check of SGLang's)."""
+    engine, seed = trace.engine, trace.seed
+    built = engine.engine_config(seed)
+    return {
+        "op": "config",
+        "page_size": engine.page_size,
+        "pool_tokens": engine.max_total_tokens,
+        "max_reqs": engine.max_num_reqs,
+        "max_context": engine.context_len,
+        "max_running_requests": built.running_limit,
+        "chunked_prefill_size": engine.chunked_prefill_size,
+        "max_prefill_tokens": built.max_prefill_tokens,
+        "overlap": engine.enable_overlap,
+        "mixed_chunk": engine.enable_mixed_chunk,
+        "cache": engine.cache,
+        "streaming_sessions": engine.enable_streaming_session,
+        "retract_interval": engine.test_retract_interval if engine.test_retract else 0,
+        "seed": seed,
+        "eos_prob": engine.eos_prob,
+        "eos_id": EOS_ID,
+        "speculative": _speculative(built.speculative),
+        "observe": observe,
+    }
+
+
+def _speculative(spec: SpecConfig | None) -> dict[str, Any] | None:
+    """The EAGLE section of the config op (None: no speculative decoding)."""
+    if spec is None:
+        return None
+    return {
+        "num_steps": spec.num_steps,
+        "num_draft_tokens": spec.num_draft_tokens,
+        "accept_prob": spec.accept_prob,
+    }
+
+
+def decoder() -> Callable[[dict[str, Any]], StateView]:
+    return to_state_view
+
+
+def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:
+    """Nothing beyond what every target says (the disagreements, the waivers)."""
+    return ()
+
+
+def engine(rng: np.random.Generator) -> EngineSpec:
+    """A configuration the real scheduler runs: small pools under pressure, any page size and
+    chunk the server accepts, SGLang's test retract at an interval, or not."""
+    ps = int(rng.choice([1, 1, 4, 4, 16]))
+    tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
+    chunk = None if rng.random() < 0.15 else int(rng.choice([16, 32, 64, 128]))
+    streaming = bool(rng.random() < 0.6)
+    return EngineSpec(
+        page_size=ps,
+        max_total_tokens=tokens,
+        max_num_reqs=int(rng.integers(3, 12)),
+        context_len=min(tokens - NEW_MAX - 2 * ps - 16, 512),
+        cache="radix" if streaming or rng.random() < 0.9 else "chunk",
+        chunked_prefill_size=None if chunk is None else max(chunk, ps),
+        enable_overlap=bool(rng.random() < 0.5),
+        enable_mixed_chunk=chunk is not None and bool(rng.random() < 0.25),
+        enable_streaming_session=streaming,
+        test_retract=bool(rng.random() < 0.5),
+        test_retract_interval=int(rng.integers(1, 7)),
+        eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
+    )
+
+
+def swarm(seed: int) -> Swarm:
+    """The configuration and op mix of ``seed`` on the real scheduler (retracts come from
+    the test hook, so the on-demand ``force_retract`` op is never drawn)."""
+    drawn = engine(np.random.default_rng([seed, 10]))
+    weights = {**sample_weights(np.random.default_rng([seed, 11])), "force_retract": 0.0}
+    if not drawn.enable_streaming_session and np.random.default_rng([seed, 12]).random() < 0.5:
+        weights = {k: (0.0 if k in FEATURES["sessions"] else w) for k, w in weights.items()}
+    prompts = sample_prompts(np.random.default_rng([seed, 13]), drawn)
+    return Swarm(drawn, weights, prompts, 0.8 if drawn.enable_streaming_session else 0.0)
+
+
+def label(swarm: Swarm) -> str:
+    """A seed's configuration on one line."""
+    e = swarm.engine
+
+    def sign(on: object) -> str:
+        return "+" if on else "-"
+
+    ops = [k for k, w in swarm.weights.items() if w > 0 and k not in ("submit", "step")]
+    return (
+        f"ps{e.page_size} {e.cache} pool{e.max_total_tokens} chunk{e.chunked_prefill_size or '-'} "
+        f"overlap{sign(e.enable_overlap)} mixed{sign(e.enable_mixed_chunk)} "
+        f"retract{e.test_retract_interval if e.test_retract else '-'} "
+        f"streaming{sign(e.enable_streaming_session)} ops[{','.join(ops)}]"
+    )

@@ -1,0 +1,160 @@
+"""`kvspec sglang history|lockstep|seed-bugs`: the sglang-scheduler target's own commands —
+releases side by side, kvspec's scheduler beside the real one, and how long exploration
+takes to each seed bug a release shipped.
+
+Exit codes: 0 clean (history: always, it is a table), 1 a divergence (lockstep), 2 no such
+release venv, a release whose internals moved (one line naming the attribute and the shim
+module), an invalid spec, or a trace the real scheduler cannot express.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from invariants.terminal import Col, out_console, print_table
+
+if TYPE_CHECKING:
+    from invariants.targets.sglang_scheduler.history import ReleaseHistory
+    from invariants.targets.sglang_scheduler.lockstep import LockstepResult
+
+VersionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target-version",
+        "--sglang-version",
+        help="The SGLang release to check (its venv: make sglang-env SGLANG_VERSION=V; "
+        "default 0.5.23).",
+    ),
+]
+PythonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target-python", "--sglang-python", help="Another interpreter with SGLang (a checkout)."
+    ),
+]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override an engine field: KEY=VALUE (enable_overlap=false)."),
+]
+
+
+def register(group: typer.Typer) -> None:
+    """Attach the commands to the `kvspec sglang` group."""
+    group.command("history")(history_command)
+    group.command("lockstep")(lockstep_command)
+    group.command("seed-bugs")(seed_bugs_command)
+
+
+def history_command(
+    versions: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated releases (default: every installed venv)."),
+    ] = None,
+    seeds: Annotated[int, typer.Option(min=0, help="Exploration seeds per release.")] = 40,
+    steps: Annotated[int, typer.Option(min=1, help="Ops per seed.")] = 200,
+    workers: Annotated[int, typer.Option(min=1, help="Exploration processes.")] = 2,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the table here.")] = None,
+) -> None:
+    """Every release's real scheduler on the default specs and an exploration budget: a
+    release x finding table (what fired, iteration, pages named, replay). Exit 0."""
+    from invariants.targets.sglang_scheduler.history import history_json, sglang_history
+
+    chosen = [v.strip() for v in versions.split(",")] if versions else None
+    histories = sglang_history(chosen, seeds, steps, workers)
+    if not histories:
+        typer.echo("no sglang venv installed: run `make sglang-env`", err=True)
+        raise typer.Exit(2)
+    print_history(histories)
+    if json_path is not None:
+        json_path.write_text(json.dumps(history_json(histories), indent=2, default=str))
+        typer.echo(f"wrote {json_path}")
+
+
+def print_history(histories: list[ReleaseHistory]) -> None:
+    """The release x finding table, then one line per release."""
+    cols = (Col("release"), Col("source"), Col("seen by"), Col("invariant"), Col("iter", "num"),
+            Col("pages", "text"), Col("replay"))  # fmt: skip
+    rows = [
+        [r.release, r.source, r.kind + (f" x{r.iterations}" if r.iterations > 1 else ""),
+         r.invariant, r.iteration, ", ".join(map(str, r.pages)) or "-", r.replay]
+        for h in histories
+        for r in h.rows
+    ]  # fmt: skip
+    print_table(out_console(), cols, rows)
+    for h in histories:
+        if h.error:
+            typer.echo(f"{h.release}: not run: {h.error}")
+            continue
+        first = "" if h.first_finding_s is None else f", first at {h.first_finding_s:.1f}s"
+        typer.echo(
+            f"{h.release}: {h.specs_clean}/{h.specs_run} specs clean "
+            f"({len(h.unsupported)} unsupported), {h.seeds_failed}/{h.seeds} seeds failing"
+            f"{first}; {len(h.rows)} findings in {h.seconds:.0f}s"
+        )
+
+
+def lockstep_command(
+    spec: Annotated[Path, typer.Argument(help="A scenario spec (specs/*.yaml).")],
+    target_version: VersionOpt = None,
+    target_python: PythonOpt = None,
+    set_: Sets = None,
+    reasons: Annotated[bool, typer.Option(help="Print each declared gap's reason.")] = False,
+) -> None:
+    """The spec's trace on kvspec's engine and on SGLang's real scheduler in lockstep: each
+    iteration's batch (forward mode, requests, new tokens each, retractions) and pool
+    buckets compared; the first difference no declared gap explains is printed with both
+    sides' batch and buckets."""
+    from invariants.scenarios.spec import load_spec, parse_overrides
+    from invariants.targets.sglang_scheduler.lockstep import lockstep_spec
+
+    loaded = load_spec(spec, parse_overrides(set_ or []))
+    result = lockstep_spec(loaded, version=target_version, python=target_python)
+    raise typer.Exit(print_lockstep(result, reasons))
+
+
+def print_lockstep(result: LockstepResult, reasons: bool = False) -> int:
+    """One lockstep run; its exit code (see the module docstring)."""
+    if result.unsupported:
+        why = "; ".join(result.unsupported)
+        typer.echo(f"{result.name}: the real scheduler cannot run it: {why}", err=True)
+        return 2
+    typer.echo(
+        f"{result.name}: kvspec vs SGLang {result.version} (real scheduler) in lockstep: "
+        f"{result.iterations} iterations compared, {result.seconds:.1f}s"
+    )
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+    for hit in result.gaps:
+        typer.echo(f"declared gap {hit.gap}: {hit.count} iterations, first in {hit.first_op}")
+        if reasons:
+            typer.echo(textwrap.indent(textwrap.fill(hit.reason, 96), "    "))
+    if result.error:
+        typer.echo(f"error: {result.error}")
+    if result.divergence is not None:
+        for line in result.divergence.lines():
+            typer.echo(line)
+    elif result.error is None:
+        typer.echo(f"agree up to {len(result.gaps)} declared gaps")
+    return 0 if result.ok else 1
+
+
+def seed_bugs_command(
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds explored per release at most.")] = 40,
+    workers: Annotated[int, typer.Option(min=1, help="Exploration processes.")] = 2,
+    releases: Annotated[
+        str, typer.Option(help="Releases to explore (default: each seed bug's own).")
+    ] = "",
+) -> None:
+    """The time exploration takes to its first finding of each seed bug a release shipped
+    (JSON; needs the release venvs)."""
+    from invariants.machine import machine_info
+    from invariants.targets.sglang_scheduler.seed_bugs import first_findings
+
+    chosen = tuple(r.strip() for r in releases.split(",") if r.strip())
+    rows = first_findings(seeds, workers=workers, releases=chosen)
+    typer.echo(json.dumps({"machine": machine_info(), "first_findings": rows}, indent=2))

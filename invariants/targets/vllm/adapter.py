@@ -1,0 +1,168 @@
+"""The vllm target's adapter (the ``Adapter`` of targets/registry.py): vLLM v1's real
+``Scheduler`` (or, with kvspec's overlap, its ``AsyncScheduler``), ``KVCacheManager`` and
+``BlockPool`` in the vllm venv, driven by kvspec's op traces with only the model runner's
+output faked.
+
+Keeps: a spec feature vLLM's scheduler has no counterpart for (sessions, the tiny model,
+forced retracts, speculation under async scheduling) makes the run unsupported with the
+reason, never a silent pass. The interpreter is, in order: the explicit one, ``$KVSPEC_VLLM_
+PYTHON``, ``.vllm-venv/bin/python``. A seed the explorer draws keeps one whole request beside
+the token budget (the context limit is set from it), so it cannot stall on a request that can
+never fit — a finding about the draw, not about vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.mem import paging
+from engine.view import StateView
+from invariants.explore.swarm import NEW_MAX, Swarm, sample_prompts, sample_weights
+from invariants.scenarios.ops import CloseSession, OpenSession, Trace
+from invariants.scenarios.spec import EngineSpec
+from invariants.targets.drive import Drive
+from invariants.targets.driver import LineDriver, TargetUnavailable
+from invariants.targets.registry import TargetOptions
+from invariants.targets.vllm.blocks import BlockMirror
+
+ROOT = Path(__file__).resolve().parents[3]
+DRIVER = Path(__file__).resolve().parent / "driver" / "main.py"
+ENV_VAR = "KVSPEC_VLLM_PYTHON"
+VLLM_VERSION = "0.33.0"  # the release the driver follows (ci/vllm_env.sh)
+UNSUPPORTED_OPS = {"force_retract": "force_retract: vLLM preempts under pressure only"}
+# no vLLM counterpart: sessions, the forced retract, the session clock
+NOT_DRIVEN = ("turn", "open_session", "close_session", "wait_turn", "force_retract",
+              "advance_clock")  # fmt: skip
+
+
+def vllm_python(explicit: str | Path | None = None) -> Path:
+    """The interpreter of the vllm venv (see the module docstring for the order)."""
+    return Path(explicit or os.environ.get(ENV_VAR) or ROOT / ".vllm-venv" / "bin" / "python")
+
+
+def open_driver(options: TargetOptions) -> LineDriver:
+    python = vllm_python(options.python)
+    if not python.exists():
+        raise TargetUnavailable(
+            f"no vllm interpreter at {python}: run `make vllm-env`, or point --target-python "
+            f"/ ${ENV_VAR} at a python with vllm {VLLM_VERSION}"
+        )
+    return LineDriver("vllm", python, DRIVER)
+
+
+def unsupported(trace: Trace, version: str | None = None) -> list[str]:
+    """Why ``trace`` cannot run on vLLM's scheduler (empty: it can)."""
+    e: EngineSpec = trace.engine
+    checks = {
+        "sessions (vLLM has no session API here)": any(
+            isinstance(op, OpenSession | CloseSession) or getattr(op, "session", None)
+            for op in trace.ops
+        ),
+        "speculative with overlap (vLLM's async spec decoding is not driven)": (
+            e.speculative is not None and e.enable_overlap
+        ),
+        "model: tiny": e.model != "sim",
+        "test_retract": e.test_retract,
+    }
+    ops = sorted({UNSUPPORTED_OPS[op.op] for op in trace.ops if op.op in UNSUPPORTED_OPS})
+    return [name for name, on in checks.items() if on] + ops
+
+
+def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> dict[str, Any]:
+    """The driver's config op: kvspec's pool of ``max_total_tokens`` as blocks of the page
+    size (plus vLLM's null block), its batch limits, prefix caching for the radix cache (the
+    chunk cache: none). A hybrid SWA spec becomes a full and a sliding-window KV-cache group
+    over one block pool as large as kvspec's two pools together (vLLM pools all groups'
+    blocks); overlap is async scheduling; EAGLE is vLLM's EAGLE with as many drafts."""
+    engine = trace.engine
+    tokens = engine.max_total_tokens + (engine.swa_tokens or 0)
+    drafts = (engine.speculative or {}).get("num_steps", 3) if engine.speculative else 0
+    return {
+        "op": "config",
+        "block_size": engine.page_size,
+        "num_blocks": tokens // engine.page_size + 1,
+        "sliding_window": engine.sliding_window if engine.swa_tokens else None,
+        "async_scheduling": engine.enable_overlap,  # kvspec's overlap = vLLM's async scheduling
+        "num_speculative_tokens": drafts,  # EAGLE's top-1 chain: as many lookahead slots
+        "accept_prob": (engine.speculative or {}).get("accept_prob", 0.7),
+        "eos_prob": engine.eos_prob,  # the runner samples EOS this often (seeded)
+        "max_num_seqs": engine.max_running_requests or engine.max_num_reqs,
+        "max_num_batched_tokens": engine.chunked_prefill_size or 8192,
+        "max_model_len": engine.context_len,
+        "prefix_caching": engine.cache == "radix",
+        "fault": fault,
+        "views": observe,
+    }
+
+
+def decoder() -> Callable[[dict[str, Any]], StateView]:
+    """Block records come as deltas: one mirror per run keeps the rest."""
+    return BlockMirror().view
+
+
+def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:
+    """Which scheduler ran, how often it preempted, the drafts it accepted, what a fault hit."""
+    details = drive.details
+    if not details:
+        return ()
+    found = (f"scheduler: {details['scheduler']}", f"preemptions: {drive.stats.preempted}")
+    if details.get("drafts"):
+        found += ("drafts accepted: {} of {} verified".format(*details["drafts"]),)
+    if details.get("fault"):
+        found += (f"fault fired on blocks {details['fault_fired']}",)
+    return found
+
+
+def engine(rng: np.random.Generator) -> EngineSpec:
+    """A configuration the vllm target runs: a small pool under pressure (preemption), any
+    block size, a token budget that chunks long prompts, prefix caching (off in some), EOS
+    drawn in half; a third add a sliding-window KV-cache group beside the full one; half
+    schedule asynchronously (kvspec's overlap), a third of the others verify EAGLE drafts."""
+    ps = int(rng.choice([1, 4, 16, 16]))
+    tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
+    swa, overlap = rng.random() < 1 / 3, bool(rng.random() < 0.5)
+    drafts = int(rng.integers(1, 5)) if not overlap and rng.random() < 1 / 3 else 0
+    speculative = {"version": 1, "num_steps": drafts, "num_draft_tokens": drafts + 1,
+                   "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2)}  # fmt: skip
+    return EngineSpec(
+        swa_tokens=tokens if swa else None,
+        sliding_window=int(rng.choice([8, 16, 32, 64])) if swa else None,
+        speculative=speculative if drafts else None,
+        page_size=ps,
+        max_total_tokens=tokens,
+        max_num_reqs=int(rng.integers(2, 12)),
+        context_len=min(tokens - NEW_MAX - 2 * ps - 16, 512),
+        chunked_prefill_size=max(int(rng.choice([16, 32, 64, 128, 256])), ps),
+        enable_overlap=overlap,
+        eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
+        cache="chunk" if rng.random() < 0.15 else "radix",  # chunk: no prefix caching
+    )
+
+
+def swarm(seed: int) -> Swarm:
+    """The configuration and op mix of ``seed`` on vLLM (no session or retract op); with EOS
+    drawn, a third of the requests honour it (the penalized ones: a minimum length too)."""
+    drawn = engine(np.random.default_rng([seed, 20]))
+    weights = sample_weights(np.random.default_rng([seed, 21]))
+    weights = {k: (0.0 if k in NOT_DRIVEN else w) for k, w in weights.items()}
+    prompts = sample_prompts(np.random.default_rng([seed, 22]), drawn)
+    return Swarm(drawn, weights, prompts, 0.0, 1 / 3 if drawn.eos_prob else 0.0)
+
+
+def label(swarm: Swarm) -> str:
+    """A seed's configuration on one line."""
+    e = swarm.engine
+    ops = [k for k, w in swarm.weights.items() if w > 0 and k not in ("submit", "step")]
+    window = f" window{e.sliding_window}" if e.swa_tokens else ""
+    drafts = f" drafts{e.speculative['num_steps']}" if e.speculative else ""
+    mode = "async" if e.enable_overlap else "sync"
+    return (
+        f"block{e.page_size} pool{e.max_total_tokens}{window} budget{e.chunked_prefill_size} "
+        f"seqs{e.max_num_reqs} {mode}{drafts}{'' if e.cache == 'radix' else ' nocache'} "
+        f"eos{e.eos_prob} ops[{','.join(ops)}]"
+    )
