@@ -9,6 +9,7 @@ so the harness computes the census independently. Imports nothing of kvspec.
 
 from __future__ import annotations
 
+from records import census_input, node_record, row_census, session_record, slot_record
 from sglang.srt.managers.scheduler_components.pool_stats_observer import (
     kv_private_swa_tokens,
     kv_private_tokens,
@@ -85,11 +86,7 @@ def _row_owners(owners: list, holding: dict) -> list:
 def _full_pool(stack, owners: list, holding: dict) -> dict:
     """SGLang's counters plus the raw census input (page ids per owner)."""
     page, table = stack.page_size, stack.rpool.req_to_token
-    owned, referenced = [], []
-    for label, kv in _row_owners(owners, holding):
-        row = table[int(kv.req_pool_idx), : kv.kv_allocated_len].to("cpu").long()
-        owned.append([label, (row[kv.cache_protected_len :] // page).tolist()])
-        referenced.append([label, (row // page).tolist()])
+    owned, referenced = row_census(table, _row_owners(owners, holding), page)
     for node in _nodes(stack.cache):
         value = node.component_data[FULL].value
         if node.parent is not None and value is not None and len(value):
@@ -103,11 +100,11 @@ def _full_pool(stack, owners: list, holding: dict) -> dict:
         protected=stack.full_protected(),
         session_held=sum(kv_private_tokens(s.kv, page) for s in holding.values()),
         request_owned=sum(kv_private_tokens(r.kv, page) for r in owners),
-        census_input=dict(
-            num_pages=stack.pool_tokens // page,
-            free_pages=_full_allocator(stack).get_all_free_pages().long().tolist(),
-            owned=owned,
-            referenced=referenced,
+        census_input=census_input(
+            stack.pool_tokens // page,
+            _full_allocator(stack).get_all_free_pages().long().tolist(),
+            owned,
+            referenced,
         ),
     )
 
@@ -142,11 +139,11 @@ def _swa_pool(stack, owners: list, holding: dict) -> dict:
         session_held=sum(kv_private_swa_tokens(s.kv, page) for s in holding.values()),
         request_owned=cache.swa_transient_size()
         + sum(kv_private_swa_tokens(r.kv, page) for r in owners),
-        census_input=dict(
-            num_pages=stack.alloc.size_swa // page,
-            free_pages=swa_alloc.get_all_free_pages().long().tolist(),
-            owned=owned,
-            referenced=referenced,
+        census_input=census_input(
+            stack.alloc.size_swa // page,
+            swa_alloc.get_all_free_pages().long().tolist(),
+            owned,
+            referenced,
         ),
     )
 
@@ -228,16 +225,15 @@ def _tree(stack, slots: dict) -> dict:
 def _node(node, hybrid: bool, session_full: dict[int, int], session_swa: dict[int, int]) -> dict:
     """One tree node's view: its full part, and its SWA part when the pools are hybrid."""
     data, parent = node.component_data[FULL], node.parent
-    fields = dict(
-        id=node.id,
-        parent=-1 if parent is None else parent.id,
-        is_root=parent is None,
-        is_leaf=not node.children,
-        key_len=0 if node.key is None else len(node.key),
-        value_len=0 if data.value is None else len(data.value),
-        lock_ref=data.lock_ref,
-        parent_lock_ref=0 if parent is None else parent.component_data[FULL].lock_ref,
-        session_lock_ref=session_full.get(node.id, 0),
+    fields = node_record(
+        node.id,
+        -1 if parent is None else parent.id,
+        not node.children,
+        0 if node.key is None else len(node.key),
+        0 if data.value is None else len(data.value),
+        data.lock_ref,
+        0 if parent is None else parent.component_data[FULL].lock_ref,
+        session_full.get(node.id, 0),
     )
     if hybrid:
         swa = node.component_data[SWA]
@@ -273,16 +269,9 @@ def _req(req, running: bool, borrows: bool) -> dict:
 
 
 def _slot(session_id: str, slot, borrowed: bool) -> dict:
-    kv = slot.kv
-    return dict(
-        session_id=session_id,
-        req_pool_idx=int(kv.req_pool_idx),
-        kv_committed_len=kv.kv_committed_len,
-        kv_allocated_len=kv.kv_allocated_len,
-        cache_protected_len=kv.cache_protected_len,
-        swa_evicted_seqlen=kv.get_evicted_seqlen(SWA),
-        borrowed=borrowed,
-        holds_lock=slot.lock is not None,
+    evicted = slot.kv.get_evicted_seqlen(SWA)
+    return slot_record(
+        session_id, slot.kv, borrowed, slot.lock is not None, swa_evicted_seqlen=evicted
     )
 
 
@@ -291,12 +280,4 @@ def _session(session, live: list, has_slot: bool) -> dict:
     queues for a 1-token prefill (their 400 is already decided; kvspec answers at once) —
     except a turn refused after the session accepted it, which holds the session in flight."""
     mine = [r for r in live if r.session is session and not r.finished()]
-    return dict(
-        session_id=session.session_id,
-        streaming=session.streaming,
-        inflight=session._inflight,
-        live_reqs=len(mine),
-        close_on_finish=session.close_on_finish,
-        has_slot=has_slot,
-        num_req_nodes=len(session.req_nodes),
-    )
+    return session_record(session, mine, session._inflight, session.close_on_finish, has_slot)

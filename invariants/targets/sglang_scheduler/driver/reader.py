@@ -2,18 +2,21 @@
 census input), read through the release's shim.
 
 Keeps: the pool counters are SGLang's own, summed as its busy check sums them (``counters``);
-the census input is computed independently of SGLang's notion of ownership — from every
-request the scheduler holds anywhere (waiting queue, chunk, running batch, the launched and
-last batches, the overlap result queue), every session slot and every tree node, each owner
-listing the page ids its row or value references — so a request SGLang forgot still shows
-up (its pages as owned or orphaned), and the harness names duplicates, orphans and dangling
-pages by id. Runs inside the sglang venv; imports nothing of kvspec.
+the census input (records.py, shared with the memory classes' reader) is computed
+independently of SGLang's notion of ownership — from every request the scheduler holds
+anywhere (waiting queue, chunk, running batch, the launched and last batches, the overlap
+result queue), every session slot and every tree node, each owner listing the page ids its row
+or value references — so a request SGLang forgot still shows up (its pages as owned or
+orphaned), and the harness names duplicates, orphans and dangling pages by id. Runs inside
+the sglang venv; imports nothing of kvspec.
 
     a request's row:  [0, cache_protected_len) read (the tree's); [cpl, allocated) owned
     a session slot:   [cpl, allocated) owned while no running request borrows it
 """
 
 from __future__ import annotations
+
+from records import census_input, node_record, row_census, session_record, slot_record
 
 # SGLang aborts every request whose rid *starts with* the abort's rid (a tokenizer's rids are
 # uuids); the driver ends each trace rid with this mark so that abort r1 spares r10
@@ -74,7 +77,7 @@ def view(scheduler, shim, event: str, step: int, refused: frozenset = frozenset(
             _req(r, shim, waiting, running, in_batch, slot_kvs) | spec.req_fields(r) for r in live
         ],
         slots=[
-            _slot(sid, kv, lock is not None, id(kv) in borrowers)
+            slot_record(sid, kv, id(kv) in borrowers, lock is not None)
             for sid, (kv, lock) in slots.items()
             if kv.req_pool_idx is not None
         ],
@@ -105,15 +108,11 @@ def _pool(scheduler, shim, owners: list, held: dict) -> dict:
     """The allocator's and tree's counters, the two owner terms summed from the rows found
     (not from SGLang's own sums), and the raw census input (page ids per owner)."""
     page, table = scheduler.page_size, scheduler.req_to_token_pool.req_to_token
-    owned, referenced = [], []
     slot_rows = [(f"session:{sid}@row{kv.req_pool_idx}", kv) for sid, kv in held.items()]
     req_rows = [
         (f"req:{trace_rid(r)}@row{shim.req_kv(r).req_pool_idx}", shim.req_kv(r)) for r in owners
     ]
-    for label, kv in slot_rows + req_rows:
-        row = table[int(kv.req_pool_idx), : kv.kv_allocated_len].to("cpu").long()
-        owned.append([label, (row[kv.cache_protected_len :] // page).tolist()])
-        referenced.append([label, (row // page).tolist()])
+    owned, referenced = row_census(table, slot_rows + req_rows, page)
     for node_id, parent, _, value, _ in shim.tree_nodes(scheduler):
         if parent >= 0 and value:
             owned.append([f"tree:n{node_id}", [slot // page for slot in value]])
@@ -124,11 +123,8 @@ def _pool(scheduler, shim, owners: list, held: dict) -> dict:
         **counters,
         session_held=sum(_private(kv, page) for _, kv in slot_rows),
         request_owned=sum(_private(kv, page) for _, kv in req_rows),
-        census_input=dict(
-            num_pages=counters["capacity"] // page,
-            free_pages=shim.free_pages(scheduler),
-            owned=owned,
-            referenced=referenced,
+        census_input=census_input(
+            counters["capacity"] // page, shim.free_pages(scheduler), owned, referenced
         ),
     )
 
@@ -156,16 +152,15 @@ def _tree(scheduler, shim, session_locks: list) -> dict:
         evictable_size=tree.evictable_size(),
         protected_size=tree.protected_size(),
         nodes=[
-            dict(
-                id=node_id,
-                parent=parent,
-                is_root=parent < 0,
-                is_leaf=node_id not in inner,
-                key_len=key_len,
-                value_len=len(value),
-                lock_ref=lock,
-                parent_lock_ref=locks.get(parent, 0),
-                session_lock_ref=by_session.get(node_id, 0),
+            node_record(
+                node_id,
+                parent,
+                node_id not in inner,
+                key_len,
+                len(value),
+                lock,
+                locks.get(parent, 0),
+                by_session.get(node_id, 0),
             )
             for node_id, parent, key_len, value, lock in nodes
         ],
@@ -208,31 +203,11 @@ def _req(req, shim, waiting: set, running: set, in_batch: set, slot_kvs: set) ->
     )
 
 
-def _slot(session_id: str, kv, holds_lock: bool, borrowed: bool) -> dict:
-    return dict(
-        session_id=session_id,
-        req_pool_idx=int(kv.req_pool_idx),
-        kv_committed_len=kv.kv_committed_len,
-        kv_allocated_len=kv.kv_allocated_len,
-        cache_protected_len=kv.cache_protected_len,
-        borrowed=borrowed,
-        holds_lock=holds_lock,
-    )
-
-
 def _session(shim, session, live: list, has_slot: bool) -> dict:
     """An open session (one whose close is deferred included)."""
     mine = [r for r in live if getattr(r, "session", None) is session and not r.finished()]
     inflight, close_on_finish = shim.session_state(session, mine)
-    return dict(
-        session_id=session.session_id,
-        streaming=session.streaming,
-        inflight=inflight,
-        live_reqs=len(mine),
-        close_on_finish=close_on_finish,
-        has_slot=has_slot,
-        num_req_nodes=len(session.req_nodes),
-    )
+    return session_record(session, mine, inflight, close_on_finish, has_slot)
 
 
 def _sched(scheduler) -> dict:

@@ -17,10 +17,6 @@ Shims (why):
 
 from __future__ import annotations
 
-import shim_common
-from sglang.srt.managers import scheduler as scheduler_module
-from sglang.srt.managers import session_controller
-from sglang.srt.managers.session_controller import Session
 from shim_common_0_5_1x import (  # noqa: F401 - the driver reads them off this module
     abort_input,
     build,
@@ -31,11 +27,13 @@ from shim_common_0_5_1x import (  # noqa: F401 - the driver reads them off this 
     free_pages,
     generate_input,
     record_checks,
+    record_refusals,
     req_kv,
     retracted,
     session_input,
     session_slots,
     sessions,
+    set_clock,
     set_output,
     set_receiver,
     swa_evicted,
@@ -57,11 +55,3 @@ def session_state(session, live: list) -> tuple[bool, bool]:
     finishes, yet this release takes the next turn). A close never waits."""
     last = [node.req for node in session.req_nodes.values()]
     return session.streaming and any(req in live for req in last), False
-
-
-def record_refusals(refused: set) -> None:
-    shim_common.record_refusals(Session, refused)
-
-
-def set_clock(now) -> None:
-    shim_common.set_clock([scheduler_module, session_controller], now)

@@ -15,10 +15,6 @@ Shims (why):
 
 from __future__ import annotations
 
-import shim_common
-from sglang.srt.managers import scheduler as scheduler_module
-from sglang.srt.session import session_controller
-from sglang.srt.session.session_controller import Session
 from shim_common_0_5_1x import (  # noqa: F401 - the driver reads them off this module
     abort_input,
     build,
@@ -29,11 +25,13 @@ from shim_common_0_5_1x import (  # noqa: F401 - the driver reads them off this 
     free_pages,
     generate_input,
     record_checks,
+    record_refusals,
     req_kv,
     retracted,
     session_input,
     session_slots,
     sessions,
+    set_clock,
     set_output,
     set_receiver,
     swa_evicted,
@@ -47,11 +45,3 @@ NOT_APPLICABLE: dict[str, str] = {}  # row 0 is reserved again (free_slots from 
 def session_state(session, live: list) -> tuple[bool, bool]:
     """(a streaming turn is in flight, the close waits for it): the session's own flags."""
     return bool(session._inflight), bool(session.close_on_finish)
-
-
-def record_refusals(refused: set) -> None:
-    shim_common.record_refusals(Session, refused)
-
-
-def set_clock(now) -> None:
-    shim_common.set_clock([scheduler_module, session_controller], now)

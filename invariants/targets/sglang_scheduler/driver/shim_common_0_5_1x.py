@@ -1,8 +1,9 @@
 """How SGLang 0.5.10.post1's and 0.5.11's real Scheduler is built and read on a CPU-only box:
 the shims the two releases share (their scheduler, allocator and checker are the same code
-where the driver touches them), each with the reason it exists. Their streaming sessions
-differ (0.5.10.post1: ``SessionAwareCache``; 0.5.11: ``StreamingSession``, with the fix of
-#22862) and live in each release's own shim, which re-exports this one.
+where the driver touches them, and the session controller differs in its module path only),
+each with the reason it exists. Their streaming sessions differ (0.5.10.post1:
+``SessionAwareCache``; 0.5.11: ``StreamingSession``, with the fix of #22862) and live in each
+release's own shim, which re-exports this one.
 
 Keeps: everything not named here or in the release's shim is SGLang's own code running for
 real. Runs inside the sglang venv; imports nothing of kvspec.
@@ -25,6 +26,8 @@ Shims (why):
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 
 import reader
@@ -46,6 +49,21 @@ from sglang.srt.server_args import PortArgs, ServerArgs, set_global_server_args_
 from worker import FakeRunner, FakeWorker
 
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model")
+
+
+def _session_controller():
+    """The release's session controller module: the one path the two releases differ in
+    (0.5.11 moved it to ``sglang.srt.session``)."""
+    for where in (
+        "sglang.srt.session.session_controller",
+        "sglang.srt.managers.session_controller",
+    ):
+        with contextlib.suppress(ModuleNotFoundError):
+            return importlib.import_module(where)
+    raise ImportError("no session_controller under sglang.srt.session or sglang.srt.managers")
+
+
+session_controller = _session_controller()
 
 
 def server_args(cfg: dict) -> ServerArgs:
@@ -300,3 +318,11 @@ def free_pages(scheduler: Scheduler) -> list[int]:
     """Free page ids (with page size 1, the free slots), the release list included."""
     allocator = scheduler.token_to_kv_pool_allocator
     return torch.cat((allocator.free_pages, allocator.release_pages)).long().tolist()
+
+
+def record_refusals(refused: set) -> None:
+    shim_common.record_refusals(session_controller.Session, refused)
+
+
+def set_clock(now) -> None:
+    shim_common.set_clock([scheduler_module, session_controller], now)
