@@ -23,13 +23,15 @@ $(STAMP): pyproject.toml
 report: $(STAMP)
 	$(VENV)/bin/kvspec report --out report
 
-# ruff (format + check, 100 columns: pyproject.toml) over the code, then the catalog's YAML
-# and fixtures; the size budgets and the layering are tests (tests/test_style_budget.py,
-# tests/test_layers.py)
+# ruff (format + check, 100 columns: pyproject.toml) over the code, mypy over engine/ and
+# invariants/ (its settings: pyproject.toml; the drivers run under other interpreters), then
+# the catalog's YAML and fixtures; the size budgets and the layering are tests
+# (tests/test_style_budget.py, tests/test_layers.py)
 LINTED := engine kernels invariants tests
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/mypy
 	$(VENV)/bin/kvspec invariants lint
 
 test: $(STAMP)

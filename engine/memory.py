@@ -118,7 +118,7 @@ class KVMemory:
             full_short = num_tokens - alloc.full_available_size()
             swa_short = num_tokens - alloc.swa_available_size()
             if full_short > 0 or swa_short > 0:
-                self.evicted_tokens += self.tree_cache.evict(max(0, full_short), max(0, swa_short))  # type: ignore[call-arg]
+                self.evicted_tokens += self.tree_cache.evict(max(0, full_short), max(0, swa_short))
         elif alloc.available_size() < num_tokens:
             self.evicted_tokens += self.tree_cache.evict(num_tokens)
 
@@ -144,8 +144,10 @@ class KVMemory:
             raise KVOutOfMemory(f"extend of {extend} tokens for {len(reqs)} requests does not fit")
         cursor = 0
         for req, prefix, seq in zip(reqs, prefix_lens, seq_lens):
-            pool.write(req.req_pool_idx, 0, req.prefix_indices)
-            pool.write(req.req_pool_idx, prefix, out[cursor : cursor + seq - prefix])
+            row = req.req_pool_idx
+            assert row is not None  # every request got a row above
+            pool.write(row, 0, req.prefix_indices)
+            pool.write(row, prefix, out[cursor : cursor + seq - prefix])
             cursor += seq - prefix
             req.kv_committed_len = req.kv_allocated_len = seq
         return out
@@ -203,7 +205,7 @@ class KVMemory:
         cursor = paging.swa_evict_cursor(
             req.swa_evicted_seqlen, req.cache_protected_len, req.kv_committed_len, window, ps
         )
-        if cursor > start:
+        if cursor > start and req.req_pool_idx is not None:
             self.allocator.free_swa(self.req_to_token_pool.read(req.req_pool_idx, start, cursor))
         req.swa_evicted_seqlen = cursor
 

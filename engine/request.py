@@ -170,7 +170,7 @@ class Req:
         if self.return_logprob:
             self.output_token_logprobs.append(logprob)
 
-    def take_input_logprobs(self, values: Sequence[float], first: int) -> None:
+    def take_input_logprobs(self, values: Sequence[float] | np.ndarray, first: int) -> None:
         """A forward's logprobs of the written positions ``first, first + 1, …``: keep those
         of prompt positions not yet taken (chunks continue; a re-prefill adds nothing)."""
         have, end = (

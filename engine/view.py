@@ -370,7 +370,7 @@ def is_record(obj: Any) -> bool:
 
 def record_fields(obj: Any) -> tuple[str, ...]:
     """The field names, in order, of a view record or record class (see ``is_record``)."""
-    cls = obj if isinstance(obj, type) else type(obj)
+    cls: Any = obj if isinstance(obj, type) else type(obj)
     return cls._fields if issubclass(cls, tuple) else tuple(f.name for f in fields(cls))
 
 

@@ -90,8 +90,13 @@ def print_records(
             head = f"  {col.name}: "
             if col.kind == "text":
                 pad = " " * len(head)
-                body = textwrap.fill(plain(value), width, initial_indent=head,
-                                     subsequent_indent=pad, break_long_words=False)  # fmt: skip
+                body = textwrap.fill(
+                    plain(value),
+                    width,
+                    initial_indent=head,
+                    subsequent_indent=pad,
+                    break_long_words=False,
+                )
                 console.print(body, markup=False, soft_wrap=True)
             else:
                 console.print(Text(head) + _styled(value), soft_wrap=True)

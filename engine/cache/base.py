@@ -6,7 +6,7 @@ protected_size()`` equals the token count of its non-root nodes, split by lock s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
@@ -39,7 +39,7 @@ class PrefixCache(Protocol):
 
     page_size: int
 
-    def match_prefix(self, key: list[int], extra_key: str | None = None) -> MatchResult: ...
+    def match_prefix(self, key: Sequence[int], extra_key: str | None = None) -> MatchResult: ...
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None: ...
 
@@ -47,7 +47,9 @@ class PrefixCache(Protocol):
         """``reads_back``: tokens of the request's chunk still in flight (overlap), whose
         window an SWA tree keeps locked too; a full-attention cache ignores it."""
 
-    def evict(self, num_tokens: int) -> int: ...
+    def evict(self, num_tokens: int, swa_num_tokens: int = 0) -> int: ...
+
+    def supports_swa(self) -> bool: ...  # whether it holds SWA KV (a hybrid's tree)
 
     def inc_lock_ref(self, node: Any) -> Any: ...
 

@@ -184,7 +184,7 @@ class StreamingSession:
             self.inner.dec_lock_ref(node, swa_uuid_for_lock)
 
     def evict(self, *num_tokens: int) -> int:
-        return self.inner.evict(*num_tokens)  # type: ignore[call-arg]
+        return self.inner.evict(*num_tokens)
 
     def evictable_size(self) -> int:
         return self.inner.evictable_size()

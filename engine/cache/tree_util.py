@@ -126,7 +126,19 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
     """The view of one node; ``lock_attr`` names its full lock (``lock_ref`` or
     ``full_lock_ref``), and SWA fields read 0/False on a full-attention tree's nodes."""
     parent = node.parent
-    swa = isinstance(node, SWATreeNode)  # (a full tree's node has no SWA fields to look up)
+    tags: tuple[str, ...]
+    if isinstance(node, SWATreeNode):  # a full tree's node has no SWA fields, and no tags
+        swa_lock, tombstone, refs, child_refs, tags = (
+            node.swa_lock_ref,
+            node.swa_tombstone,
+            0,
+            0,
+            (),
+        )
+    else:
+        swa_lock, tombstone, refs = 0, False, node.session_ref
+        child_refs = sum(c.session_ref for c in node.children.values())
+        tags = tuple(sorted(node.session_ids or ()))
     return NodeView(  # the parent's locks: in its own view; session locks: added by observe/
         id=node.id,
         parent=-1 if parent is None else parent.id,
@@ -135,11 +147,11 @@ def node_view(node: TreeNode | SWATreeNode, is_root: bool, lock_attr: str) -> No
         key_len=len(node.key),
         value_len=len(node.value),
         lock_ref=getattr(node, lock_attr),
-        swa_lock_ref=node.swa_lock_ref if swa else 0,  # type: ignore[union-attr]
-        swa_tombstone=node.swa_tombstone if swa else False,  # type: ignore[union-attr]
-        session_ref=0 if swa else node.session_ref,  # type: ignore[union-attr]
-        session_ref_children=0 if swa else sum(c.session_ref for c in node.children.values()),  # type: ignore[union-attr]
-        session_tags=() if swa else tuple(sorted(node.session_ids or ())),  # type: ignore[union-attr]
+        swa_lock_ref=swa_lock,
+        swa_tombstone=tombstone,
+        session_ref=refs,
+        session_ref_children=child_refs,
+        session_tags=tags,
     )
 
 

@@ -21,10 +21,10 @@ the same owner and is not published.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Generic
+from typing import Generic, cast
 
 from engine.cache.base import SlotOwner
-from engine.cache.tree_util import N, all_nodes, node_view
+from engine.cache.tree_util import N, SWATreeNode, all_nodes, node_view
 from engine.mem.feed import ChangeFeed
 from engine.view import NodeView
 
@@ -120,8 +120,8 @@ class NodeRegistry(Generic[N]):
             self._tuple = None
         if self._tuple is None:
             self._tuple = _node_views(
-                self._views.values(),
-                self._handed,  # type: ignore[arg-type]
+                cast("Iterable[NodeView]", self._views.values()),  # every view is built here
+                self._handed,
                 tuple(self._fresh),
                 tuple(self._gone),
             )
@@ -133,7 +133,7 @@ class NodeRegistry(Generic[N]):
     def slot_owners(self) -> list[SlotOwner]:
         """One owner per non-root node, in id order (SWA: ``holds_swa`` = not a tombstone)."""
         self.sync_owners()
-        return list(self._owners.values())  # type: ignore[arg-type]
+        return cast("list[SlotOwner]", list(self._owners.values()))  # every one is built
 
     def sync_owners(self) -> None:
         """Rebuild the owners of changed nodes, publishing the ids of those that changed."""
@@ -143,7 +143,7 @@ class NodeRegistry(Generic[N]):
                 # counted by value from here on (the incremental census keeps what it counted):
                 # a later in-place write would go unseen, so it raises instead
                 node.value.flags.writeable = False
-                holds_swa = not node.swa_tombstone if self.swa else True
+                holds_swa = not node.swa_tombstone if isinstance(node, SWATreeNode) else True
                 old = owners.get(node.id)
                 if old is None or old.slots is not node.value or old.holds_swa != holds_swa:
                     owners[node.id] = SlotOwner(f"tree:n{node.id}", node.value, holds_swa)
@@ -165,7 +165,9 @@ class NodeRegistry(Generic[N]):
         nodes = all_nodes(root)
         views = tuple(node_view(n, n is root, self.lock_attr) for n in nodes)
         owners = [
-            SlotOwner(f"tree:n{n.id}", n.value, not n.swa_tombstone if self.swa else True)
+            SlotOwner(
+                f"tree:n{n.id}", n.value, not (isinstance(n, SWATreeNode) and n.swa_tombstone)
+            )
             for n in nodes
             if n is not root
         ]

@@ -224,6 +224,7 @@ class SWAAllocator:
         if need_size > self.available_size():
             return None
         full, swa = self.full.alloc(need_size), self.swa.alloc(need_size)
+        assert full is not None and swa is not None  # both had room: available_size is the min
         self.full_to_swa[full] = swa
         return full
 
@@ -236,6 +237,7 @@ class SWAAllocator:
             return None
         full = self.full.alloc_extend(prefix_lens, seq_lens, last_locs)
         swa = self.swa.alloc_extend(prefix_lens, seq_lens, self._swa_last_locs(last_locs))
+        assert full is not None and swa is not None  # both had room: available_size is the min
         self.full_to_swa[full] = swa
         return full
 
@@ -245,6 +247,7 @@ class SWAAllocator:
             return None
         full = self.full.alloc_decode(seq_lens, last_locs)
         swa = self.swa.alloc_decode(seq_lens, self._swa_last_locs(last_locs))
+        assert full is not None and swa is not None  # both had room: available_size is the min
         self.full_to_swa[full] = swa
         return full
 

@@ -115,7 +115,7 @@ class SimModel:
         nothing scheduled). ``predict`` and the hash step in Python ints: one token at a
         time, numpy would cost ~50x more."""
         penalties = Penalties.of(like) if like is not None else None
-        h, tokens = int(self.context_hash(list(prompt))), []
+        h, tokens = int(self.context_hash(list(prompt))), list[int]()
         key_token, key_eos = int(self._key_token), int(self._key_eos)
         for _ in range(n):
             coin = float(splitmix64_int(h ^ key_eos) >> 11) * _UNIT

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import fields, replace
+from typing import cast
 
 import numpy as np
 
@@ -64,15 +65,16 @@ def memory_view(
             built["pools"] = _pool_views(mem, live, "census" in parts, slots, memo)
         if "req_pool" in sections:
             pool = mem.req_to_token_pool
-            in_use = sorted([r.req_pool_idx for r in live] + [s.req_pool_idx for s in slots])
+            rows = [r.req_pool_idx for r in live] + [s.req_pool_idx for s in slots]
+            in_use = sorted(cast("list[int]", rows))  # live rows and held slots: all set
             built["req_pool"] = ReqPoolView(pool.size, tuple(pool.free_rows), tuple(in_use))
     if "tree" in sections:
         built["tree"] = _tree_view(mem, nodes="nodes" in parts)
         if memo is not None and memo.crosscheck:
-            _cross_check_tree(mem.tree_cache, built["tree"])
+            _cross_check_tree(mem.tree_cache, cast(TreeView, built["tree"]))
     if "reqs" in sections:
         built["reqs"] = _req_views(reqs, places, memo)
-    return StateView(event, step, mem.page_size, **{**_SECTIONS, **built})  # type: ignore[arg-type]
+    return StateView(event, step, mem.page_size, **{**_SECTIONS, **built})
 
 
 def _req_views(reqs: list[Req], places: ReqPlaces, memo: ViewMemo | None) -> tuple[ReqView, ...]:
@@ -207,10 +209,10 @@ def _swa_pool_view(
         return view
     owned, referenced = _row_refs(mem, [*live, *slots], to_pages, swa=True)
     owned += [(o.label, to_pages(o.slots)) for o in cache.slot_owners() if o.holds_swa]
-    census = take_census(
+    taken = take_census(
         alloc.swa.num_pages, alloc.swa.all_free_pages(), owned, referenced, slots_per_page=ps
     )
-    return replace(view, census=census)
+    return replace(view, census=taken)
 
 
 def _swa_counters(alloc: SWAAllocator, cache: PrefixCache, live: list[Req], ps: int) -> PoolView:
@@ -285,7 +287,9 @@ def incremental_census(
 ) -> Census:
     """The census of the full pool with these live rows (what the bench times)."""
     rows = [(r.req_pool_idx, r.cache_protected_len, r.kv_allocated_len) for r in live]
-    return census.take(table, rows, lambda: [_row_label(r) for r in live])
+    return census.take(
+        table, cast("list[tuple[int, int, int]]", rows), lambda: [_row_label(r) for r in live]
+    )
 
 
 def _row_label(r: Req | HeldSlot) -> str:

@@ -24,7 +24,14 @@ from engine.observe.session_views import session_views, slot_views
 from engine.request import Req
 from engine.sched.scheduler import Scheduler
 from engine.sched.sessions import SessionController
-from engine.view import IntegrityView, ResponseView, SchedView, StateView, wanted_sections
+from engine.view import (
+    IntegrityView,
+    ResponseView,
+    SchedView,
+    SessionSlotView,
+    StateView,
+    wanted_sections,
+)
 
 SESSION_SECTIONS = frozenset({"slots", "sessions"})
 PER_REQUEST_SECTIONS = frozenset({"pools", "req_pool", "reqs"}) | SESSION_SECTIONS  # live reqs
@@ -154,7 +161,7 @@ class StateViews:
         sched = self.scheduler
         queued = {id(r): r for r in [*sched.waiting_queue, *sched.live_reqs()]}.values()
         unfinished = [r for r in queued if not r.finished()]
-        slots = ()
+        slots: tuple[SessionSlotView, ...] = ()
         if cache is not None:
             kv = self.kv if event in KV_CHECK_EVENTS else None
             slots = slot_views(sessions, cache, self.mem.req_to_token_pool, kv)

@@ -103,7 +103,7 @@ def concat_forward(extend: ForwardBatch, decode: ForwardBatch) -> ForwardBatch:
 
 
 def _rows(reqs: Sequence[Req]) -> np.ndarray:
-    return np.fromiter((r.req_pool_idx for r in reqs), dtype=np.int64, count=len(reqs))  # type: ignore[misc]
+    return np.fromiter((r.req_pool_idx for r in reqs), dtype=np.int64, count=len(reqs))
 
 
 def _swa_loc(mem: KVMemory, out: np.ndarray) -> np.ndarray | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from engine.config import EngineConfig
 from engine.memory import KVMemory
@@ -52,10 +53,7 @@ class Scheduler:
     def __init__(
         self, config: EngineConfig, mem: KVMemory, policy: DecodePolicy, emit: Emit
     ) -> None:
-        self.config = config
-        self.mem = mem
-        self.policy = policy
-        self.emit = emit
+        self.config, self.mem, self.policy, self.emit = config, mem, policy, emit
         self.overlap = config.enable_overlap
         self.waiting_queue: list[Req] = []
         self.running_batch = ScheduleBatch()
@@ -308,10 +306,10 @@ class Scheduler:
             return batch
         forced = cfg.test_retract and self.forward_ct % cfg.test_retract_interval == 0
         if not decode_fits(self.mem, self.policy, batch.reqs) or forced:
+            steps, reclaim = cfg.retract_decode_steps, partial(reclaim_slot, self)
             retracted, self.new_token_ratio = retract_decode(
-                batch, self.mem, self.policy, cfg.retract_decode_steps, self.released,
-                reclaim=lambda: reclaim_slot(self),
-            )  # fmt: skip
+                batch, self.mem, self.policy, steps, self.released, reclaim=reclaim
+            )
             self.stats.retract_rounds += bool(retracted)
             self.stats.retracted_reqs += len(retracted)
             for req in retracted:
@@ -344,9 +342,10 @@ class Scheduler:
         ):
             if req.is_retracted or req.finished():  # overlap: retracted/finished meanwhile
                 continue
-            if req.return_logprob and fb is not None and out.input_token_logprobs[i] is not None:
+            prompt_logprobs = out.input_token_logprobs[i] if req.return_logprob else None
+            if prompt_logprobs is not None and fb is not None:
                 first = max(int(fb.prefix_lens[i]), req.logprob_start_len)
-                req.take_input_logprobs(out.input_token_logprobs[i], first)
+                req.take_input_logprobs(prompt_logprobs, first)
             if req.is_chunked > 0:
                 req.is_chunked -= 1
                 continue

@@ -208,8 +208,8 @@ class Session:
     ) -> tuple[SessionReqNode | None, str | None]:
         nodes = self.req_nodes
         if params.replace and params.rid is None:
-            for node in [n for n in nodes.values() if n.parent is None]:
-                node.clear(nodes, abort)
+            for root in [n for n in nodes.values() if n.parent is None]:
+                root.clear(nodes, abort)
             return None, None
         if params.rid is None:
             return None, None

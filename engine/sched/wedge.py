@@ -35,9 +35,11 @@ class Scheduler(Protocol):
     waiting_queue: list[Req]
     running_batch: ScheduleBatch
     chunked_req: Req | None
-    result_queue: Sized
     mem: KVMemory
     stats: SchedulerStats
+
+    @property
+    def result_queue(self) -> Sized: ...
 
 
 def is_wedged(s: Scheduler) -> bool:

@@ -359,7 +359,8 @@ def _add_info_routes(app: FastAPI, server: Server) -> None:
         probe = Submission([TOKENIZER.bos_token_id], SamplingParams(max_new_tokens=1))
         started = await server.start(probe, stream=False)
         if not isinstance(started, Started):
-            return error_response(503, f"health generation failed: {started.body.decode()}")
+            failed = bytes(started.body).decode()
+            return error_response(503, f"health generation failed: {failed}")
         return Response(status_code=200)
 
     @app.get("/get_server_info")

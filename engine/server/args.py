@@ -21,7 +21,7 @@ from engine.config.model import TinyConfig
 from engine.config.speculative import SpecConfig
 from engine.errors import ConfigError
 
-SPEC_VERSIONS = {"EAGLE": 1, "EAGLE_V2": 2}
+SPEC_VERSIONS: dict[str, Literal[1, 2]] = {"EAGLE": 1, "EAGLE_V2": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ class ServerArgs:
                 num_draft_tokens=self.speculative_num_draft_tokens,
                 version=version,
             )
-        )  # type: ignore[arg-type]
+        )
         return EngineConfig(
             memory=self._memory(),
             seed=self.seed,

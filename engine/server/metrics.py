@@ -114,8 +114,9 @@ def _engine_counters(state: dict[str, Any]) -> list[Metric]:
         ({"state": "waiting"}, float(state["num_waiting"])),
         ({"state": "running"}, float(state["num_running"])),
     )
-    sessions = (({}, float(len(state["open_sessions"]))),)
-    tagged = (({}, float(len(state["tagged_sessions"]))),)
+    no_labels: dict[str, str] = {}
+    sessions = ((no_labels, float(len(state["open_sessions"]))),)
+    tagged = ((no_labels, float(len(state["tagged_sessions"]))),)
     return [
         Metric("kvspec_requests", "Requests waiting and running", "gauge", requests),
         Metric("kvspec_open_sessions", "Open sessions", "gauge", sessions),
@@ -151,5 +152,5 @@ class _Families:
 def render(metrics: Iterable[Metric]) -> bytes:
     """The Prometheus text exposition of ``metrics``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(metrics))  # type: ignore[arg-type]
+    registry.register(_Families(metrics))
     return generate_latest(registry)

@@ -122,7 +122,7 @@ class EagleWorker(ABC):
         """``width`` tokens per request at positions ``[prefix, prefix + width)`` (slots from
         the rows: the reservation)."""
         bs, table = len(reqs), self.mem.req_to_token_pool.req_to_token
-        rows = np.fromiter((r.req_pool_idx for r in reqs), dtype=np.int64, count=bs)  # type: ignore[misc]
+        rows = np.fromiter((r.req_pool_idx for r in reqs), dtype=np.int64, count=bs)
         positions = (prefix[:, None] + np.arange(width)).ravel()
         out = table[np.repeat(rows, width), positions].astype(np.int64)
         alloc = self.mem.allocator

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import CodeType
-from typing import Any
+from typing import Any, cast
 
 from invariants.checking.dsl import compile_tree
 from invariants.checking.fusion import Hoister, fuse
@@ -109,7 +109,7 @@ def _build_fast_path(rules: Sequence[Rule], label: str) -> EventFastPath | None:
         else:
             plain.append(rule.shape)
     sums, hoister = SumTerms(label), Hoister(label)
-    tests = [hoister.visit(sums.visit(test)) for test in fuse(plain)]
+    tests = [cast(ast.expr, hoister.visit(sums.visit(test))) for test in fuse(plain)]
     fused = None
     if tests:
         fused = compile_tree(

@@ -26,8 +26,8 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Sequence
-from functools import reduce
 from types import CodeType
+from typing import cast
 
 from invariants.checking.dsl import compile_tree
 from invariants.checking.rule import RuleShape
@@ -35,6 +35,7 @@ from invariants.checking.rule import RuleShape
 HOISTED = "_h"
 ELEMENT = "_e"  # the shared loop's variable (a name the language cannot write)
 COMPREHENSIONS = (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
+Comprehension = ast.GeneratorExp | ast.ListComp | ast.SetComp | ast.DictComp
 
 
 class Hoister(ast.NodeTransformer):
@@ -51,24 +52,25 @@ class Hoister(ast.NodeTransformer):
 
     def visit(self, node: ast.AST) -> ast.AST:
         if (
-            self._bound
+            isinstance(node, ast.expr)
+            and self._bound
             and _worth_hoisting(node)
             and not free_names(node, self._free) & set().union(*self._bound)
         ):
-            return self._name_for(node)  # type: ignore[arg-type]
+            return self._name_for(node)
         if isinstance(node, COMPREHENSIONS):
             return self._visit_comprehension(node)
         return self.generic_visit(node)
 
-    def _visit_comprehension(self, node: ast.expr) -> ast.expr:
-        first = node.generators[0]  # type: ignore[attr-defined]
-        first.iter = self.visit(first.iter)  # evaluated once, in the enclosing scope
-        self._bound.append(reduce(set.union, (_targets(g.target) for g in node.generators), set()))  # type: ignore[attr-defined]
+    def _visit_comprehension(self, node: Comprehension) -> ast.expr:
+        first = node.generators[0]
+        first.iter = cast(ast.expr, self.visit(first.iter))  # once, in the enclosing scope
+        self._bound.append(set[str]().union(*(_targets(g.target) for g in node.generators)))
         try:
-            for gen in node.generators:  # type: ignore[attr-defined]
+            for gen in node.generators:
                 if gen is not first:
-                    gen.iter = self.visit(gen.iter)
-                gen.ifs = [self.visit(test) for test in gen.ifs]
+                    gen.iter = cast(ast.expr, self.visit(gen.iter))
+                gen.ifs = [cast(ast.expr, self.visit(test)) for test in gen.ifs]
             for part in ("elt", "key", "value"):
                 if hasattr(node, part):
                     setattr(node, part, self.visit(getattr(node, part)))
@@ -110,7 +112,7 @@ def _free_names(node: ast.AST, memo: dict[int, tuple[ast.AST, frozenset[str]]]) 
         return frozenset({node.id})
     if isinstance(node, COMPREHENSIONS):
         first, *rest = node.generators
-        bound = reduce(set.union, (_targets(g.target) for g in node.generators), set())
+        bound = set[str]().union(*(_targets(g.target) for g in node.generators))
         inner = [g.iter for g in rest] + [t for g in node.generators for t in g.ifs]
         inner += [getattr(node, p) for p in ("elt", "key", "value") if hasattr(node, p)]
         return free_names(first.iter, memo) | (

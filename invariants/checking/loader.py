@@ -239,7 +239,7 @@ def _salvage(label: str, entry: LineDict, ident: str, errors: list[str]) -> None
     """After a schema error, still report expression and fixture-view errors of the entry."""
     texts = {k: entry.get(k) for k in ("for_each", "where", "expr", "message")}
     texts = {k: v for k, v in texts.items() if isinstance(v, str)}
-    partial = InvariantSpec.model_construct(
+    fields: dict[str, Any] = dict(
         id=ident,
         title="",
         when=[],
@@ -250,6 +250,7 @@ def _salvage(label: str, entry: LineDict, ident: str, errors: list[str]) -> None
         origin=[],
         for_steps=0,
     )
+    partial = InvariantSpec.model_construct(**fields)  # unvalidated: the entry failed that
     try:
         compile_rule(partial)
     except RuleError as exc:

@@ -33,7 +33,7 @@ import ast
 import copy
 from dataclasses import dataclass, field
 from types import CodeType
-from typing import Any
+from typing import Any, cast
 
 from invariants.checking.dsl import FUNCTIONS, STATE_NAMES, compile_tree
 from invariants.checking.rule import Rule
@@ -150,7 +150,7 @@ class TermMemo:
     def _over(self, env: dict[str, Any], views: tuple[Any, ...]) -> list[Any]:
         env[FRESH] = views
         try:
-            return eval(self.over, env)  # type: ignore[no-any-return]
+            return eval(self.over, env)
         finally:
             del env[FRESH]
 
@@ -160,19 +160,20 @@ class SumTerms(ast.NodeTransformer):
     ``{E for v in tree.nodes if C}`` by the name of its TermMemo."""
 
     def __init__(self, label: str) -> None:
-        self.label, self.memos = label, []
+        self.label = label
+        self.memos: list[TermMemo] = []
 
     def visit_SetComp(self, node: ast.SetComp) -> ast.expr:
         memo = _set_memo(node, f"_set{len(self.memos)}", self.label)
         if memo is None:
-            return self.generic_visit(node)
+            return cast(ast.expr, self.generic_visit(node))
         self.memos.append(memo)
         return ast.Name(memo.name, ast.Load())
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
         memo = _sum_memo(node, f"_sum{len(self.memos)}", self.label)
         if memo is None:
-            return self.generic_visit(node)
+            return cast(ast.expr, self.generic_visit(node))
         self.memos.append(memo)
         return ast.Name(memo.name, ast.Load())
 

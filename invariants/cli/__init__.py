@@ -60,7 +60,7 @@ def usage_error_line(exc: typer.TyperException) -> str:
     where the help is."""
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "kvspec"
-    return f"{command}: {exc.format_message()} (see {command} --help)"  # type: ignore[attr-defined]
+    return f"{command}: {exc.format_message()} (see {command} --help)"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal, cast
 
 import typer
 from rich.console import Console
@@ -151,7 +151,9 @@ def bench_serve_command(
     ] = ("pinned,radix,session-radix"),
     max_total_tokens: Annotated[int, typer.Option(help="KV pool size in tokens.")] = 16384,
     page_size: Annotated[int, typer.Option(min=1, help="Tokens per KV page.")] = 1,
-    strict_mem_check: Annotated[int, typer.Option(help="The server's checking level.")] = 1,
+    strict_mem_check: Annotated[
+        int, typer.Option(min=0, max=2, help="The server's checking level.")
+    ] = 1,
     seed: Annotated[int, typer.Option(help="The clients' seed.")] = 0,
     out: OutPath = None,
 ) -> None:
@@ -164,9 +166,10 @@ def bench_serve_command(
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     if not mode_list or set(mode_list) - set(MODES):
         raise typer.BadParameter(f"modes {modes!r}: choose from {', '.join(MODES)}")
+    level = cast("Literal[0, 1, 2]", strict_mem_check)  # typer's min/max keep it in range
     args = ServerArgs(
-        max_total_tokens=max_total_tokens, page_size=page_size, strict_mem_check=strict_mem_check
-    )  # type: ignore[arg-type]
+        max_total_tokens=max_total_tokens, page_size=page_size, strict_mem_check=level
+    )
     result = bench_serve(args, sessions, turns, mode_list, seed)
     emit_json(result, out)
     names = ("mode", "ok_turns", "wall_s", "turns_per_s", "p50_ms", "p99_ms", "slots_reclaimed",

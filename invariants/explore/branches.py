@@ -46,7 +46,7 @@ class BranchMeter:
     def arcs(self) -> frozenset[str]:
         self.stop()
         data = self.cov.get_data()
-        found = set()
+        found: set[str] = set()
         for path in data.measured_files():
             name = Path(path).relative_to(ENGINE).as_posix()
             found.update(f"{name}:{a}>{b}" for a, b in data.arcs(path) or ())

@@ -13,7 +13,7 @@ is kept so a failing one is shrunk and replayed like a seed.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,28 +89,36 @@ def run_one(run: Run, steps: int, observers: Sequence[Observer] = ()) -> RunResu
     trace = run.trace if run.trace is not None else generate_trace(run.seed, steps)
     label = _label(trace, run)
     probe, meter = FeatureProbe(), BranchMeter()
+    try:
+        outcome = run_trace(
+            trace,
+            shipped_catalog(),
+            stop_at_first=True,
+            observers=[probe, *observers],
+            before_op=_metering(meter, trace),
+        )
+        arcs = meter.arcs()
+    except ConfigError as exc:  # a configuration the engine refuses
+        refused = (frozenset[str](), frozenset[str](), len(trace.ops), 0, 0.0)
+        return RunResult(run.index, run.seed, run.name, label, "config", str(exc), *refused)
+    key = failure_key(outcome)
+    detail = "" if key is None else outcome.describe(1) or "drain did not reach idle"
+    features = frozenset(probe.features | outcome_features(outcome))
+    took = (len(trace.ops), outcome.steps, time.perf_counter() - start)
+    return RunResult(run.index, run.seed, run.name, label, key, detail, features, arcs, *took)
+
+
+def _metering(meter: BranchMeter, trace: Trace) -> Callable[[int], None]:
+    """The hook that runs the branch tracer over the ops before the drain only."""
     drain = next((i for i, op in enumerate(trace.ops) if isinstance(op, Idle)), len(trace.ops))
 
-    def until_drain(index: int) -> None:  # the tracer runs over the ops before the drain
+    def until_drain(index: int) -> None:
         if index == 0 and drain > 0:
             meter.start()
         elif index >= drain:
             meter.stop()
 
-    try:
-        outcome = run_trace(
-            trace, shipped_catalog(), stop_at_first=True, observers=[probe, *observers],
-            before_op=until_drain,
-        )  # fmt: skip
-        arcs = meter.arcs()
-    except ConfigError as exc:  # a configuration the engine refuses
-        return RunResult(run.index, run.seed, run.name, label, "config", str(exc),
-                         frozenset(), frozenset(), len(trace.ops), 0, 0.0)  # fmt: skip
-    key = failure_key(outcome)
-    detail = "" if key is None else outcome.describe(1) or "drain did not reach idle"
-    features = frozenset(probe.features | outcome_features(outcome))
-    return RunResult(run.index, run.seed, run.name, label, key, detail, features, arcs,
-                     len(trace.ops), outcome.steps, time.perf_counter() - start)  # fmt: skip
+    return until_drain
 
 
 def _label(trace: Trace, run: Run) -> str:

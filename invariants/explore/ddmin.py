@@ -110,7 +110,8 @@ def simpler(op: Op) -> list[Op]:
         shorter = [op.input_ids[:k] for k in _smaller(len(op.input_ids))]
         fewer = _smaller(op.max_new_tokens)
         return (
-            [op.model_copy(update={"input_ids": ids}) for ids in shorter]
+            list[Op]()
+            + [op.model_copy(update={"input_ids": ids}) for ids in shorter]
             + [op.model_copy(update={"max_new_tokens": m}) for m in fewer]
             + ([op.model_copy(update={"return_logprob": False})] if op.return_logprob else [])
         )

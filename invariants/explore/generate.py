@@ -16,7 +16,7 @@ have closed), so any subsequence is still a valid trace for the shrinker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import get_args
+from typing import Any, get_args
 
 import numpy as np
 
@@ -145,7 +145,7 @@ class _Generator:
         turn = self._submit(sid)
         # a streaming turn sent while the last one runs is rejected: mostly wait for it first
         settle = self.sessions[sid] and last is not None and rng.random() < SETTLE_PROB
-        ops: list[Op] = [WaitFor(rids=[last], max_steps=WAIT_STEPS)] if settle else []  # type: ignore[list-item]
+        ops: list[Op] = [WaitFor(rids=[last], max_steps=WAIT_STEPS)] if settle else []
         ops.append(turn)
         if kind == "wait_turn":
             ops.append(WaitFor(rids=[turn.rid], max_steps=WAIT_STEPS))
@@ -213,7 +213,14 @@ class _Generator:
         parent = (
             self.last_turn.get(sid) if not self.sessions[sid] and self.rng.random() < 0.8 else None
         )
-        extra = [{}, {}, {}, {"offset": -1}, {"replace": True}, {"drop_previous_output": True}]
+        extra: list[dict[str, Any]] = [
+            {},
+            {},
+            {},
+            {"offset": -1},
+            {"replace": True},
+            {"drop_previous_output": True},
+        ]
         if self.sessions[sid] and self.rng.random() < 0.8:
             return SessionRef(id=sid)  # streaming rejects all three: mostly a plain next turn
         return SessionRef(id=sid, rid=parent, **extra[int(self.rng.integers(len(extra)))])

@@ -24,7 +24,7 @@ from invariants.explore.swarm import (
     sample_weights,
 )
 from invariants.scenarios.matrix_axes import apply_axes, axis_values, load_matrix, violations
-from invariants.scenarios.ops import Abort, Op, Submit, Trace
+from invariants.scenarios.ops import Abort, Op, Submit, Trace, WaitFor
 from invariants.scenarios.spec import EngineSpec
 
 Ops = list[Op]
@@ -78,8 +78,8 @@ def mutate_engine(engine: EngineSpec, rng: np.random.Generator) -> EngineSpec:
             return engine
         fields = apply_axes(fields, {knob: row[knob]})
     elif knob in KNOBS:
-        values = KNOBS[knob]
-        fields[knob] = values[int(rng.integers(len(values)))]
+        choices = KNOBS[knob]
+        fields[knob] = choices[int(rng.integers(len(choices)))]
     elif knob == "streaming":
         fields["enable_streaming_session"] = not fields["enable_streaming_session"]
     else:  # the pool: halved or doubled, the floors still apply
@@ -162,8 +162,8 @@ def renamed(ops: Ops, prefix: str) -> Ops:
         for attr in ("rid", "sid"):
             if getattr(op, attr, None) is not None:
                 update[attr] = name(getattr(op, attr))
-        if getattr(op, "rids", None) is not None:
-            update["rids"] = [name(r) for r in op.rids]  # type: ignore[attr-defined]
+        if isinstance(op, WaitFor):
+            update["rids"] = [name(r) for r in op.rids]
         session = getattr(op, "session", None)
         if session is not None:
             update["session"] = session.model_copy(

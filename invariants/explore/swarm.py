@@ -130,6 +130,7 @@ def sample_engine(rng: np.random.Generator, tiny: bool = False) -> EngineSpec:
     row = sample_axes(rng, tiny)
     ps = int(row.get("page_size", 1))
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), smallest_pool(ps))
+    tiny_model: dict[str, Any] = {"model": "tiny", "tiny": TINY} if tiny else {}
     fields = apply_axes(
         EngineSpec(
             page_size=ps,
@@ -141,7 +142,7 @@ def sample_engine(rng: np.random.Generator, tiny: bool = False) -> EngineSpec:
             sliding_window=int(rng.choice([16, 32, 64])),
             eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
             enable_streaming_session=bool(rng.random() < 0.5),
-            **({"model": "tiny", "tiny": TINY} if tiny else {}),
+            **tiny_model,
         ).model_dump(),
         row,
     )

@@ -63,9 +63,17 @@ def gate_entry(
         return GateResult(name, found.issue, found.kind, status, "", "", "", why, seconds, done)
     task = issued[hit.index]
     return GateResult(
-        name, found.issue, found.kind, "caught", hit.key, task.source, task.replay,
-        hit.detail, seconds, done,
-    )  # fmt: skip
+        name,
+        found.issue,
+        found.kind,
+        "caught",
+        hit.key,
+        task.source,
+        task.replay,
+        hit.detail,
+        seconds,
+        done,
+    )
 
 
 def _completed(

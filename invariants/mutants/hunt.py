@@ -65,7 +65,9 @@ def trigger_goals(path: Path, clean: TraceOutcome) -> list[str]:
     return [] if path.suffix == ".json" else unmet_goals(load_spec(path), clean.stats)
 
 
-def weak_trigger(entry: Entry, trace: Trace, clean: TraceOutcome) -> Finding | None:
+def weak_trigger(
+    entry: Mutant | FalsePositive, trace: Trace, clean: TraceOutcome
+) -> Finding | None:
     """A failing row when the clean run missed the trigger's goals; None when it met them."""
     unmet = trigger_goals(entry.trigger_path, clean)
     if not unmet:

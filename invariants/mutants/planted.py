@@ -13,6 +13,7 @@ from __future__ import annotations
 from engine.cache.streaming_session import StreamingSession
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
+from engine.mem.allocator import SWAAllocator
 from engine.memory import KVMemory
 from engine.model.tokenizer import ByteTokenizer
 from engine.observe.memory_view import memory_view
@@ -48,7 +49,8 @@ def overshoot_req(mem: KVMemory) -> Req:
     req.output_ids = [1, 2, 3, 4, 5, 6]
     req.kv_committed_len = 42
     accounting.check_finished_each(req, 0)
-    mem.allocator.free_swa(mem.req_to_token_pool.read(req.req_pool_idx, 0, 40))  # type: ignore[arg-type]
+    assert isinstance(mem.allocator, SWAAllocator) and req.req_pool_idx is not None
+    mem.allocator.free_swa(mem.req_to_token_pool.read(req.req_pool_idx, 0, 40))
     req.swa_evicted_seqlen = 40
     return req
 

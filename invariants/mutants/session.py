@@ -95,7 +95,7 @@ def abort_saves_slot(self: StreamingSession, req: Req, is_insert: bool = True) -
     ``prepare_for_extend``-inflated lengths included); the history stays at the last turn."""
     session = self._streaming(req)
     aborted = req.finished_reason is not None and req.finished_reason.kind == "abort"
-    if session is None or not aborted:
+    if not isinstance(session, Session) or not aborted:  # the engine's (the cache: a protocol)
         REAL_CACHE_FINISHED(self, req, is_insert)
         return
     history = session.req_nodes

@@ -29,7 +29,7 @@ from invariants.report.targets import (
 )
 from invariants.report.text import md_cell, violation_line
 from invariants.targets.registry import TARGETS
-from invariants.terminal import Col, print_table
+from invariants.terminal import Cell, Col, print_table
 
 COLUMNS = (
     "spec",
@@ -84,30 +84,31 @@ def print_side_by_side(console: Console, pairs: list[SideBySide]) -> None:
     with several targets the overview first, then each target's table."""
     groups = by_target(pairs)
     if len(groups) > 1:
-        heads, table = overview(pairs)
-        cols = [Col(heads[0]), *(Col(h, "text") for h in heads[1:])]
-        rows = [[table_row[0][0], *(Text(t, style=STYLES[s]) for t, s in table_row[1:])]
-                for table_row in table]  # fmt: skip
-        print_table(console, cols, rows, title="kvspec and every real-engine target")
+        _print_overview(console, pairs)
         for group in groups.values():
             print_side_by_side(console, group)
         return
-    names = columns(pairs)
-    cols = (Col(names[0]), Col(names[1]), Col(names[2]), Col(names[3], "text"),
-            Col(names[4], "num"))  # fmt: skip
-    rows = []
+    spec, kvspec, target, finding, seconds_head = columns(pairs)
+    cols = [Col(spec), Col(kvspec), Col(target), Col(finding, "text"), Col(seconds_head, "num")]
+    rows: list[list[Cell]] = []
     for p in pairs:
         row = p.row
         colour = "red" if not row.ok else "yellow" if row.unsupported or row.unmet else "green"
-        rows.append([
-            p.name,
-            kvspec_text(p.kvspec),
-            Text(row_text(row), style=colour),
-            row_detail(row),
-            "" if row.unsupported else f"{row.seconds:.2f}s",
-        ])  # fmt: skip
+        seconds = "" if row.unsupported else f"{row.seconds:.2f}s"
+        verdict = Text(row_text(row), style=colour)
+        rows.append([p.name, kvspec_text(p.kvspec), verdict, row_detail(row), seconds])
     print_table(console, cols, rows, title=_title(pairs))
     console.print(GOALS_NOTE, markup=False)
+
+
+def _print_overview(console: Console, pairs: list[SideBySide]) -> None:
+    """One row per spec, one column per target, each cell coloured by its status."""
+    heads, table = overview(pairs)
+    cols = [Col(heads[0]), *(Col(h, "text") for h in heads[1:])]
+    rows: list[list[Cell]] = [
+        [cells[0][0], *(Text(t, style=STYLES[s]) for t, s in cells[1:])] for cells in table
+    ]
+    print_table(console, cols, rows, title="kvspec and every real-engine target")
 
 
 def failure_lines(row: TargetRow) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -37,7 +37,7 @@ class SessionRef(_Strict):
     replace: bool | None = None
     drop_previous_output: bool | None = None
 
-    def params(self) -> dict[str, object]:
+    def params(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
 
 

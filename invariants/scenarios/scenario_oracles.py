@@ -12,7 +12,8 @@ streaming: the parent is the last turn that finished without abort).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal
 
 from engine.model.tokenizer import BOS_ID
 from invariants.scenarios.ops import OpenSession, Submit, Trace
@@ -23,7 +24,7 @@ MAX_REPORTED = 5
 
 
 def check_oracles(
-    names: list[str], outcome: TraceOutcome, max_req_len: int, eos_prob: float
+    names: Sequence[str], outcome: TraceOutcome, max_req_len: int, eos_prob: float
 ) -> list[str]:
     """One line per failed response (at most a few per oracle), prefixed by the oracle."""
     checks: dict[str, Callable[[], Iterator[str]]] = {
@@ -102,7 +103,7 @@ def _session_prompts(outcome: TraceOutcome) -> Iterator[str]:
 
 def _plain_parent(
     responses: dict[str, Response], rid: str | None, index: int
-) -> Response | bool | None:
+) -> Response | Literal[False] | None:
     """The parent's response; False when it is unknown (it had not finished when asked)."""
     if rid is None:
         return None

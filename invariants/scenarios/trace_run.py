@@ -14,6 +14,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 from engine.engine import Engine
@@ -194,7 +195,7 @@ class _Interpreter:
     def execute(self, drain: bool) -> int | None:
         """Every op, then the drain; returns the op index where the run stopped early."""
         ops = self.trace.ops
-        actions: list[Callable[[], OpResult | None]] = [lambda op=op: self.apply(op) for op in ops]
+        actions: list[Callable[[], OpResult | None]] = [partial(self.apply, op) for op in ops]
         if drain:
             actions.append(self.drain)
         for self.index, action in enumerate(actions):
@@ -266,7 +267,7 @@ class _Interpreter:
             op.input_ids,
             op.sampling_params(),
             rid=op.rid,
-            session_params=op.session and op.session.params(),
+            session_params=op.session.params() if op.session else None,
             return_logprob=op.return_logprob,
             logprob_start_len=op.logprob_start_len,
         )

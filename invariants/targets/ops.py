@@ -37,8 +37,12 @@ def op_message(op: Op) -> dict[str, Any]:
     if isinstance(op, Submit):
         return submit_message(op)
     if isinstance(op, OpenSession):
-        return {"op": "open_session", "session_id": op.sid, "streaming": op.streaming,
-                "timeout": op.timeout}  # fmt: skip
+        return {
+            "op": "open_session",
+            "session_id": op.sid,
+            "streaming": op.streaming,
+            "timeout": op.timeout,
+        }
     if isinstance(op, CloseSession):
         return {"op": "close_session", "session_id": op.sid}
     if isinstance(op, Abort):

@@ -25,8 +25,8 @@ def target_flags(name: str, options: TargetOptions) -> str:
 def outcome_lines(name: str, outcome: TargetOutcome, replay: str) -> list[str]:
     """One run (it ran: see ``unsupported_line`` otherwise), then its replay if it failed."""
     entry = registered(outcome.target)
-    said = len(outcome.findings)
-    checker = f", {said} {entry.engine} checker messages" if said else ""
+    fired = len(outcome.findings)
+    checker = f", {fired} {entry.engine} checker messages" if fired else ""
     lines = [
         f"{name} on {entry.engine} {outcome.version} ({entry.runs}): {outcome.stats}",
         f"{outcome.checks} checks, {len(outcome.violations)} violations{checker}, "

@@ -28,12 +28,20 @@ def test_native_turns_tag_and_close_releases(tagged: tuple[LiveServer, httpx.Cli
     sends the whole history and finds it cached; ``/metrics`` counts the tagging session
     until ``/close_session``; nothing is left request-owned or session-held."""
     _, client = tagged
-    first = client.post("/generate", json={"text": SYSTEM + "Q1?", "session_id": "chat",
-                                           "sampling_params": {"max_new_tokens": 6}})  # fmt: skip
+    first = client.post(
+        "/generate",
+        json={
+            "text": SYSTEM + "Q1?",
+            "session_id": "chat",
+            "sampling_params": {"max_new_tokens": 6},
+        },
+    )
     assert first.status_code == 200, first.text
     history = SYSTEM + "Q1?" + first.json()["text"] + " Q2?"
-    second = client.post("/generate", json={"text": history, "session_id": "chat",
-                                            "sampling_params": {"max_new_tokens": 6}})  # fmt: skip
+    second = client.post(
+        "/generate",
+        json={"text": history, "session_id": "chat", "sampling_params": {"max_new_tokens": 6}},
+    )
     assert second.status_code == 200, second.text
     assert second.json()["meta_info"]["cached_tokens"] >= len(SYSTEM)
     assert "kvspec_tagged_sessions 1.0" in client.get("/metrics").text

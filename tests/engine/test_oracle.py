@@ -134,7 +134,7 @@ def test_eagle_with_every_cache_feature_gives_the_tokens_of_every_feature_off(
     features-off greedy tokens; the features fired, every accept length occurred."""
     config = replace(
         _config(model, 16, {**ON, "overlap": version == 2}), speculative=SpecConfig(version=version)
-    )  # type: ignore[arg-type]
+    )
     on, engine, seen = _run(config)
     off, _, _ = _run(_config(model, 16, OFF))
     assert _tokens(on) == _tokens(off)

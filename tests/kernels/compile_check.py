@@ -25,14 +25,14 @@ def build(
     num_stages: int = 2,
 ) -> None:
     """Compile ``fn`` with pointer/scalar ``types`` (default i32) and ``constexprs``."""
-    names = fn.arg_names  # type: ignore[attr-defined]
+    names = fn.arg_names
     sig = {p: "constexpr" if p in constexprs else types.get(p, "i32") for p in names}
     src = ASTSource(
         fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in constexprs.items()}
     )
     options = {"num_warps": num_warps, "num_stages": num_stages}
     kernel = triton_compile(src, target=GPUTarget("cuda", arch, 32), options=options)
-    print(f"{fn.__name__} smem={kernel.metadata.shared}")  # type: ignore[attr-defined]
+    print(f"{fn.__name__} smem={kernel.metadata.shared}")
 
 
 def main(arch: int) -> None:

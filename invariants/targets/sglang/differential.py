@@ -109,8 +109,9 @@ class _Lockstep:
 
     def __init__(self, trace: Trace, driver: LineDriver) -> None:
         self.trace, self.batches = trace, _Batches()
+        self.clock = SimClock()
         self.engine = Engine(
-            trace.engine.engine_config(trace.seed), clock=SimClock(), observers=[self.batches]
+            trace.engine.engine_config(trace.seed), clock=self.clock, observers=[self.batches]
         )
         self.sglang = Stepper(driver, trace.seed, draws_outputs=True)
         self.config = {
@@ -144,7 +145,7 @@ class _Lockstep:
         engine = self.engine
         if isinstance(op, Submit):
             if op.rid not in engine.requests:
-                session = op.session and op.session.params()
+                session = op.session.params() if op.session else None
                 engine.submit(
                     op.input_ids,
                     op.sampling_params(),
@@ -159,7 +160,7 @@ class _Lockstep:
         elif isinstance(op, CloseSession):
             engine.close_session(op.sid)
         elif isinstance(op, AdvanceClock):
-            engine.clock.t += op.seconds
+            self.clock.t += op.seconds
         elif isinstance(op, Abort):
             self._abort(op)
             return

@@ -53,10 +53,10 @@ def release_supports(version: str | None = None) -> frozenset[str]:
     if not path.exists():
         return frozenset()
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign | ast.AnnAssign):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == "SUPPORTS" for t in targets):
-                return frozenset(ast.literal_eval(node.value or ast.Constant(())))
+                return frozenset(ast.literal_eval(node.value))
     return frozenset()
 
 

@@ -219,7 +219,8 @@ class _Lockstep:
             },
         }
         self.hits: dict[str, tuple[str, list[str]]] = {}
-        self.after, self.error = "", None
+        self.after = ""
+        self.error: str | None = None
         self.sglang_before: Iteration | None = None  # SGLang's latest iteration compared
         self.kvspec_before: Iteration | None = None  # kvspec's
         self.ledger = Ledger()
@@ -252,7 +253,8 @@ class _Lockstep:
             self.engine(self.kvspec.drain)
             answers = self.sglang.drain(DRAIN_STEPS)
         else:
-            result = self.engine(lambda: self.kvspec.apply(op))
+            current = op
+            result = self.engine(lambda: self.kvspec.apply(current))
             if isinstance(op, Submit) and result.status == "rejected":
                 self.ledger.rejected.add(op.rid)
             if isinstance(op, Abort) and op.rid is None and result.status == "ok":
@@ -323,10 +325,11 @@ class _Lockstep:
                 self.hit(gid, REASONS[gid], where)
             return True
         gaps = [bucket_gap(a.buckets, b.buckets, x, self.config) for x in buckets]
-        if not all(gaps):
+        found = [gap for gap in gaps if gap is not None]
+        if len(found) < len(gaps):
             return False
-        for gap in gaps:
-            self.hit(gap.id, gap.reason, where)  # type: ignore[union-attr]
+        for gap in found:
+            self.hit(gap.id, gap.reason, where)
         return True
 
     def hit(self, gid: str, reason: str, where: str) -> None:
@@ -336,4 +339,5 @@ class _Lockstep:
             seen.append(where)
 
 
-REASONS = {gap.id: gap.reason for gap in (*SCHED_GAPS, *GAPS)}
+REASONS: dict[str, str] = {gap.id: gap.reason for gap in SCHED_GAPS}
+REASONS |= {gap.id: gap.reason for gap in GAPS}

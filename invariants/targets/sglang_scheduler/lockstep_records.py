@@ -58,7 +58,8 @@ def kvspec_iteration(engine: Any) -> Iteration:
     released = sched.released
     retracted = tuple(r.rid for r in released if not r.is_insert and not r.finished)
     finished = tuple(r.rid for r in released if r.finished)
-    batch, mode, reqs = sched.cur_batch, "idle", ()
+    batch, mode = sched.cur_batch, "idle"
+    reqs: tuple[tuple[str, int], ...] = ()
     if batch is not None and batch.forward is not None:
         fb = batch.forward
         mode = batch.mode.value

@@ -36,8 +36,14 @@ ENV_VAR = "KVSPEC_VLLM_PYTHON"
 VLLM_VERSION = "0.33.0"  # the release the driver follows (ci/vllm_env.sh)
 UNSUPPORTED_OPS = {"force_retract": "force_retract: vLLM preempts under pressure only"}
 # no vLLM counterpart: sessions, the forced retract, the session clock
-NOT_DRIVEN = ("turn", "open_session", "close_session", "wait_turn", "force_retract",
-              "advance_clock")  # fmt: skip
+NOT_DRIVEN = (
+    "turn",
+    "open_session",
+    "close_session",
+    "wait_turn",
+    "force_retract",
+    "advance_clock",
+)
 
 
 def vllm_python(explicit: str | Path | None = None) -> Path:
@@ -110,12 +116,12 @@ def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:
     details = drive.details
     if not details:
         return ()
-    found = (f"scheduler: {details['scheduler']}", f"preemptions: {drive.stats.preempted}")
+    found = [f"scheduler: {details['scheduler']}", f"preemptions: {drive.stats.preempted}"]
     if details.get("drafts"):
-        found += ("drafts accepted: {} of {} verified".format(*details["drafts"]),)
+        found.append("drafts accepted: {} of {} verified".format(*details["drafts"]))
     if details.get("fault"):
-        found += (f"fault fired on blocks {details['fault_fired']}",)
-    return found
+        found.append(f"fault fired on blocks {details['fault_fired']}")
+    return tuple(found)
 
 
 def engine(rng: np.random.Generator) -> EngineSpec:
@@ -127,8 +133,12 @@ def engine(rng: np.random.Generator) -> EngineSpec:
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
     swa, overlap = rng.random() < 1 / 3, bool(rng.random() < 0.5)
     drafts = int(rng.integers(1, 5)) if not overlap and rng.random() < 1 / 3 else 0
-    speculative = {"version": 1, "num_steps": drafts, "num_draft_tokens": drafts + 1,
-                   "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2)}  # fmt: skip
+    speculative = {
+        "version": 1,
+        "num_steps": drafts,
+        "num_draft_tokens": drafts + 1,
+        "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2),
+    }
     return EngineSpec(
         swa_tokens=tokens if swa else None,
         sliding_window=int(rng.choice([8, 16, 32, 64])) if swa else None,

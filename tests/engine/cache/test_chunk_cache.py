@@ -112,7 +112,7 @@ def test_swa_chunk_cache_needs_an_swa_allocator() -> None:
     with pytest.raises(KVAccountingError, match="SWAAllocator"):
         ChunkCache(pool, PagedAllocator(16, 4), 4, sliding_window_size=8)
     with pytest.raises(KVAccountingError, match="SWAAllocator"):
-        SWAChunkCache(pool, PagedAllocator(16, 4), 4, 8)  # type: ignore[arg-type]
+        SWAChunkCache(pool, PagedAllocator(16, 4), 4, 8)
 
 
 def test_a_window_without_a_swa_pool_builds_a_plain_chunk_cache() -> None:

@@ -324,5 +324,5 @@ def test_nodes_are_slotted_records() -> None:
     """TreeNode is a slotted, identity-compared record (no accidental attribute typos)."""
     node = TreeNode(0, (), np.empty(0, dtype=np.int64))
     with pytest.raises(AttributeError):
-        node.lock = 1  # type: ignore[attr-defined]
+        node.lock = 1
     assert node != TreeNode(0, (), np.empty(0, dtype=np.int64))

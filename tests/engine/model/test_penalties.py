@@ -50,7 +50,7 @@ def test_neutral_parameters_take_the_fast_path() -> None:
 def test_out_of_range_parameters_are_refused(fields: dict[str, float], message: str) -> None:
     """SGLang's ``SamplingParams.verify`` ranges, named in the error."""
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
-        SamplingParams(**fields)  # type: ignore[arg-type]
+        SamplingParams(**fields)
 
 
 def test_min_new_tokens_holds_off_an_always_eos_model() -> None:
@@ -117,7 +117,7 @@ def test_every_schedule_returns_the_uncached_reference(fields: dict[str, object]
     """Twelve penalized requests (chunked prompts, EOS drawn often) under overlap, retract,
     mixed chunks, EAGLE v1/v2 and the tiny transformer: each response equals the model's
     scratch reference under the same penalties, and no stop token comes before the minimum."""
-    spec = EngineSpec(eos_prob=0.3, chunked_prefill_size=16, **fields)  # type: ignore[arg-type]
+    spec = EngineSpec(eos_prob=0.3, chunked_prefill_size=16, **fields)
     engine = Engine(spec.engine_config(0))
     rng = np.random.default_rng(0)
     prompts = [

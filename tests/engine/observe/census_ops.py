@@ -34,7 +34,7 @@ def census_engine(page_size: int, cache: str) -> Engine:
         context_len=128,
         cache=cache,
         strict=False,
-    )  # type: ignore[arg-type]
+    )
     return Engine(EngineConfig(memory=memory, enable_overlap=False))
 
 

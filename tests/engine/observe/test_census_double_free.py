@@ -25,7 +25,7 @@ def _engine(page_size: int) -> Engine:
         context_len=128,
         cache="radix",
         strict=False,
-    )  # type: ignore[arg-type]
+    )
     return Engine(EngineConfig(memory=memory, enable_overlap=False))
 
 

@@ -35,9 +35,17 @@ def launched() -> tuple[KVMemory, Req, ForwardBatch, InFlightReads]:
     assert slots is not None and slots.tolist() == list(range(1, 11))
     mem.req_to_token_pool.write(row, 0, slots)
     fb = ForwardBatch(
-        ForwardMode.DECODE, [req], np.array([0]), np.array([9]), slots[9:], np.array([row]),
-        np.array([9]), np.array([1]), np.array([10]), mem.req_to_token_pool.req_to_token,
-    )  # fmt: skip
+        ForwardMode.DECODE,
+        [req],
+        np.array([0]),
+        np.array([9]),
+        slots[9:],
+        np.array([row]),
+        np.array([9]),
+        np.array([1]),
+        np.array([10]),
+        mem.req_to_token_pool.req_to_token,
+    )
     reads = InFlightReads(mem)
     assert reads.update([], fb, 1, "forward of iteration 1") == ()
     return mem, req, fb, reads

@@ -145,7 +145,7 @@ def driving(method: F) -> F:
         method(self, *args, **kwargs)
         self.broken = False
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 class SteppingRules(RuleBasedStateMachine):

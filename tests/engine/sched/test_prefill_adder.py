@@ -19,7 +19,7 @@ def _mem(page_size: int = 1, total: int = 1024, cache: str = "radix") -> KVMemor
             context_len=1024,
             cache=cache,
         )
-    )  # type: ignore[arg-type]
+    )
 
 
 def _req(rid: str, n: int, max_new: int = 16, start: int = 0) -> Req:

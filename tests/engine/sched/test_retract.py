@@ -30,7 +30,7 @@ def _decoding_engine(page_size: int, cache: str) -> Engine:
     """An engine (no overlap) stopped while four requests decode and nothing is chunked."""
     mem = MemoryConfig(
         page_size=page_size, max_total_tokens=8192, max_num_reqs=8, context_len=1024, cache=cache
-    )  # type: ignore[arg-type]
+    )
     engine = Engine(EngineConfig(memory=mem, enable_overlap=False, chunked_prefill_size=None))
     for i, p in enumerate(prompts(7, 4, 48, 20, 60)):
         engine.submit(p, SamplingParams(max_new_tokens=50 + i))

@@ -86,7 +86,7 @@ def test_feature_grid_keeps_accounting_and_fires_every_feature(row: dict[str, An
     assert s.evicted_tokens > 0 if row["radix"] else s.evicted_tokens == 0
     assert s.retracted_reqs > 0 if row["retract"] else True
     assert s.mixed_batches > 0 if row["mixed"] else s.mixed_batches == 0
-    assert engine.runner.num_integrity_failures == 0  # type: ignore[attr-defined]
+    assert engine.runner.num_integrity_failures == 0
     assert _outputs(engine, len(w.prompts)) == reference_outputs(row["page_size"])
 
 
@@ -268,7 +268,7 @@ def test_swa_decode_evicts_kv_outside_the_window() -> None:
     )
     results = engine.generate(prompts(1, 6, 32, 40, 120), SamplingParams(max_new_tokens=80))
     assert max(cursors) > 0 and all(r.completion_tokens == 80 for r in results)
-    assert engine.runner.num_integrity_failures == 0  # type: ignore[attr-defined]
+    assert engine.runner.num_integrity_failures == 0
 
 
 def test_running_requests_never_exceed_the_limit() -> None:

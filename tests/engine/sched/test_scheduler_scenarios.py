@@ -33,7 +33,7 @@ class Scenario:
 
     def __init__(self, **engine_fields: object) -> None:
         memory = MemoryConfig(page_size=PAGE, max_total_tokens=64, max_num_reqs=4, context_len=64)
-        self.engine = Engine(EngineConfig(memory=memory, enable_overlap=False, **engine_fields))  # type: ignore[arg-type]
+        self.engine = Engine(EngineConfig(memory=memory, enable_overlap=False, **engine_fields))
         self.log = self.engine.mem.allocator.changes.subscribe()
         self.log.take()
 

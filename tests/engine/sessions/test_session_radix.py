@@ -106,4 +106,4 @@ def test_without_the_flag_a_top_level_session_id_names_an_open_session() -> None
 def test_session_tags_need_the_full_attention_radix_tree(fields: dict[str, object]) -> None:
     """The flag names what it needs (SGLang: UnifiedRadixCache)."""
     with pytest.raises(ConfigError, match="session_radix_cache"):
-        MemoryConfig(session_radix_cache=True, **fields)  # type: ignore[arg-type]
+        MemoryConfig(session_radix_cache=True, **fields)

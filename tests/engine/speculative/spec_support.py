@@ -22,7 +22,7 @@ def spec(version: int, num_steps: int = 3, accept_prob: float = 0.7) -> SpecConf
     return SpecConfig(
         version=version,
         num_steps=num_steps,
-        num_draft_tokens=num_steps + 1,  # type: ignore[arg-type]
+        num_draft_tokens=num_steps + 1,
         accept_prob=accept_prob,
     )
 

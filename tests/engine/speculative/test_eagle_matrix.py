@@ -66,4 +66,4 @@ def test_eagle_grid_row_is_clean_and_lossless(row: dict) -> None:
         [list(p) for p in w.prompts], SamplingParams(max_new_tokens=w.max_new_tokens)
     )
     got = [engine.results.get(r.rid) for r in expected]
-    assert None not in got and tokens(got) == tokens(expected)  # type: ignore[arg-type]
+    assert None not in got and tokens(got) == tokens(expected)

@@ -166,7 +166,7 @@ def test_violation_is_frozen() -> None:
     """Violation records are immutable."""
     record = Violation("t.x", "title", "step", 1, "msg")
     with pytest.raises(dataclasses.FrozenInstanceError):
-        record.step = 2  # type: ignore[misc]
+        record.step = 2
 
 
 class FakeEngine:

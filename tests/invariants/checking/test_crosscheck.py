@@ -71,7 +71,7 @@ def test_a_lying_incremental_census_is_caught(
     real = memory_view.incremental_census
 
     def lying(*args: object) -> Census:
-        census = real(*args)  # type: ignore[arg-type]
+        census = real(*args)
         return Census(census.num_pages, duplicates=(PageOwners(7, ("tree:n1", "tree:n2")),))
 
     monkeypatch.setattr(memory_view, "incremental_census", lying)
@@ -84,8 +84,8 @@ def test_stale_request_views_are_caught(crosscheck: None, monkeypatch: pytest.Mo
     real_init = memory_view.ViewMemo.__init__
 
     def init(self: memory_view.ViewMemo, spec_state: object = None) -> None:
-        real_init(self, spec_state)  # type: ignore[arg-type]
-        self.req_views = StaleViews(spec_state)  # type: ignore[arg-type]
+        real_init(self, spec_state)
+        self.req_views = StaleViews(spec_state)
 
     monkeypatch.setattr(memory_view.ViewMemo, "__init__", init)
     with pytest.raises(CrossCheckMismatch, match=r"request views\[\d+\]"):
@@ -98,7 +98,7 @@ class StaleViews(ReqViewCache):
     __slots__ = ("first",)
 
     def __init__(self, spec_state: object = None) -> None:
-        super().__init__(spec_state)  # type: ignore[arg-type]
+        super().__init__(spec_state)
         self.first: dict[int, tuple[ReqView, ...]] = {}
 
     def views(self, reqs: list[Req], places: ReqPlaces) -> tuple[ReqView, ...]:

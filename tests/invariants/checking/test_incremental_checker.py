@@ -32,7 +32,7 @@ def _records(checker: Checker) -> list[tuple[str, str, int, str, tuple[str, ...]
 
 
 @pytest.mark.parametrize("rule", CATALOG.rules, ids=lambda r: r.id)
-def test_fixtures_give_the_same_violations_with_and_without_fast_path(rule) -> None:  # type: ignore[no-untyped-def]
+def test_fixtures_give_the_same_violations_with_and_without_fast_path(rule) -> None:
     """Each rule's pass and fail fixtures, checked with and without the fast path, twice
     in a row (the second time the memos hold): the same records."""
     for fixture in rule.fixtures.values():

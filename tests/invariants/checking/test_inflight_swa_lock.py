@@ -27,8 +27,18 @@ def test_the_launched_chunk_keeps_its_window_through_the_checkpoint() -> None:
     """ps 1, SWA pools, radix tree, overlap, chunks of 64, a retract every 3 forwards: the
     hypothesis example runs to idle with no violation."""
     state = EngineMachine()
-    state.setup(ps=1, swa=True, chunk=64, interval=3, radix=True, retract=True, first=FIRST,
-                seed=2, overlap=True, mixed=False)  # fmt: skip
+    state.setup(
+        ps=1,
+        swa=True,
+        chunk=64,
+        interval=3,
+        radix=True,
+        retract=True,
+        first=FIRST,
+        seed=2,
+        overlap=True,
+        mixed=False,
+    )
     for index, n in enumerate(STEPS):
         for length, max_new, seed, shared in SUBMITS.get(index, []):
             state.submit(length=length, max_new=max_new, seed=seed, shared=shared)

@@ -150,7 +150,7 @@ def test_corrupted_kv_stops_the_engine_at_the_forward_that_reads_it() -> None:
     engine.step()
     req = engine.requests[rid]
     slot = int(engine.mem.req_to_token_pool.req_to_token[req.req_pool_idx, 5])
-    engine.runner.kv.full[slot] = 1  # type: ignore[attr-defined]
+    engine.runner.kv.full[slot] = 1
     with pytest.raises(InvariantViolation) as caught:
         engine.step()
     found = caught.value.violation

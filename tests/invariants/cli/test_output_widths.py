@@ -49,7 +49,7 @@ def _flags(command: str) -> list[str]:
     import typer.main
 
     group = typer.main.get_command(app)
-    params = group.commands[command].params  # type: ignore[attr-defined]
+    params = group.commands[command].params
     return [opt for p in params for opt in (*p.opts, *p.secondary_opts) if opt.startswith("--")]
 
 

@@ -64,7 +64,7 @@ def test_a_planted_entry_is_never_reported_as_caught():
     """A planted entry's state is one no trace reaches: the gate says so and runs nothing."""
     traffic = GateTraffic(seeds=1, steps=10, cells=[])
     with ThreadPoolExecutor(1) as pool:
-        result = gate_entry("22900-swa-cursor-uncapped", traffic, pool, 1, 10)  # type: ignore[arg-type]
+        result = gate_entry("22900-swa-cursor-uncapped", traffic, pool, 1, 10)
     assert result.status == "planted" and result.ok and "no trace" in gate_line(result)
     assert traffic.next_task() is not None  # nothing was issued
 

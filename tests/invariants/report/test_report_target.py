@@ -204,8 +204,9 @@ def test_a_target_runs_lines_say_why_and_replay(capsys: pytest.CaptureFixture[st
     assert unsupported_line("a", refused) == (
         "a: not supported by the sglang target: speculative decoding"
     )
-    unmet = TargetOutcome("sglang", "0.5.23", None, TargetStats(steps=3), checks=5,
-                          unmet=("finished >= 2 (got 1)",))  # fmt: skip
+    unmet = TargetOutcome(
+        "sglang", "0.5.23", None, TargetStats(steps=3), checks=5, unmet=("finished >= 2 (got 1)",)
+    )
     lines = outcome_lines("a", unmet, "kvspec run a.yaml --target sglang")
     assert unmet.ok and "note: expected finished >= 2 (got 1)" in lines[-1]
     assert lines[0] == "a on SGLang 0.5.23 (memory classes): steps=3"

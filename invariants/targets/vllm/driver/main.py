@@ -73,9 +73,18 @@ class Driver:
         self.outputs: dict[str, list[int]] = {}
         self.order: list[str] = []  # rids in submit order (phase aborts pick from it)
         self.counts = dict.fromkeys(
-            ("steps", "finished", "aborted", "rejected", "preempted", "cached_tokens",
-             "evicted_tokens", "decode_tokens"), 0
-        )  # fmt: skip
+            (
+                "steps",
+                "finished",
+                "aborted",
+                "rejected",
+                "preempted",
+                "cached_tokens",
+                "evicted_tokens",
+                "decode_tokens",
+            ),
+            0,
+        )
         self.sched = build_scheduler(op, self.model_dir)
         self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
         instrument(self.sched, self.counts, self.block_size)
@@ -97,8 +106,14 @@ class Driver:
         self.outputs[rid] = list(op["output_ids"])
         self.order.append(rid)
         ignore_eos = op.get("ignore_eos", True)
-        request = make_request(rid, op["input_ids"], op["max_new_tokens"], ignore_eos,
-                               self.block_size, op.get("min_new_tokens", 0))  # fmt: skip
+        request = make_request(
+            rid,
+            op["input_ids"],
+            op["max_new_tokens"],
+            ignore_eos,
+            self.block_size,
+            op.get("min_new_tokens", 0),
+        )
         self.sched.add_request(request)
         return []
 

@@ -29,8 +29,10 @@ class Speculation:
     def proposals(self, sched, rids: list[str], token_at) -> DraftTokenIds:
         """``k`` draft tokens for each request of ``rids`` still decoding."""
         live = [
-            r for r in rids
-            if r in sched.requests and not sched.requests[r].is_finished()
+            r
+            for r in rids
+            if r in sched.requests
+            and not sched.requests[r].is_finished()
             and not sched.requests[r].is_prefill_chunk
-        ]  # fmt: skip
+        ]
         return DraftTokenIds(live, [[token_at(r, j) for j in range(self.k)] for r in live])

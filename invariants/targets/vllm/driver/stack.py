@@ -35,42 +35,79 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 EOS_TOKEN_ID = 2
 TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 1,
-    "num_hidden_layers": 1, "vocab_size": 1024, "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-6, "bos_token_id": 1, "eos_token_id": EOS_TOKEN_ID,
-    "torch_dtype": "float32", "tie_word_embeddings": False,
-}  # fmt: skip
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "num_hidden_layers": 1,
+    "vocab_size": 1024,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-6,
+    "bos_token_id": 1,
+    "eos_token_id": EOS_TOKEN_ID,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+}
 init_none_hash(sha256)
 
 
 def build_scheduler(op: dict, model_dir: str) -> Scheduler:
+    """A fresh scheduler of one config op, built as vLLM's tests build one (tests/v1/core)."""
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(TINY_LLAMA, f)
     block_size, num_blocks = op["block_size"], op["num_blocks"]
-    model = ModelConfig(model=model_dir, dtype="float32", seed=42, skip_tokenizer_init=True,
-                        max_model_len=op["max_model_len"])  # fmt: skip
-    sched = SchedulerConfig(
-        max_num_seqs=op["max_num_seqs"], max_num_batched_tokens=op["max_num_batched_tokens"],
-        max_model_len=op["max_model_len"], long_prefill_token_threshold=0,
-        enable_chunked_prefill=True, async_scheduling=bool(op.get("async_scheduling")),
-        is_encoder_decoder=model.is_encoder_decoder,
-    )  # fmt: skip
-    cache = CacheConfig(block_size=block_size, cache_dtype="auto",
-                        enable_prefix_caching=op["prefix_caching"])  # fmt: skip
-    speculative = eagle_config(op.get("num_speculative_tokens") or 0, model, model_dir)
-    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
-                        speculative_config=speculative)  # fmt: skip
-    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                       kv_cache_groups=kv_groups(block_size, op.get("sliding_window")))  # fmt: skip
-    cache.num_gpu_blocks = num_blocks
+    config = vllm_config(op, model_dir)
+    kv = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=kv_groups(block_size, op.get("sliding_window")),
+    )
+    config.cache_config.num_gpu_blocks = num_blocks
     # vLLM's CPU platform turns async scheduling off (nothing to overlap on a CPU); its tests
     # build the AsyncScheduler directly, as here, and the flag is put back to match
     config.scheduler_config.async_scheduling = bool(op.get("async_scheduling"))
     kind = AsyncScheduler if op.get("async_scheduling") else Scheduler
-    return kind(vllm_config=config, kv_cache_config=kv,
-                     structured_output_manager=StructuredOutputManager(config),
-                     block_size=block_size, log_stats=True)  # fmt: skip
+    return kind(
+        vllm_config=config,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=block_size,
+        log_stats=True,
+    )
+
+
+def vllm_config(op: dict, model_dir: str) -> VllmConfig:
+    """The model, scheduler, cache and (EAGLE) speculative configs of one config op."""
+    model = ModelConfig(
+        model=model_dir,
+        dtype="float32",
+        seed=42,
+        skip_tokenizer_init=True,
+        max_model_len=op["max_model_len"],
+    )
+    sched = SchedulerConfig(
+        max_num_seqs=op["max_num_seqs"],
+        max_num_batched_tokens=op["max_num_batched_tokens"],
+        max_model_len=op["max_model_len"],
+        long_prefill_token_threshold=0,
+        enable_chunked_prefill=True,
+        async_scheduling=bool(op.get("async_scheduling")),
+        is_encoder_decoder=model.is_encoder_decoder,
+    )
+    cache = CacheConfig(
+        block_size=op["block_size"],
+        cache_dtype="auto",
+        enable_prefix_caching=op["prefix_caching"],
+    )
+    speculative = eagle_config(op.get("num_speculative_tokens") or 0, model, model_dir)
+    return VllmConfig(
+        scheduler_config=sched,
+        model_config=model,
+        cache_config=cache,
+        speculative_config=speculative,
+    )
 
 
 def eagle_config(k: int, target: ModelConfig, model_dir: str) -> SpeculativeConfig | None:
@@ -83,9 +120,13 @@ def eagle_config(k: int, target: ModelConfig, model_dir: str) -> SpeculativeConf
     os.makedirs(draft, exist_ok=True)
     with open(os.path.join(draft, "config.json"), "w") as f:
         json.dump(TINY_LLAMA, f)
-    return SpeculativeConfig(method="eagle", model=draft, num_speculative_tokens=k,
-                             target_model_config=target,
-                             target_parallel_config=ParallelConfig())  # fmt: skip
+    return SpeculativeConfig(
+        method="eagle",
+        model=draft,
+        num_speculative_tokens=k,
+        target_model_config=target,
+        target_parallel_config=ParallelConfig(),
+    )
 
 
 def kv_groups(block_size: int, window: int | None) -> list[KVCacheGroupSpec]:
@@ -97,14 +138,25 @@ def kv_groups(block_size: int, window: int | None) -> list[KVCacheGroupSpec]:
     return groups
 
 
-def make_request(rid: str, prompt: list[int], max_tokens: int, ignore_eos: bool,
-                 block_size: int, min_tokens: int = 0) -> Request:  # fmt: skip
+def make_request(
+    rid: str,
+    prompt: list[int],
+    max_tokens: int,
+    ignore_eos: bool,
+    block_size: int,
+    min_tokens: int = 0,
+) -> Request:
     """``min_tokens``: the fake runner samples no EOS before it, as vLLM's sampler does."""
     params = SamplingParams(ignore_eos=ignore_eos, max_tokens=max_tokens, min_tokens=min_tokens)
     params.update_from_generation_config({}, eos_token_id=EOS_TOKEN_ID)
     hasher = get_request_block_hasher(block_size, sha256)
-    return Request(request_id=rid, prompt_token_ids=list(prompt), sampling_params=params,
-                   pooling_params=None, block_hasher=hasher)  # fmt: skip
+    return Request(
+        request_id=rid,
+        prompt_token_ids=list(prompt),
+        sampling_params=params,
+        pooling_params=None,
+        block_hasher=hasher,
+    )
 
 
 def instrument(sched: Scheduler, counts: dict, block_size: int) -> None:

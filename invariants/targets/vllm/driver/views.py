@@ -54,13 +54,18 @@ def block_tables(sched, block_size: int, in_flight: dict[str, int]) -> list[dict
         window = getattr(manager, "sliding_window", None) or 0
         for rid, blocks in manager.req_to_blocks.items():
             request = sched.requests.get(rid)
-            out.append({
-                "rid": rid, "group": f"{manager.kv_cache_group_id}:{type(manager).__name__}",
-                "window": window, "block_size": block_size, "num_blocks": len(blocks),
-                "computed": request.num_computed_tokens if request is not None else -1,
-                "in_flight": in_flight.get(rid, 0),
-                "null_blocks": [i for i, b in enumerate(blocks) if b.is_null],
-            })  # fmt: skip
+            out.append(
+                {
+                    "rid": rid,
+                    "group": f"{manager.kv_cache_group_id}:{type(manager).__name__}",
+                    "window": window,
+                    "block_size": block_size,
+                    "num_blocks": len(blocks),
+                    "computed": request.num_computed_tokens if request is not None else -1,
+                    "in_flight": in_flight.get(rid, 0),
+                    "null_blocks": [i for i, b in enumerate(blocks) if b.is_null],
+                }
+            )
     return out
 
 
@@ -77,14 +82,26 @@ def state(
             holders[b] = holders.get(b, 0) + 1
     changes = []
     for b in pool.blocks:
-        row = [b.block_id, b.ref_cnt, b.block_id in free, _hash(b),
-               mapped.get(b.block_id, []), holders.get(b.block_id, 0), b.is_null]  # fmt: skip
+        row = [
+            b.block_id,
+            b.ref_cnt,
+            b.block_id in free,
+            _hash(b),
+            mapped.get(b.block_id, []),
+            holders.get(b.block_id, 0),
+            b.is_null,
+        ]
         if seen.get(b.block_id) != row:
             seen[b.block_id] = row
             changes.append(row)
-    return {"event": event, "step": step, "page_size": block_size,
-            "pools": [_pool(pool, walk, held, block_size)], "block_changes": changes,
-            "block_tables": block_tables(sched, block_size, in_flight)}  # fmt: skip
+    return {
+        "event": event,
+        "step": step,
+        "page_size": block_size,
+        "pools": [_pool(pool, walk, held, block_size)],
+        "block_changes": changes,
+        "block_tables": block_tables(sched, block_size, in_flight),
+    }
 
 
 def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int) -> dict:
@@ -99,11 +116,17 @@ def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int) -> dict:
         (f"req:{rid}", [b for b in blocks if b not in hashed]) for rid, blocks in held.items()
     ]
     return {
-        "name": "full", "page_size": bs, "capacity": len(live) * bs,
+        "name": "full",
+        "page_size": bs,
+        "capacity": len(live) * bs,
         "free": (pool.free_block_queue.num_free_blocks - evictable) * bs,
         "evictable": evictable * bs,
         "protected": sum(b.block_id in hashed for b in in_use) * bs,
         "request_owned": sum(b.block_id not in hashed for b in in_use) * bs,
-        "census_input": {"num_pages": len(live), "free_pages": walk, "owned": owned,
-                         "referenced": [(f"req:{rid}", bl) for rid, bl in held.items()]},
-    }  # fmt: skip
+        "census_input": {
+            "num_pages": len(live),
+            "free_pages": walk,
+            "owned": owned,
+            "referenced": [(f"req:{rid}", bl) for rid, bl in held.items()],
+        },
+    }

@@ -32,10 +32,17 @@ DRIFT = "AttributeError: type object 'Scheduler' has no attribute 'recv_requests
 def outcome(violations=(), sglang=(), error=None) -> TargetOutcome:
     trace = Trace(name="t", ops=[Step(n=3)])
     return TargetOutcome(
-        "sglang-scheduler", "0.5.10.post1", trace, TargetStats(steps=30), tuple(violations),
-        checks=10, seconds=0.1, error=error, findings=tuple(sglang),
+        "sglang-scheduler",
+        "0.5.10.post1",
+        trace,
+        TargetStats(steps=30),
+        tuple(violations),
+        checks=10,
+        seconds=0.1,
+        error=error,
+        findings=tuple(sglang),
         stopped_at=0 if violations else None,
-    )  # fmt: skip
+    )
 
 
 def violation(invariant: str, step: int, message: str = "m") -> Violation:
@@ -115,11 +122,16 @@ def test_history_rows_say_which_side_saw_it():
     rows = rows_of(outcome([violation("census.no_orphans", 2, LEAK)], sglang), "s", "replay")
     census, positive = rows
     assert (census.kind, census.invariant, census.iteration, census.pages) == (
-        "census", "census.no_orphans", 2, (567,),
-    )  # fmt: skip
+        "census",
+        "census.no_orphans",
+        2,
+        (567,),
+    )
     assert (positive.kind, positive.iteration, positive.iterations) == (
-        "sglang-false-positive", 1, 2,
-    )  # fmt: skip
+        "sglang-false-positive",
+        1,
+        2,
+    )
     both = rows_of(outcome([violation("pool.busy_sum", 3)], sglang), "s", "r")[0]
     assert both.kind == "both"
     assert rows_of(outcome(), "s", "r") == []

@@ -154,10 +154,15 @@ def test_eos_ends_a_request_after_its_minimum(eos_prob: float, sampled: int) -> 
     from invariants.scenarios.spec import EngineSpec
 
     ops = [
-        Submit(rid=f"r{i}", input_ids=list(range(1, 30)), max_new_tokens=10, ignore_eos=False,
-               min_new_tokens=3)
+        Submit(
+            rid=f"r{i}",
+            input_ids=list(range(1, 30)),
+            max_new_tokens=10,
+            ignore_eos=False,
+            min_new_tokens=3,
+        )
         for i in range(4)
-    ]  # fmt: skip
+    ]
     engine = EngineSpec(eos_prob=eos_prob, enable_overlap=False, page_size=4)
     out = run_trace(VLLM, Trace(name="eos", seed=0, engine=engine, ops=ops), CATALOG, 2)
     assert out.ok and out.stats.finished == 4, (out.error, out.violations[:2])
