@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds a CPU-only venv holding one real SGLang release (installed --no-deps: its declared
 # dependencies would pull CUDA) with the pure-Python packages its memory classes and its real
-# Scheduler module import, plus torch's CPU wheel. Recipe: research/sglang_cpu.md §1,
-# research/sglang_real_scheduler.md §1 and §4.
+# Scheduler module import, plus torch's CPU wheel (what each package is for: the comments below;
+# the import stubs the drivers install instead of GPU-only packages: invariants/targets/sglang/
+# driver/stubs.py).
 #   SGLANG_VERSION  0.5.23 (default) -> .sglang-venv; any other supported release -> .sglang-venv-<version>
 #   SGLANG_VENV     another directory for the venv (overrides the default above)
 # Idempotent: the stamp file <venv>/.installed holds the recipe it was built from; when it matches,
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 SGLANG_VERSION=${SGLANG_VERSION:-0.5.23}
 PYTHON=${PYTHON:-python3}
 
-# what every release needs: its memory classes' imports (research/sglang_cpu.md §1) ...
+# what every release needs: the imports of its memory classes ...
 COMMON="numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq
     tqdm IPython aiohttp dill sentencepiece compressed-tensors gguf partial_json_parser"
 # ... and, per release, its own pins plus what sglang.srt.managers.scheduler imports beyond the

@@ -1,5 +1,5 @@
 """Engine: the facade over memory, scheduler and model — submit/generate, step, abort,
-flush, and the state view the checker reads (DESIGN.md decision 1).
+flush, and the state view the checker reads (docs/design.md decision 1).
 
 Keeps: every submitted request yields exactly one result (finished, stopped or aborted);
 the engine is deterministic from ``EngineConfig.seed`` and the injected clock; observers see

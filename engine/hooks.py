@@ -1,6 +1,6 @@
 """The engine's seams to the outside: step-hook observers and the injected clock.
 
-Keeps: DESIGN.md's hook protocol — observers see ``on_event(event, engine)`` for the events
+Keeps: the hook protocol (docs/design.md §2) — observers see ``on_event(event, engine)`` for the events
 ``schedule`` (batch formed, before forward), ``forward`` (after the model wrote KV),
 ``process`` (results applied, requests released), ``step`` (end of every loop iteration),
 ``idle`` (fully idle), ``session`` (open/close/abort/flush), ``response`` (a request's

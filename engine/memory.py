@@ -4,7 +4,7 @@ allocate, checkpoint, SWA eviction, release, the reset after a retract.
 
 Keeps: ``kv_committed_len <= kv_allocated_len`` and the ownership law across every
 operation; ``release_kv_cache`` is the single release entry point of a request's KV
-(research/sglang.md §2.4: finished — inserted; retracted — freed). A live request gives back
+(docs/sglang.md §2.4: finished — inserted; retracted — freed). A live request gives back
 part of its KV only at four named places: a checkpoint (``cache_unfinished_req``: the slots
 the tree already held, replaced by the tree's), the SWA window slide (``evict_swa``), EAGLE's
 trim of a reservation (speculative/accounting.py), and a streaming turn's stale tail and

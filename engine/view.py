@@ -1,6 +1,6 @@
 """The state view: a frozen, plain-data snapshot of the engine that checkers read.
 
-Keeps: the checker contract of DESIGN.md decision 1 — invariants see only these records,
+Keeps: the checker contract of docs/design.md decision 1 — invariants see only these records,
 never engine objects. Counters (`PoolView.free` …) are the components' own counters; the
 `Census` is computed separately from the actual index references, so the two can disagree.
 Every field has a default so that hand-written fixtures may name only what they test.
@@ -41,7 +41,7 @@ class Census:
     free_repeats: tuple[int, ...] = ()
 
 
-# The ownership partition of DESIGN.md: every slot of a pool is in exactly one of these.
+# The ownership partition (docs/design.md §2): every slot of a pool is in exactly one of these.
 POOL_BUCKETS: tuple[str, ...] = ("free", "evictable", "protected", "session_held", "request_owned")
 
 

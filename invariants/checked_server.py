@@ -4,7 +4,7 @@ attached, and the monitor (``CheckerMonitor``) behind ``/health``, ``/invariants
 
 Keeps: the checker runs at level 1 (record) inside the engine whatever ``--strict-mem-check``
 says, so a violation never breaks a step half-way; at level 2 the monitor then stops
-admitting work and ``/health`` answers 503 with the first violation (DESIGN.md decision 3);
+admitting work and ``/health`` answers 503 with the first violation (docs/design.md decision 3);
 at level 1 violations are only reported (``/invariants``, ``/metrics``); at 0 no checker
 is attached. Session timeouts run on wall time.
 """

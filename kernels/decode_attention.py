@@ -4,7 +4,7 @@ Invariant: ``o[b, h]`` is softmax attention of query ``b`` (absolute position
 ``seq_lens[b] - 1``, its own KV already stored) over the keys at positions
 ``[window_start, seq_lens[b])`` of request row ``req_pool_indices[b]`` (kernels/window.py).
 
-Two stages, as in SGLang's ``decode_attention_fwd_grouped`` (research/sglang.md §6.1):
+Two stages, as in SGLang's ``decode_attention_fwd_grouped`` (docs/sglang.md §6.1):
 stage 1 runs per (request, KV head, head tile, split) with an online softmax and stores the
 split's normalised partial output and LSE; stage 2 merges the splits by LSE. A split that holds
 no key stores ``lse = -inf`` and weighs nothing. Key range of one request, split ``s``::

@@ -5,7 +5,7 @@ attends the keys ``[window_start, prefix_lens[b] + i]`` (kernels/window.py), rea
 ``< prefix_lens[b]`` from the pool through ``req_to_token`` and the rest from ``k_extend``.
 
 NOTE: the new tokens' K/V come from ``k_extend/v_extend``, as in SGLang's ``_fwd_kernel``
-(research/sglang.md §6.2); the kernel never reads their pool slots, so the caller may store
+(docs/sglang.md §6.2); the kernel never reads their pool slots, so the caller may store
 them before or after the call. Token regions of request ``b`` (absolute positions)::
 
     [0, prefix_len)                      prefix: pool slots req_to_token[row, pos]   (phase 1)

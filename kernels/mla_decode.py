@@ -10,7 +10,7 @@ Layout of the last dim of ``q`` and ``kv_buffer``::
     [kv_lora_rank, kv_lora_rank + rope_dim)  rope part           (K only)
 
 The launch reuses the split-KV decode kernel with a separate rope tile (``DPE``), as SGLang's
-grouped kernel does for ``Lk = 576 = 512 + 64`` (research/sglang.md §6.1).
+grouped kernel does for ``Lk = 576 = 512 + 64`` (docs/sglang.md §6.1).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Invariant: a query at absolute position ``q`` with window ``W`` attends exactly the keys at
 positions ``[max(0, q - W), q]`` -- ``W + 1`` keys including itself once ``q >= W``.
 
-This is SGLang's extend-kernel mask ``q_pos <= k_pos + W`` (research/sglang.md §6.2) and
+This is SGLang's extend-kernel mask ``q_pos <= k_pos + W`` (docs/sglang.md §6.2) and
 FlashInfer's decode clamp ``min(seq_len, W + 1)``. Models whose config names a window of
 ``config.sliding_window`` keys pass ``W = config.sliding_window - 1``, as SGLang's gemma2 and
 gpt-oss do. ``None`` (or any ``W < 0``, SGLang's ``-1``) means no window: full causal attention.

@@ -1,6 +1,6 @@
 """The architecture's layering, held by the code itself: no import circle anywhere in the
 project, and no upward import — a module imports its own layer and the layers below it,
-never one above (DESIGN.md: ``kernels`` ← ``engine`` ← ``invariants``, refined below). Every
+never one above (docs/design.md §2: ``kernels`` ← ``engine`` ← ``invariants``, refined below). Every
 import counts: module level, inside a function, and under ``if TYPE_CHECKING:``."""
 
 from __future__ import annotations
@@ -135,6 +135,35 @@ def test_isolated_modules_import_nothing_of_the_project() -> None:
                 if not t.startswith(ISOLATED)
             ]
     assert found == []
+
+
+def test_only_the_sglang_targets_name_or_import_sglang() -> None:
+    """Everything SGLang-specific lives in targets/sglang*: no other module is named after it
+    or imports one of those (the rest reaches them through the registry), and none imports
+    sglang itself."""
+    known, found = modules(), []
+    inside = ("invariants.targets.sglang", "invariants.targets.sglang_scheduler")
+    for name, path in known.items():
+        if name.startswith(inside):
+            continue
+        if "sglang" in path.name:
+            found.append(f"{path.relative_to(ROOT)}: named after SGLang")
+        found += [
+            f"{path.relative_to(ROOT)}:{line} imports {target}"
+            for line, target in imports_of(name, path, known)
+            if target.startswith(inside)
+        ]
+        found += [f"{path.relative_to(ROOT)} imports sglang" for _ in _imports_sglang(path)]
+    assert found == []
+
+
+def _imports_sglang(path: Path) -> Iterator[ast.AST]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        if any(n == "sglang" or n.startswith("sglang.") for n in names):
+            yield node
 
 
 def test_the_checks_find_what_they_look_for() -> None:

@@ -1,4 +1,4 @@
-"""The scheduler → model contract: ForwardBatch in, ForwardOutput out (DESIGN.md decision 7).
+"""The scheduler → model contract: ForwardBatch in, ForwardOutput out (docs/design.md decision 7).
 
 Keeps: a ForwardBatch names every KV slot the forward writes (``out_cache_loc``) and every
 request row it reads; a model reads KV only through ``req_to_token`` rows, so a wrong row or

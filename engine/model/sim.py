@@ -64,7 +64,7 @@ def stream_seed(seed: int, name: str) -> int:
 
 
 class SimModel:
-    """Deterministic fingerprinting model (DESIGN.md "Models": ``sim``)."""
+    """Deterministic fingerprinting model (docs/design.md §6: ``sim``)."""
 
     def __init__(
         self,

@@ -90,7 +90,7 @@ class _Step(NamedTuple):
 
 
 class TinyModel:
-    """DESIGN.md "Models": ``tiny``. Build with ``for_memory`` to match an engine's pools."""
+    """docs/design.md §6: ``tiny``. Build with ``for_memory`` to match an engine's pools."""
 
     def __init__(
         self,
@@ -177,7 +177,7 @@ class TinyModel:
         """The token oracle's reference: the ``n`` greedy tokens after ``prompt`` (under the
         penalties of request ``like``) from a scratch run of this model (same weights; torch
         backend) with nothing cached. None
-        unless this model computes in float64 on the torch backend (DESIGN.md decision 13:
+        unless this model computes in float64 on the torch backend (docs/design.md decision 13:
         only then can no reduction order flip a greedy argmax)."""
         if self.cfg.dtype != "float64" or self.cfg.backend != "torch":
             return None

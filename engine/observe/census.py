@@ -1,6 +1,6 @@
 """The exact ownership census of one KV pool: who references each page, by page id.
 
-Keeps nothing itself: it is the independent witness of the ownership law (DESIGN.md).
+Keeps nothing itself: it is the independent witness of the ownership law (docs/design.md §2).
 Counters can balance while a page is owned twice and another is leaked; this cannot,
 because it counts the page ids every owner actually references.
 

@@ -1,6 +1,6 @@
 """Builds the StateView of the memory layer: component counters plus the exact census.
 
-Keeps: DESIGN.md decision 2 — the pool counters are read from the components as SGLang
+Keeps: docs/design.md decision 2 — the pool counters are read from the components as SGLang
 maintains them, and the census is computed separately from the index references
 (free lists, tree node values, request rows), so the two can disagree.
 """

@@ -5,7 +5,7 @@ the response record of a finished request (engine/view.py ``SessionSlotView``,
 Keeps: the records are plain data read from the controller, the streaming cache and the
 scheduler's requests; nothing here changes them. A slot's KV check compares the fingerprints
 its row names with those of the last successful turn's tokens (``kv_mismatches``) — the KV
-↔ tokens law (sglang.md §2.9 U5) — and runs only where the caller asks (session and idle
+↔ tokens law (docs/sglang.md §2.9 U5) — and runs only where the caller asks (session and idle
 events) and a fingerprinting model (the sim) is there.
 
     positions          full pool              SWA pool

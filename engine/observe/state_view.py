@@ -3,7 +3,7 @@
 section, the session sections (session_views.py) and the event's own records (KV reads
 that failed, the finished request's response).
 
-Keeps: DESIGN.md decision 1 — the view is plain data read from the components; a section
+Keeps: docs/design.md decision 1 — the view is plain data read from the components; a section
 no rule at the event reads is not built (``view.wanted_sections``). A streaming turn that
 holds its slot's row only on loan (restored, not yet run on) owns no row in the view: its
 session slot still does (SGLang counts it in ``session_held``, not ``uncached``).

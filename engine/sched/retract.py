@@ -35,7 +35,7 @@ class RetractResult(NamedTuple):
 
 def retract_order(reqs: list[Req]) -> list[int]:
     """Indices sorted so that ``pop()`` yields the next victim: the fewest output tokens
-    first, then the longest prompt (DESIGN.md decision 12; SGLang sorts by
+    first, then the longest prompt (docs/design.md decision 12; SGLang sorts by
     ``(len(output_ids), -len(origin_input_ids))`` descending and pops from the end)."""
     order = list(range(len(reqs)))
     order.sort(

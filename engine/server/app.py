@@ -1,4 +1,4 @@
-"""The FastAPI app: SGLang's native HTTP API over one Engine (research/sglang.md §3), plus
+"""The FastAPI app: SGLang's native HTTP API over one Engine (docs/sglang.md §3), plus
 ``/invariants`` (the live checker report) and ``/metrics`` (Prometheus text).
 
 Keeps: handlers never touch the engine — every engine call is a command run on the loop

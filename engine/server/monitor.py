@@ -1,6 +1,6 @@
 """The server's seam to a checker: the ``Monitor`` protocol, and metric records.
 
-Keeps: the engine package never imports the harness (DESIGN.md decision 4) — ``kvspec serve``
+Keeps: the engine package never imports the harness (docs/design.md decision 4) — ``kvspec serve``
 injects a monitor that wraps the invariant checker; without one the server runs with
 ``NullMonitor`` (always healthy, nothing to report). Every monitor method is called on the
 engine loop thread only, so a monitor may read the checker's state without locks.

@@ -1,6 +1,10 @@
-"""`kvspec bench anchor`: the anchor workload of research/sglang_anchor_bench.md replayed
-through kvspec's memory path, optionally side by side with real SGLang 0.5.23 on the same
-machine in the same session (its own script, run by the `make sglang-env` interpreter).
+"""`kvspec bench anchor`: the anchor workload replayed through kvspec's memory path, optionally
+side by side with a real engine's own memory path on the same machine in the same session
+(`--target sglang`: SGLang 0.5.23's, its driver targets/sglang/driver/anchor.py under the
+`make sglang-env` interpreter). The workload: 8 shared system prompts of 256 tokens, suffixes of
+32–512 and outputs of 16–64 tokens (seeded), a pool of the prompts plus 640 tokens per batch
+slot, FCFS admission under a 16,384-token prefill budget and a memory gate; one step = the
+admissions' extend, one decode round, the releases.
 
 Keeps: the same trace (seed), pool, admission gate, step definition and timed window as
 the anchor, so the ratio compares like with like; step counts, prefix hits and evicted
@@ -9,11 +13,8 @@ tokens are reported for both so a mismatch in the workload is visible, not hidde
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from engine.config import MemoryConfig
@@ -124,37 +125,9 @@ def bench_kvspec(
     return rows
 
 
-def bench_sglang(
-    python: Path,
-    script: Path,
-    page_sizes: list[int],
-    batches: list[int],
-    runs: int,
-    warmup: int,
-    seed: int,
-) -> dict[str, Any]:
-    """Real SGLang's anchor script (its own JSON), run by the sglang environment's python."""
-    cmd = [
-        str(python),
-        str(script),
-        "--seed",
-        str(seed),
-        "--runs",
-        str(runs),
-        "--warmup",
-        str(warmup),
-        "--page-sizes",
-        ",".join(map(str, page_sizes)),
-        "--batches",
-        ",".join(map(str, batches)),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=3600)
-    return json.loads(done.stdout)
-
-
-def compare(kvspec: list[dict[str, Any]], sglang: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per cell: kvspec ÷ SGLang steps/s and check cost, with both workloads' counts."""
-    theirs = {(r["page_size"], r["batch"]): r for r in sglang["results"]}
+def compare(kvspec: list[dict[str, Any]], engine: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per cell: kvspec ÷ the engine's steps/s and check cost, with both workloads' counts."""
+    theirs = {(r["page_size"], r["batch"]): r for r in engine["results"]}
     rows = []
     for ours in kvspec:
         other = theirs.get((ours["page_size"], ours["batch"]))

@@ -1,6 +1,6 @@
 """The checker: evaluates the invariants subscribed to each engine event against a state view.
 
-Keeps: DESIGN.md decision 1 and 3 — the checker consumes state views only; level 0 costs
+Keeps: docs/design.md decision 1 and 3 — the checker consumes state views only; level 0 costs
 nothing, level 1 records every violation and goes on, level 2 raises at the first one.
 A rule that raises is reported as kind "error", never as a crash of the checker.
 """

@@ -2,7 +2,7 @@
 
 Keeps: a catalog author can read the state view and compute over it, nothing else — no imports,
 no method calls, no attribute outside the view schema, no assignment, so an expression can
-neither run code nor mutate the engine (research/verification.md §4.4, §6.1).
+neither run code nor mutate the engine (docs/design.md §5).
 """
 
 from __future__ import annotations

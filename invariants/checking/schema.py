@@ -1,7 +1,7 @@
 """Catalog file schema: pydantic models for invariant entries and fixture views.
 
 Keeps: a catalog entry has exactly the documented keys (extra keys are errors, so typos fail at
-load) and a fixture view names only StateView fields (DESIGN.md "Invariant YAML").
+load) and a fixture view names only StateView fields (docs/design.md §5).
 """
 
 from __future__ import annotations

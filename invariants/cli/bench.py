@@ -94,25 +94,30 @@ def bench_anchor_command(
     runs: Annotated[int, typer.Option(min=1, help="Timed runs per cell (median).")] = 5,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 1,
     seed: Annotated[int, typer.Option(help="The trace's seed.")] = 0,
-    sglang: Annotated[
-        bool, typer.Option(help="Also run real SGLang's anchor script, side by side.")
-    ] = False,
-    sglang_python: Annotated[Path, typer.Option(help="Python of `make sglang-env`.")] = Path(
-        ".sglang-venv/bin/python"
-    ),
-    anchor_script: Annotated[Path, typer.Option(help="SGLang's anchor script.")] = Path(
-        "../shared/bench/anchor_sglang_bench.py"
-    ),
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target", help="Also a real engine's own memory path, side by side (sglang)."
+        ),
+    ] = None,
+    target_python: TargetPython = None,
     out: OutPath = None,
 ) -> None:
-    """The anchor workload through kvspec's memory path (and real SGLang's, with --sglang)."""
-    from invariants.bench.anchor import bench_kvspec, bench_sglang, compare
+    """The anchor workload through kvspec's memory path (and a real engine's, --target)."""
+    from invariants.bench.anchor import bench_kvspec, compare
+    from invariants.targets.registry import target as registered
 
     sizes, batch_list = int_list(page_sizes), int_list(batches)
-    result: dict[str, object] = {"kvspec": bench_kvspec(sizes, batch_list, runs, warmup, seed)}
-    if sglang:
-        theirs = bench_sglang(sglang_python, anchor_script, sizes, batch_list, runs, warmup, seed)
-        result |= {"sglang": theirs, "comparison": compare(result["kvspec"], theirs)}  # type: ignore[arg-type]
+    ours = bench_kvspec(sizes, batch_list, runs, warmup, seed)
+    result: dict[str, object] = {"kvspec": ours}
+    if target is not None:
+        adapter = registered(chosen_target(target, ())).adapter()
+        anchor = getattr(adapter, "anchor", None)  # the adapters that run the anchor have it
+        if anchor is None:
+            raise typer.BadParameter(f"--target {target}: that target runs no anchor workload")
+        options = target_options(target_python, None)
+        theirs = anchor(sizes, batch_list, runs, warmup, seed, options)
+        result |= {target: theirs, "comparison": compare(ours, theirs)}
     emit_json(result, out)
 
 

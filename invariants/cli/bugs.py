@@ -36,7 +36,7 @@ def bugs_command(
     workers: Workers = 2,
     fmt: FormatOption = Format.table,
 ) -> None:
-    """Run every zoo entry (research/sglang.md §5): the trigger clean, then under its mutant
+    """Run every zoo entry (docs/sglang.md §5): the trigger clean, then under its mutant
     (a planted entry: the fixed state, then the bug's); exit 1 if any entry is not caught —
     a mutant or planted state missed or caught only by an unexpected invariant, a trigger or
     fixed state not clean, or the catalog firing where a pre-fix checker formula gave a false

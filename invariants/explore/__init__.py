@@ -1,5 +1,5 @@
 """The engine explorer (`kvspec explore`, `kvspec replay`): seed-driven simulation of the
-whole engine (research/verification.md §6.3).
+whole engine (docs/gate.md: FoundationDB's seeded simulation, swarm testing, delta debugging).
 
 Keeps: one seed → one swarm configuration → one trace → one outcome; a run that reaches
 something new is kept and mutated; a failure is shrunk (delta debugging, same failure key) and

@@ -1,4 +1,4 @@
-"""The bug zoo: every historical SGLang bug of research/sglang.md §5 (and the §2.9 gaps a
+"""The bug zoo: every historical SGLang bug of docs/sglang.md §5 (and the §2.9 gaps a
 mutant can plant) as a named entry — an engine mutant with the trigger that shows it; for a
 checker bug, the pre-fix formula that fires on correct code; for a bug whose precondition no
 trace reaches in kvspec's engine, the state planted by hand (invariants/mutants/planted.py).

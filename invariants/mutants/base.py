@@ -77,7 +77,7 @@ class FalsePositive:
     """A checker bug: ``old_rules`` (a rules file under specs/bugs/, the pre-fix formula)
     is evaluated on the same views as the shipped catalog while the correct engine runs
     ``trigger``. Caught = the old rules fire (``expect`` among them) and the catalog is
-    silent (DESIGN.md decision 11)."""
+    silent (docs/design.md decision 11)."""
 
     name: str
     issue: str

@@ -66,7 +66,7 @@ def slide_on_next_length(
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "retract-inserts-kv",
-        "sglang.md §2.4 release order",
+        "docs/sglang.md §2.4 release order",
         "a retract releases with is_insert=True: unfinished KV is cached as if finished",
         lambda: swap(retract, "release_kv", retract_inserting),
         "retract-inserts-kv.yaml",
@@ -90,7 +90,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "u13-swa-cursor-into-window",
-        "sglang.md §2.9 U13",
+        "docs/sglang.md §2.9 U13",
         "the SWA eviction cursor slides one page into the window the next query reads",
         lambda: swap(paging, "swa_evict_cursor", cursor_into_window),
         "u13-swa-cursor-into-window.yaml",

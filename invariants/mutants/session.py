@@ -1,4 +1,4 @@
-"""Streaming-session bugs of research/sglang.md §5 (#20070, #20476, #22862, #22790) and the
+"""Streaming-session bugs of docs/sglang.md §5 (#20070, #20476, #22862, #22790) and the
 0.5.11 gaps of §2.9 (U6), each as the pre-fix body of one engine function, in kvspec's names.
 
 Keeps: each buggy body below is the fixed function with exactly the pre-fix behaviour put
@@ -217,7 +217,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "u6-waiting-abort-keeps-inflight",
-        "sglang.md §2.9 U6",
+        "docs/sglang.md §2.9 U6",
         "an abort in the waiting queue never clears the session's in-flight flag",
         lambda: swap(SessionController, "on_retired", retire_keeps_inflight),
         "u6-waiting-abort-keeps-inflight.json",

@@ -119,7 +119,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "eagle-v2-one-window",
-        "sglang.md §2.4 spec v2 allocation",
+        "docs/sglang.md §2.4 spec v2 allocation",
         "v2 reserves committed + alloc_len instead of committed + 2 * alloc_len",
         lambda: swap(accounting, "reserve_targets", reserve_one_window),
         "eagle-v2-one-window.yaml",
@@ -127,7 +127,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "eagle-v1-trim-leak",
-        "DESIGN.md decision 8",
+        "docs/design.md decision 8",
         "the v1 verify trim lowers allocated without freeing the rejected drafts",
         lambda: swap(accounting, "trim_allocation", trim_without_free),
         "eagle-v1-trim-leak.yaml",
@@ -135,7 +135,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "eagle-v1-commit-ahead",
-        "DESIGN.md decision 8",
+        "docs/design.md decision 8",
         "the v1 commit counts the first rejected draft as committed",
         lambda: swap(EagleV1, "_commit", commit_v1_ahead),
         "eagle-v1-commit-ahead.yaml",

@@ -77,7 +77,7 @@ def print_findings(
         ]
         for f in findings
     ]
-    print_table(console, COLS, rows, fmt, title="kvspec bug zoo (research/sglang.md §5)")
+    print_table(console, COLS, rows, fmt, title="kvspec bug zoo (docs/sglang.md §5)")
     if fmt is Format.json:
         return
     for f in findings:

@@ -4,7 +4,7 @@ table (console.py), and write report.json, junit.xml, report.md and report.html 
 
 Keeps: the report never hides a failure — every violation, unmet `expect` goal and crash is
 counted in its row, the first few are printed with the command that replays the row, and the
-exit code is 1 if any row has one (DESIGN.md decision 3). Every invariant of the catalog is
+exit code is 1 if any row has one (docs/design.md decision 3). Every invariant of the catalog is
 evaluated at every event it subscribes to (census and KV integrity included); level 1 records
 each violation and runs on, so a cell reports all of them, not just the first.
 """

@@ -1,4 +1,4 @@
-"""Seeded request traces: the anchor workload of research/sglang_anchor_bench.md, scalable.
+"""Seeded request traces: the anchor workload (invariants/bench/anchor.py), scalable.
 
 Keeps: a trace is a pure function of (seed, shape) — the same seed gives the same requests,
 so a failure replays and kvspec's numbers compare with real SGLang's on the same trace.

@@ -118,7 +118,7 @@ class LineDriver:
         answer = self._read(f"op {op.get('op')}")
         self.answered(op, answer)
         if "error" in answer:
-            raise self.refusal(answer, f"op {json.dumps(op)[:160]}")
+            raise self.refusal(answer, f"op {op.get('op')}")
         self.result = answer.get("result")
         self.faults = answer.get("faults", self.faults)
         return answer

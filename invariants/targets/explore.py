@@ -83,7 +83,7 @@ def failure_key(outcome: TargetOutcome) -> str | None:
         return f"{key}@{site}" if first.event == "crash" and site else key
     if outcome.findings:
         words = [w for w in outcome.findings[0].message.split() if not any(map(str.isdigit, w))]
-        return f"{registered(outcome.target).engine.lower()}:" + " ".join(words[:4])
+        return f"{outcome.engine.lower()}:" + " ".join(words[:4])
     if outcome.error is not None:
         if "not idle after" in outcome.error:
             return "liveness"
@@ -126,8 +126,8 @@ def detail(outcome: TargetOutcome) -> str:
     if outcome.violations:
         return str(outcome.violations[0])
     if outcome.findings:
-        first, engine = outcome.findings[0], registered(outcome.target).engine
-        return f"iteration {first.iteration}: {engine}'s checker: {first.message[:300]}"
+        first = outcome.findings[0]
+        return f"iteration {first.iteration}: {outcome.engine}'s checker: {first.message[:300]}"
     return outcome.error or ""
 
 

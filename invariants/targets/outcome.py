@@ -91,6 +91,7 @@ class TargetOutcome:
     stopped_at: int | None = None  # the op the run stopped in (len(ops): the drain)
     views: tuple[Any, ...] = field(default=(), repr=False)  # kept only when asked
     setup_seconds: float = 0.0  # of ``seconds``: the config op (building the engine)
+    engine: str = ""  # the engine, as its target names it ("SGLang"): what its checker is called
 
     @property
     def ok(self) -> bool:
@@ -134,9 +135,11 @@ class Disagreement:
 
 def disagreements(outcome: TargetOutcome, engine: str) -> tuple[Disagreement, ...]:
     """Iterations where exactly one side fired (the first message of each side), for a
-    target whose driver records the engine's own checkers."""
+    target whose driver records the engine's own checkers; a crash is no checker's verdict."""
     ours: dict[int, str] = {}
     for violation in outcome.violations:
+        if violation.event == "crash":
+            continue
         ours.setdefault(violation.step, f"[{violation.invariant}] {violation.message}")
     theirs: dict[int, str] = {}
     for finding in outcome.findings:

@@ -37,7 +37,8 @@ class TargetOptions:
 
 class Adapter(Protocol):
     """What a target's ``adapter`` module provides (module-level functions; ``swarm`` and
-    ``label`` only where the target explores)."""
+    ``label`` only where the target explores; an ``anchor`` function where it runs the anchor
+    workload on its own memory path, `kvspec bench anchor --target NAME`)."""
 
     def open_driver(self, options: TargetOptions) -> LineDriver:
         """A running driver; ``TargetUnavailable`` (one line: how to get one) when none can."""

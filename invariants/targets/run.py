@@ -103,6 +103,7 @@ def _outcome(
         stopped_at=drive.stopped_at,
         views=tuple(drive.kept),
         setup_seconds=drive.setup_seconds,
+        engine=target.engine,
     )
     split = disagreements(outcome, target.engine)[:LISTED] if target.engine_checks else ()
     notes = target.adapter().notes(trace, drive) + tuple(f"disagreement: {d}" for d in split)

@@ -1,4 +1,4 @@
-"""SGLang's session-control HTTP suite (research/sglang.md §4.4, test_session_control.py)
+"""SGLang's session-control HTTP suite (docs/sglang.md §4.4, test_session_control.py)
 against the real server: non-streaming sessions with ``rid``/``offset``/``replace``,
 backtracking and branching give the same tokens and logprobs as plain generation on the
 concatenated context; every rejection is HTTP 400 with SGLang's message. Runs with streaming

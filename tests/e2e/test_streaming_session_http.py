@@ -1,4 +1,4 @@
-"""SGLang's streaming-session HTTP suite (research/sglang.md §4.1, every method) against a
+"""SGLang's streaming-session HTTP suite (docs/sglang.md §4.1, every method) against a
 real `kvspec serve` app over loopback, on a small matrix: page size 1/256 × overlap on/off ×
 retract on/off, mixed chunk, EAGLE v1 and v2. Every server runs the whole catalog at
 ``--strict-mem-check 2`` — a violation makes ``/health`` 503 and refuses new work, so "the

@@ -1,4 +1,4 @@
-"""The oracle (DESIGN.md "Models", decision 13): greedy output of the tiny model with every
+"""The oracle (docs/design.md decision 13): greedy output of the tiny model with every
 cache feature on (radix cache, chunked prefill, mixed chunk, forced retract, overlap) equals
 its output with every feature off (chunk cache, no chunking, no mixing, no retract, no
 overlap), token for token — MHA, GQA, SWA (hybrid pools) and MLA, page sizes 1 and 16, on CPU

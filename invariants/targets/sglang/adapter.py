@@ -11,7 +11,9 @@ is, in order: the explicit one, ``$KVSPEC_SGLANG_PYTHON``, ``.sglang-venv/bin/py
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from invariants.targets.views import to_state_view
 
 ROOT = Path(__file__).resolve().parents[3]
 DRIVER = Path(__file__).resolve().parent / "driver" / "main.py"
+ANCHOR = DRIVER.with_name("anchor.py")  # the anchor workload on SGLang's memory path
 ENV_VAR = "KVSPEC_SGLANG_PYTHON"
 SGLANG_VERSION = "0.5.23"  # the release the glue follows
 UNSUPPORTED_OPS = {
@@ -116,3 +119,29 @@ def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:
             f"(chunked_prefill_size={chunk})",
         )
     return ()
+
+
+def anchor(
+    page_sizes: list[int],
+    batches: list[int],
+    runs: int,
+    warmup: int,
+    seed: int,
+    options: TargetOptions,
+) -> dict[str, Any]:
+    """The anchor workload on SGLang's own memory path (`kvspec bench anchor --target sglang`:
+    driver/anchor.py, with kvspec's seed, cells, runs and warm-up), its JSON document; a run
+    that fails names the interpreter and the driver's last words."""
+    python = sglang_python(options.python)
+    reason = unavailable_reason(python)
+    if reason:
+        raise TargetUnavailable(reason)
+    args = ["--seed", str(seed), "--runs", str(runs), "--warmup", str(warmup)]
+    args += ["--page-sizes", ",".join(map(str, page_sizes))]
+    args += ["--batches", ",".join(map(str, batches))]
+    command = [str(python), str(ANCHOR), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ANCHOR.parent)
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        raise TargetUnavailable(f"the sglang anchor failed under {python}: {tail}")
+    return json.loads(done.stdout)

@@ -69,7 +69,7 @@ GAPS: tuple[Gap, ...] = (
         "session.borrowed_row_is_request_owned",
         ("session_held", "request_owned"),
         "kvspec counts a session row lent to its running turn as request-owned (held slots "
-        "exclude active rows, research/sglang.md §2.2, #22213); 0.5.23 counts every session "
+        "exclude active rows, docs/sglang.md §2.2, #22213); 0.5.23 counts every session "
         "record as session-held, including while a turn runs on it",
         lambda config: bool(config.get("sessions")),
     ),
@@ -85,7 +85,7 @@ GAPS: tuple[Gap, ...] = (
         "tombstone; the insert also splits a fresh leaf at one window (_populate_range -> "
         "_maybe_split_leaf_for_swa_lock, swa.py:529, 593), so the SWA lock "
         "(acquire_component_lock, swa.py:849) pins one window, not the whole prompt. kvspec "
-        "follows 0.5.11 (research/sglang.md §1.5, §2.3 rule 6): SWARadixCache.cache_unfinished_req "
+        "follows 0.5.11 (docs/sglang.md §1.5, §2.3 rule 6): SWARadixCache.cache_unfinished_req "
         "(swa_radix_cache.py:477) inserts the prompt with live SWA KV, inc_lock_ref (:640) "
         "SWA-locks whole nodes until the window is covered, and SWA KV is freed only by "
         "decode's _evict_swa (schedule_batch.py:2651), cursor first raised to "
@@ -106,7 +106,7 @@ GAPS: tuple[Gap, ...] = (
         "managers/schedule_batch.py:4047-4066; maybe_evict_swa :4068, its decode_batch_idx >= 1 "
         "guard :4087; the same gate in free_swa_out_of_window_slots, mem_cache/common.py:98); "
         "0.5.11 evicts on a decode-step cadence, every window's decode steps "
-        "(decode_batch_idx % eviction_interval == 1, research/sglang.md §2.3 rule 6 and "
+        "(decode_batch_idx % eviction_interval == 1, docs/sglang.md §2.3 rule 6 and "
         "§5 #20070), "
         "and so does kvspec (engine/sched/batch.py prepare_for_decode). Between evictions "
         "SGLang's rows (a running request's, or a streaming session's slot) keep up to the "

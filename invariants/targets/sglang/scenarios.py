@@ -1,6 +1,7 @@
 """Built-in op traces for the sglang target (invariants/scenarios/ops.py format), for the checks
-that plain specs do not pin down: a prefix hit then eviction with exact counts (research/
-sglang_cpu.md §6), and streaming sessions with aborts and closes under pressure.
+that plain specs do not pin down: a prefix hit then eviction with exact counts (worked out by
+hand from SGLang's code: tests/invariants/targets/sglang/test_sglang_target.py), and streaming
+sessions with aborts and closes under pressure.
 
 Keeps: each trace is a pure function of its seed (token ids drawn from one generator), so a
 finding replays with ``kvspec sglang run --scenario NAME --seed N``.
@@ -62,7 +63,7 @@ def sessions_scenario(seed: int = 0, turns: int = 3) -> Trace:
 
 
 def prefix_scenario(page_size: int = 1) -> Trace:
-    """research/sglang_cpu.md §6: a prefix hit, then a request that evicts (pool 64)."""
+    """A prefix hit, then a request that evicts (pool 64): exact counts a test pins."""
     rng = np.random.default_rng(0)
     engine = EngineSpec(page_size=page_size, max_total_tokens=64, max_num_reqs=8, context_len=128)
     first = _ids(rng, 20)

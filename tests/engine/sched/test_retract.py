@@ -19,7 +19,7 @@ def _req(rid: str, n_in: int, n_out: int, max_new: int = 100) -> Req:
 
 
 def test_victims_are_fewest_outputs_then_longest_prompt() -> None:
-    """DESIGN.md decision 12: ``pop()`` order = fewest output tokens first, ties broken by
+    """docs/design.md decision 12: ``pop()`` order = fewest output tokens first, ties broken by
     the longest prompt."""
     reqs = [_req("a", 10, 3), _req("b", 10, 1), _req("c", 30, 1), _req("d", 5, 5)]
     order = retract_order(reqs)

@@ -104,7 +104,7 @@ def test_mixed_chunk() -> None:
 
 def test_retract() -> None:
     """A forced retract (SGLANG_TEST_RETRACT, every 3 forwards) after two decode steps: the
-    victim is b — as many outputs as a, the longer prompt (DESIGN.md decision 12); it frees
+    victim is b — as many outputs as a, the longer prompt (docs/design.md decision 12); it frees
     its uncached page 5 (nothing enters the tree) and gives its row back; a decodes on and
     finishes (page 6 taken and freed, page 2 inserted); b re-prefills from the tree's
     [0, 8) (page 7 for [8, 11)), samples its last token and finishes."""

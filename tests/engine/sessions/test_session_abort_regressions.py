@@ -1,4 +1,4 @@
-"""Regression tests for the streaming-session abort and finish paths (research/sglang.md
+"""Regression tests for the streaming-session abort and finish paths (docs/sglang.md
 §5 #22897, #22790) and for the two gaps SGLang 0.5.11 left open (§2.9 U6: a waiting-queue
 abort, a retract), named after the behaviour. Each plants the old behaviour as a monkeypatch
 mutant; the checker over the shipped catalog names the invariant at the first event that

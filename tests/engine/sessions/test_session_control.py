@@ -1,4 +1,4 @@
-"""The session controller at the Engine API (research/sglang.md §2.8, §3, §4.4): non-streaming
+"""The session controller at the Engine API (docs/sglang.md §2.8, §3, §4.4): non-streaming
 sessions (``rid``, ``offset``, ``replace``, ``drop_previous_output``, branching, BOS strip)
 give the tokens of the concatenated context sent without a session; every rejection is an
 abort with status 400 and SGLang's message; open/close semantics, deferred close, timeouts,

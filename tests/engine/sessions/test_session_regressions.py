@@ -1,4 +1,4 @@
-"""Regression tests for the streaming-session match and accounting bugs of research/sglang.md
+"""Regression tests for the streaming-session match and accounting bugs of docs/sglang.md
 §5 (#20070, #20476, #22213/#22753, #22862 — both sources), named after the behaviour (the
 abort and finish paths: test_session_abort_regressions.py). Where the bug can be planted,
 a monkeypatch mutant brings it back for one test, and the checker over the shipped catalog

@@ -1,4 +1,4 @@
-"""SGLang's streaming-session suite (research/sglang.md §4.1) at the Engine API, over all
+"""SGLang's streaming-session suite (docs/sglang.md §4.1) at the Engine API, over all
 pairs of page size {1, 4, 256} × overlap × retract × mixed chunk × cache (radix, chunk,
 SWA radix). Every engine runs the whole catalog at level 2 at every event — SGLang's
 "strict mem check crashes the scheduler, so a healthy server is an oracle" — and each

@@ -1,4 +1,4 @@
-"""The streaming-session cache case by case (SGLang's unit cases, research/sglang.md §4.3,
+"""The streaming-session cache case by case (SGLang's unit cases, docs/sglang.md §4.3,
 on the real memory stack instead of fakes): pre-abort detach, first and nth mid-abort,
 overshoot trim, the page-aligned stale-tail free, idempotent restore, the chunk stash, and
 ``release_session``. Each test runs a real engine (strict catalog) to set the state up and

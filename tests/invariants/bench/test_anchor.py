@@ -7,7 +7,8 @@ from invariants.bench.anchor import compare, run_once
 
 
 def test_anchor_replay_matches_sglang_counts_at_page_size_1() -> None:
-    """research/sglang_anchor_bench.md, ps 1 B 8: 1838 timed steps, 85760 hit, 126700 evicted."""
+    """The anchor workload at page size 1, batch 8 gives SGLang 0.5.23's own counts (its driver:
+    targets/sglang/driver/anchor.py): 1838 timed steps, 85760 hit, 126700 evicted."""
     row = run_once(page_size=1, batch=8, seed=0)
     assert (row["steps_timed"], row["hit_tokens"], row["evicted_tokens"]) == (1838, 85760, 126700)
 

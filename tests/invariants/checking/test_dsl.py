@@ -16,7 +16,8 @@ from invariants.checking.rule import BASE_NAMES
 
 NAMES = BASE_NAMES | {"x"}  # `x`: a declared for_each variable
 
-# research/verification.md §4.4 payloads, and the reason each must be refused
+# payloads a YAML author could try (attribute escapes, dunder walks, mutation), and the reason
+# each must be refused
 PAYLOADS = [
     ("__import__('os').getpid()", "col 1: call to '__import__' is not allowed"),
     ("().__class__.__base__.__subclasses__()", "col 4: attribute '__class__' is not a view field"),

@@ -1,5 +1,5 @@
 """The bug zoo (invariants/mutants, `kvspec bugs`): every historical SGLang bug of
-research/sglang.md §5 is caught — a mutant on its trigger by its expected invariant (a probe
+docs/sglang.md §5 is caught — a mutant on its trigger by its expected invariant (a probe
 rule for the one with no state effect), a planted state (no trace reaches the bug in kvspec)
 by the catalog on the views it builds; every trigger and every planted fixed state is clean;
 every checker false positive is the old formula's, never the catalog's; nothing passes as a
@@ -62,7 +62,7 @@ def test_each_planted_state_is_caught_and_its_fixed_state_clean(planted: Planted
 
 def test_the_probe_entry_needs_its_probe() -> None:
     """The chunk-stash bug leaves a consistent state: the shipped catalog alone does not see
-    it (sglang.md §5 #20476 (3)), so only its probe rule catches it."""
+    it (docs/sglang.md §5 #20476 (3)), so only its probe rule catches it."""
     probe = entry("20476-chunk-stash-through-tree")
     assert isinstance(probe, Mutant) and probe.kind == "probe"
     assert hunt(replace(probe, probe_rules=""), CATALOG).status == "missed"

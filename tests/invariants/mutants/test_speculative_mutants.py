@@ -1,7 +1,7 @@
 """EAGLE's historical bugs, planted for one test from the bug zoo's registry
 (invariants/mutants: one definition of each bug): the strict checker over
 the shipped catalog stops the engine at the first event that shows each one and names the
-invariant (research/sglang.md §5). The same workloads on the correct engine are clean."""
+invariant (docs/sglang.md §5). The same workloads on the correct engine are clean."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SGLang's scheduler glue around its real memory classes (research/sglang_cpu.md §5).
+"""SGLang's scheduler glue around its real memory classes (docs/targets/sglang.md).
 
 Keeps: every memory step calls the real function the 0.5.23 scheduler calls —
 the prompt-length and logprob-start checks of ``handle_generate_request`` (inlined:

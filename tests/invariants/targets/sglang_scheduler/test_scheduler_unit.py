@@ -42,6 +42,7 @@ def outcome(violations=(), sglang=(), error=None) -> TargetOutcome:
         error=error,
         findings=tuple(sglang),
         stopped_at=0 if violations else None,
+        engine="SGLang",
     )
 
 
