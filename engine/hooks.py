@@ -1,7 +1,7 @@
 """The engine's seams to the outside: step-hook observers and the injected clock.
 
-Keeps: the hook protocol (docs/design.md §2) — observers see ``on_event(event, engine)`` for the events
-``schedule`` (batch formed, before forward), ``forward`` (after the model wrote KV),
+Keeps: the hook protocol (docs/design.md §2) — observers see ``on_event(event, engine)`` for
+the events ``schedule`` (batch formed, before forward), ``forward`` (after the model wrote KV),
 ``process`` (results applied, requests released), ``step`` (end of every loop iteration),
 ``idle`` (fully idle), ``session`` (open/close/abort/flush), ``response`` (a request's
 result); with no observer the engine calls a null object (no ``if`` at the call

@@ -1,5 +1,5 @@
-"""The size budget of docs/design.md §7, on ruff-formatted code (make lint checks the formatting, so no
-line packing can hide a long function): every Python file ≤ 400 lines; every function of the
+"""The size budget of docs/design.md §7, on ruff-formatted code (make lint checks the formatting,
+so no line packing can hide a long function): every Python file ≤ 400 lines; every function of the
 packages ≤ 40 lines from its ``def`` to its last line (kernels/: ≤ 80, and a Triton kernel's
 parameter list — its launch ABI, one parameter per line once formatted — is not counted)."""
 
