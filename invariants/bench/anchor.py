@@ -138,14 +138,14 @@ def compare(kvspec: list[dict[str, Any]], engine: dict[str, Any]) -> list[dict[s
                 "page_size": ours["page_size"],
                 "batch": ours["batch"],
                 "kvspec_steps_per_s": round(ours["steps_per_s"], 1),
-                "sglang_steps_per_s": other["steps_per_s"]["median"],
+                "target_steps_per_s": other["steps_per_s"]["median"],
                 "speed_ratio": round(ours["steps_per_s"] / other["steps_per_s"]["median"], 2),
                 "kvspec_conservation_us": round(ours["conservation_check_us_per_step"], 1),
-                "sglang_conservation_us": other.get("conservation_check_us_per_step", {}).get(
+                "target_conservation_us": other.get("conservation_check_us_per_step", {}).get(
                     "median"
                 ),
                 "kvspec_census_us": round(ours["census_check_us_per_step"], 1),
-                "sglang_page_check_us": other.get("page_invariant_check_us_per_step", {}).get(
+                "target_page_check_us": other.get("page_invariant_check_us_per_step", {}).get(
                     "median"
                 ),
                 "steps_timed": [ours["steps_timed"], other["steps_timed"]],

@@ -1,5 +1,5 @@
 """The report's small texts, written once for every format (the printed table, report.md,
-report.html, junit.xml, the sglang side by side): a violation line, the goals cell and a
+report.html, junit.xml, the real engines side by side): a violation line, the goals cell and a
 Markdown table cell.
 
 Keeps: a cell or row reads the same in every format (tests pin these strings).
