@@ -45,21 +45,23 @@ gate: $(STAMP)
 test-full: $(STAMP)
 	$(PY) -m pytest -n 2 --hypothesis-profile=full -m "slow or not slow"
 
-# real SGLang on CPU in its own venv: 0.5.23 (default) in .sglang-venv, needed by `make test-sglang`,
-# `kvspec run|report --target sglang`, `kvspec sglang ...` and `kvspec bench anchor --sglang`; not by
-# `make test` or `make report`. `make sglang-env SGLANG_VERSION=0.5.10.post1` (or 0.5.11) builds
-# that release into .sglang-venv-<version> (ci/sglang_env.sh has the recipes). Idempotent.
+# real SGLang on CPU: one venv per release, each a thin layer over .sglang-base (the CPU torch
+# wheel and the default release's requirements), its recipe derived from the wheel's own declared
+# requirements (invariants/targets/sglang_scheduler/requirements.py). 0.5.23 (default) in
+# .sglang-venv, any other release from 0.5.10 in .sglang-venv-<version>, SGLANG_VERSION=all for
+# every one; SGLANG_SRC=PATH builds a checkout over the nearest release. Idempotent.
 SGLANG_VERSION ?= 0.5.23
-sglang-env:
-	SGLANG_VERSION=$(SGLANG_VERSION) bash ci/sglang_env.sh
+SGLANG_SRC ?=
+sglang-env: $(STAMP)
+	$(VENV)/bin/kvspec sglang env $(if $(SGLANG_SRC),--src $(SGLANG_SRC),--version $(SGLANG_VERSION))
 
-# the sglang targets (invariants/targets/sglang/): brings .sglang-venv (0.5.23) and
-# .sglang-venv-0.5.10.post1 up to their recipes (no-ops when built), then the adapter tests (real
-# SGLang under the catalog, fault injection, one differential spec) and the real-scheduler tests
-# (0.5.23 clean on the default specs; 0.5.10.post1's #22862 leak found)
+# the sglang targets (invariants/targets/sglang*/): brings 0.5.23 and 0.5.10.post1 up to their
+# recipes (no-ops when built), then the adapter tests (real SGLang under the catalog, fault
+# injection, one differential spec) and the real-scheduler tests (0.5.23 clean on the default
+# specs; 0.5.10.post1's #22862 leak found; a checkout of 0.5.10.post1's source tree; the adapter
+# probes under a development version)
 test-sglang: $(STAMP)
-	SGLANG_VERSION=0.5.23 SGLANG_VENV=.sglang-venv bash ci/sglang_env.sh
-	SGLANG_VERSION=0.5.10.post1 bash ci/sglang_env.sh
+	$(VENV)/bin/kvspec sglang env --version 0.5.23,0.5.10.post1
 	$(PY) -m pytest -p no:cacheprovider -m sglang tests/invariants/targets
 
 # real vLLM on CPU in its own venv, for the vllm target (invariants/targets/vllm/): its v1 Scheduler and

@@ -15,7 +15,7 @@ import os
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 from rich.console import Console
@@ -27,7 +27,7 @@ TEXT_MIN = 20  # a wrapping column narrower than this reads one word per line
 UNBOUNDED = 10_000  # a pipe's width: rows stay whole
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     plain = "plain"
     json = "json"

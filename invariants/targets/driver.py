@@ -54,6 +54,9 @@ class LineDriver:
     its views; ``version`` is the engine's release as the banner names it."""
 
     def __init__(self, target: str, python: Path, script: Path) -> None:
+        # absolute (the driver runs in its own folder), never resolved (a venv's python is a
+        # symlink whose folder names the venv)
+        python = Path(python).absolute()
         self.target, self.python, self.script = target, python, script
         self.faults: list[dict[str, Any]] = []
         self.result: Any = None

@@ -45,9 +45,39 @@ Sets = Annotated[
 
 def register(group: typer.Typer) -> None:
     """Attach the commands to the `kvspec sglang` group."""
+    group.command("env")(env_command)
     group.command("history")(history_command)
     group.command("lockstep")(lockstep_command)
     group.command("seed-bugs")(seed_bugs_command)
+
+
+def env_command(
+    versions: Annotated[
+        str,
+        typer.Option(
+            "--version", help="Comma-separated releases, or `all` (every one from 0.5.10)."
+        ),
+    ] = "0.5.23",
+    src: Annotated[
+        Path | None, typer.Option(help="An SGLang checkout: its venv, over the nearest release's.")
+    ] = None,
+    venv: Annotated[Path | None, typer.Option(help="Build into this directory instead.")] = None,
+) -> None:
+    """Build the CPU venv of SGLang releases (each a layer over one shared base, from the
+    wheel's own declared requirements) or of a checkout; a venv already up to date is left
+    alone. Exit 2, naming the release or path, when one cannot be built."""
+    from invariants.targets.sglang_scheduler.checkout import build_checkout
+    from invariants.targets.sglang_scheduler.venvs import build_release, index_releases
+
+    if src is not None:
+        built, version = build_checkout(src, index_releases(), venv=venv)
+        typer.echo(f"run it: --target-python {built / 'bin' / 'python'}  (sglang {version})")
+        return
+    chosen = index_releases() if versions == "all" else [v.strip() for v in versions.split(",")]
+    if venv is not None and len(chosen) > 1:
+        raise typer.BadParameter("--venv takes one release", param_hint="--venv")
+    for version in chosen:
+        build_release(version, venv=venv)
 
 
 def history_command(
