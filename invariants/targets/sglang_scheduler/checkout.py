@@ -121,13 +121,17 @@ def compiled_extensions(release_site: Path, site: Path) -> None:
 
 
 def build_checkout(
-    path: Path, releases: list[str], venv: Path | None = None, commit: str = "HEAD",
+    path: Path,
+    releases: list[str],
+    venv: Path | None = None,
+    version: str | None = None,
     log: Log = print,
-) -> tuple[Path, str]:  # fmt: skip
-    """The venv of the checkout at ``path`` (its ``commit`` where it is a git clone): the
-    nearest release's venv below it, the checkout over it. Returns (venv, version)."""
+) -> tuple[Path, str]:
+    """The venv of the checkout at ``path`` (``version``: what it is, where ``path`` cannot
+    say — a tree taken out of a clone): the nearest of ``releases`` below it, built when
+    missing, the checkout over it. Returns (venv, version)."""
     root = source_root(path.resolve())
-    version = checkout_version(root, commit)
+    version = version or checkout_version(root)
     release = nearest_release(version, releases)
     release_venv = build_release(release, log=log)
     venv = venv or ROOT / f".sglang-venv-src-{re.sub(r'[^A-Za-z0-9]+', '-', path.name)}"

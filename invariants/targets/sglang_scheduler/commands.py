@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +20,7 @@ import typer
 from invariants.terminal import Col, out_console, print_table
 
 if TYPE_CHECKING:
+    from invariants.targets.sglang_scheduler.bisect import Bisection
     from invariants.targets.sglang_scheduler.history import ReleaseHistory
     from invariants.targets.sglang_scheduler.lockstep import LockstepResult
 
@@ -47,6 +49,7 @@ def register(group: typer.Typer) -> None:
     """Attach the commands to the `kvspec sglang` group."""
     group.command("env")(env_command)
     group.command("history")(history_command)
+    group.command("bisect")(bisect_command)
     group.command("lockstep")(lockstep_command)
     group.command("seed-bugs")(seed_bugs_command)
 
@@ -80,6 +83,60 @@ def env_command(
         build_release(version, venv=venv)
 
 
+def bisect_command(
+    trace: Annotated[Path, typer.Argument(help="A finding's trace (JSON) or a spec (YAML).")],
+    good: Annotated[str | None, typer.Option(help="A release on one side (e.g. 0.5.11).")] = None,
+    bad: Annotated[str | None, typer.Option(help="A release on the other side.")] = None,
+    sglang_src: Annotated[
+        Path | None, typer.Option(help="An SGLang git clone: bisect its commits instead.")
+    ] = None,
+    commits: Annotated[
+        str | None, typer.Option(help="With --sglang-src: the commit range A..B.")
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the steps here.")] = None,
+) -> None:
+    """Replay a finding's trace release by release (or commit by commit of a clone) and name
+    the first release (or commit) where it appears or disappears. Exit 0 with an answer, 1
+    without one (skips hide it, or the ends agree), 2 on bad input."""
+    from invariants.targets.sglang_scheduler.bisect import bisect_commits, bisect_releases
+
+    loaded = _load_trace(trace)
+    if sglang_src is not None:
+        if not commits:
+            raise typer.BadParameter("--sglang-src needs --commits A..B", param_hint="--commits")
+        result = bisect_commits(loaded, sglang_src, commits, trace.name)
+    elif good and bad:
+        result = bisect_releases(loaded, good, bad, trace.name)
+    else:
+        raise typer.BadParameter("give --good and --bad, or --sglang-src and --commits")
+    print_bisection(result)
+    if json_path is not None:
+        json_path.write_text(json.dumps(asdict(result), indent=2))
+    raise typer.Exit(0 if result.first else 1)
+
+
+def _load_trace(path: Path):
+    """A trace file, or a spec's trace."""
+    from invariants.scenarios.ops import Trace
+    from invariants.scenarios.scenario import build_trace
+    from invariants.scenarios.spec import load_spec
+
+    if path.suffix in (".yaml", ".yml"):
+        return build_trace(load_spec(path))
+    return Trace.load(path)
+
+
+def print_bisection(result: Bisection) -> None:
+    """Each step tried, in order, then the answer."""
+    cols = (Col("tried"), Col("ran as"), Col("verdict"), Col("failure key"), Col("s", "num"))
+    rows = [
+        [s.label, s.version or "-", s.verdict, s.key or s.why or "clean", round(s.seconds, 1)]
+        for s in result.steps
+    ]
+    print_table(out_console(), cols, rows)
+    typer.echo(f"{result.trace}: {result.conclusion()}")
+
+
 def history_command(
     versions: Annotated[
         str | None,
@@ -106,7 +163,10 @@ def history_command(
 
 
 def print_history(histories: list[ReleaseHistory]) -> None:
-    """The release x finding table, then one line per release."""
+    """The release x finding table, each finding's span over the releases, then one line
+    per release."""
+    from invariants.targets.sglang_scheduler.history import finding_spans
+
     cols = (Col("release"), Col("source"), Col("seen by"), Col("invariant"), Col("iter", "num"),
             Col("pages", "text"), Col("replay"))  # fmt: skip
     rows = [
@@ -116,6 +176,20 @@ def print_history(histories: list[ReleaseHistory]) -> None:
         for r in h.rows
     ]  # fmt: skip
     print_table(out_console(), cols, rows)
+    spans = finding_spans(histories)
+    if spans:
+        cols = (Col("finding"), Col("seen by"), Col("first"), Col("last"), Col("releases"))
+        rows = [
+            [
+                s.invariant,
+                s.kind,
+                s.first,
+                s.last,
+                f"{len(s.releases)}/{len(s.releases) + len(s.clean)}",
+            ]
+            for s in spans
+        ]
+        print_table(out_console(), cols, rows)
     for h in histories:
         if h.error:
             typer.echo(f"{h.release}: not run: {h.error}")

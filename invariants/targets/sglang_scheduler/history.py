@@ -183,9 +183,45 @@ def sglang_history(
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class FindingSpan:
+    """One finding across the releases run: where it was seen, the first and the last."""
+
+    kind: str
+    invariant: str
+    releases: tuple[str, ...]  # oldest first
+    clean: tuple[str, ...]  # the releases run where it was not seen
+
+    @property
+    def first(self) -> str:
+        return self.releases[0]
+
+    @property
+    def last(self) -> str:
+        return self.releases[-1]
+
+
+def finding_spans(histories: list[ReleaseHistory]) -> list[FindingSpan]:
+    """Each distinct (kind, invariant) the releases showed, with the releases that showed it
+    — the release x finding table's rows (a release not run is neither seen nor clean)."""
+    ran = [h.release for h in histories if h.error is None]
+    seen: dict[tuple[str, str], set[str]] = {}
+    for history in histories:
+        for row in history.rows:
+            seen.setdefault((row.kind, row.invariant), set()).add(history.release)
+    spans = []
+    for (kind, invariant), where in seen.items():
+        releases = tuple(r for r in ran if r in where)
+        clean = tuple(r for r in ran if r not in where)
+        spans.append(FindingSpan(kind, invariant, releases, clean))
+    return sorted(spans, key=lambda s: (ran.index(s.first), s.invariant))
+
+
 def history_json(histories: list[ReleaseHistory]) -> dict:
-    """The JSON form (``--json``): one entry per release, its rows as records."""
-    return {"releases": [asdict(h) for h in histories]}
+    """The JSON form (``--json``): one entry per release, its rows as records, and each
+    finding's span over the releases."""
+    spans = [dict(asdict(s), first=s.first, last=s.last) for s in finding_spans(histories)]
+    return {"releases": [asdict(h) for h in histories], "findings": spans}
 
 
 def _flags(release: str) -> str:
