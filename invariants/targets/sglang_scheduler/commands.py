@@ -129,7 +129,7 @@ def _load_trace(path: Path):
 def print_bisection(result: Bisection) -> None:
     """Each step tried, in order, then the answer."""
     cols = (Col("tried"), Col("ran as"), Col("verdict"), Col("failure key"), Col("s", "num"))
-    rows = [
+    rows: list[list[str | float]] = [
         [s.label, s.version or "-", s.verdict, s.key or s.why or "clean", round(s.seconds, 1)]
         for s in result.steps
     ]
@@ -178,8 +178,8 @@ def print_history(histories: list[ReleaseHistory]) -> None:
     print_table(out_console(), cols, rows)
     spans = finding_spans(histories)
     if spans:
-        cols = (Col("finding"), Col("seen by"), Col("first"), Col("last"), Col("releases"))
-        rows = [
+        span_cols = (Col("finding"), Col("seen by"), Col("first"), Col("last"), Col("releases"))
+        span_rows = [
             [
                 s.invariant,
                 s.kind,
@@ -189,7 +189,7 @@ def print_history(histories: list[ReleaseHistory]) -> None:
             ]
             for s in spans
         ]
-        print_table(out_console(), cols, rows)
+        print_table(out_console(), span_cols, span_rows)
     for h in histories:
         if h.error:
             typer.echo(f"{h.release}: not run: {h.error}")

@@ -100,7 +100,7 @@ def test_commit_range_lists_the_start_then_every_commit_to_the_end(tmp_path: Pat
         made.append(head.stdout.strip())
     listed = commit_candidates(repo, f"{made[0]}..{made[3]}")
     assert len(listed) == 4 and all(made[i].startswith(listed[i]) for i in range(4))
-    with pytest.raises(BuildError, match="give a range A..B"):
+    with pytest.raises(BuildError, match=r"give a range A\.\.B"):
         commit_candidates(repo, made[0])
     with pytest.raises(BuildError, match="git rev-list"):
         commit_candidates(repo, "nope..HEAD")
