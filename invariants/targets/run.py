@@ -2,7 +2,8 @@
 
 Keeps: a run is a pure function of its trace (a spec's is the one kvspec's runner executes,
 ``build_trace``) and of the release, so every row and finding replays; a trace the target
-cannot express is refused before any driver starts, with the reasons, never passed; the
+cannot express is refused before it runs, with the reasons, never passed (before any driver
+starts, but for what only the release's driver can say: then once it has started); the
 catalog ids the release's design does not promise (its adapter says which, and why) are left
 out and said. Level 2 stops at the first failing view with every invariant of it evaluated —
 a real engine's first failing state is worth every name the catalog has for it.
@@ -69,6 +70,9 @@ def run_trace(
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         live = driver or stack.enter_context(adapter.open_driver(options or TargetOptions()))
+        missing = adapter.unsupported(trace, live.version)  # what only its driver can say
+        if missing:
+            return unsupported_outcome(target.name, None, missing)
         checker = Checker(applicable(catalog, live), level=min(level, Level.RECORD))
         drive = drive_trace(
             live,

@@ -8,16 +8,17 @@ Keeps: a step is one iteration of SGLang's own event loop, whatever it decides t
 retract is SGLang's own test hook (``test_retract`` every ``test_retract_interval`` forwards),
 never an op; output tokens are the fake worker's seeded draws (``driver/worker.token_at``), EOS
 included; time is the driver's simulated clock (kvspec's tick per iteration, plus
-``advance_clock``). What a trace may use beyond the plain features depends on the release: its
-shim's ``SUPPORTS`` (read from the shim's source, so a trace is refused before any driver
-starts). A ``speculative`` section runs as SGLang's EAGLE flags (topk 1) with the fake draft
-worker's seeded accept lengths; 0.5.23 has only the spec-v2 worker, so a v1 spec (overlap off)
-runs 0.5.23's synchronous spec-v2 path.
+``advance_clock``). What a trace may use beyond the plain features depends on the release: the
+``supports`` its driver's banner lists (the probes' answers: the code it finds, never its
+version), so a trace the release's driver does not drive is refused before it runs — before
+any driver starts once one has answered for the release, else right after it starts. A
+``speculative`` section runs as SGLang's EAGLE flags (topk 1) with the fake draft worker's
+seeded accept lengths; a release whose only EAGLE worker is spec v2 runs a v1 spec (overlap
+off) on its synchronous spec-v2 path.
 """
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,11 @@ from invariants.scenarios.spec import EngineSpec
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver
 from invariants.targets.registry import TargetOptions
-from invariants.targets.sglang_scheduler.releases import DEFAULT_VERSION, SchedulerDriver, shim_path
+from invariants.targets.sglang_scheduler.releases import (
+    DEFAULT_VERSION,
+    SUPPORTS_SEEN,
+    SchedulerDriver,
+)
 from invariants.targets.views import to_state_view
 
 EOS_ID = 257  # the driver's model config (driver/model/config.json) and kvspec's tokenizer
@@ -46,29 +51,25 @@ def open_driver(options: TargetOptions) -> LineDriver:
     return SchedulerDriver(options.version, options.python)
 
 
-def release_supports(version: str | None = None) -> frozenset[str]:
-    """The engine features beyond the plain ones that the release's shim drives: its
-    module-level ``SUPPORTS`` set literal (none: no such assignment, or no shim)."""
-    path = shim_path(version or DEFAULT_VERSION)
-    if not path.exists():
-        return frozenset()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == "SUPPORTS" for t in targets):
-                return frozenset(ast.literal_eval(node.value))
-    return frozenset()
+def release_supports(version: str | None = None) -> frozenset[str] | None:
+    """The engine features beyond the plain ones the release's driver said it drives (its
+    banner's ``supports``); None while no driver has answered for the release."""
+    return SUPPORTS_SEEN.get(version or DEFAULT_VERSION)
 
 
 def unsupported_engine(engine: EngineSpec, version: str | None = None) -> list[str]:
-    """Engine features of a spec the release's real-scheduler shim does not drive (yet)."""
+    """Engine features of a spec the release's real-scheduler driver does not drive (yet); a
+    feature only the release's driver can answer for is not refused until it has."""
     release = version or DEFAULT_VERSION
     supports = release_supports(release)
     checks = {
-        f"speculative (EAGLE: sglang {release}'s shim drives no draft worker)": (
-            engine.speculative is not None and "speculative" not in supports
+        f"speculative (EAGLE: sglang {release}'s adapter drives no draft worker here)": (
+            engine.speculative is not None
+            and supports is not None
+            and "speculative" not in supports
         ),
-        "swa_tokens (hybrid SWA pools are not built by the shims)": engine.swa_tokens is not None,
+        "swa_tokens (hybrid SWA pools are not built by the adapters)": engine.swa_tokens
+        is not None,
         "model: tiny (the target's forward is the fake worker)": engine.model != "sim",
     }
     return [name for name, on in checks.items() if on]

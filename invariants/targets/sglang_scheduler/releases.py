@@ -1,12 +1,16 @@
-"""SGLang's releases as the sglang-scheduler target runs them: one venv per release, one shim per
-release, and the driver (``driver/main.py``) under the release's interpreter.
+"""SGLang's releases as the sglang-scheduler target runs them: one venv per release, and the
+driver (``driver/main.py``) under the release's interpreter, which picks the adapter that
+drives it by probing the installed code (``driver/release_probes.py``) — any release, or a
+checkout, whose code an adapter matches runs.
 
 Keeps: one venv per release, built by ``make sglang-env SGLANG_VERSION=V`` (0.5.23, the
 default, in ``.sglang-venv``; any other in ``.sglang-venv-<V>``); the interpreter is the
 explicit one (``--target-python``), else ``$KVSPEC_SGLANG_PYTHON`` when no release is named,
-else the release's venv. A release whose internals moved — an attribute, an import or a
-signature a shim relies on — is ``AdapterDrift``: one line naming the error, where in the
-shim, and the shim module; never a traceback, never a finding.
+else the release's venv. The driver's banner names its adapter and each probe's answer; what
+it drives beyond the plain features (``supports``) is kept per release for the checks made
+before a trace runs. A release whose internals moved — an attribute, an import or a
+signature no adapter drives — is ``AdapterDrift``: one line naming the error, where in the
+driver, and the adapter module; never a traceback, never a finding.
 """
 
 from __future__ import annotations
@@ -29,14 +33,14 @@ def venv_dir(version: str) -> Path:
     return ROOT / name
 
 
-def shim_path(version: str) -> Path:
-    return DRIVER_DIR / f"shim_{version.replace('.', '_')}.py"
+def adapter_path(module: str) -> Path:
+    """The driver module an adapter's name (a banner's ``adapter``) stands for."""
+    return DRIVER_DIR / f"{module}.py"
 
 
-def supported_versions() -> list[str]:
-    """Releases with a shim module (``driver/shim_<version>.py``)."""
-    names = sorted(path.stem.removeprefix("shim_") for path in DRIVER_DIR.glob("shim_*.py"))
-    return [name.replace("_", ".") for name in names if name[0].isdigit()]  # not shim_common*
+# release -> the engine features beyond the plain ones its driver's banner said it drives
+# (filled as drivers start; a release no driver has answered for yet is absent)
+SUPPORTS_SEEN: dict[str, frozenset[str]] = {}
 
 
 def installed_versions() -> list[str]:
@@ -69,11 +73,6 @@ class SchedulerDriver(LineDriver):
 
     def __init__(self, version: str | None = None, python: str | Path | None = None) -> None:
         chosen = scheduler_python(version, python)
-        if python is None and version is not None and version not in supported_versions():
-            raise TargetUnavailable(
-                f"no shim for sglang {version} (supported: {', '.join(supported_versions())}; "
-                f"a release's shim is {shim_path('<version>').relative_to(ROOT)})"
-            )
         if not chosen.exists():
             hint = f" SGLANG_VERSION={version}" if version and version != DEFAULT_VERSION else ""
             raise TargetUnavailable(
@@ -81,7 +80,9 @@ class SchedulerDriver(LineDriver):
                 f"--target-python at a python with that release"
             )
         super().__init__("sglang-scheduler", chosen, MAIN)
-        self.shim: str = self.banner["shim"]
+        self.adapter: str = self.banner.get("adapter", "")
+        self.probes: dict[str, str] = self.banner.get("probes", {})
+        SUPPORTS_SEEN[self.version] = frozenset(self.banner.get("supports", ()))
         if version is not None and self.version != version:
             self.close()
             raise TargetUnavailable(f"{chosen} has sglang {self.version}, not {version}")
@@ -89,8 +90,11 @@ class SchedulerDriver(LineDriver):
         self.in_trace = False  # a trace's child is running (between config and end)
 
     def adapter_hint(self, answer: Answer) -> str:
-        version = getattr(self, "version", "") or self.banner.get("version", "")
-        return f" (shim module: {shim_path(version).relative_to(ROOT)})"
+        """The adapter module to mend: the one the drift names, else the banner's."""
+        module = answer.get("adapter") or getattr(self, "banner", {}).get("adapter")
+        if not module or not adapter_path(module).exists():
+            return ""
+        return f" (adapter module: {adapter_path(module).relative_to(ROOT)})"
 
     def answered(self, op: dict[str, Any], answer: Answer) -> None:
         """A config starts a trace's child; an answer that ended it says so."""

@@ -22,6 +22,7 @@ imports nothing of kvspec.
 from __future__ import annotations
 
 import hashlib
+from types import SimpleNamespace
 
 import torch
 from reader import trace_rid
@@ -83,8 +84,8 @@ class FakeEagleWorker(BaseSpecWorker):
     # ---- what the views report ----
 
     def sched_fields(self) -> dict:
-        """The view's ``sched`` speculative fields: this release's accounting is spec v2's
-        whether or not the overlap loop runs (0.5.23 has no other EAGLE worker)."""
+        """The view's ``sched`` speculative fields: the accounting is spec v2's whether or
+        not the overlap loop runs (the speculative probe: spec v2 is the only EAGLE worker)."""
         return dict(
             spec_mode="v2",
             num_draft_tokens=self.speculative_num_draft_tokens,
@@ -202,6 +203,21 @@ def gather_spec_extras(indices, topk_p_buf, topk_index_buf, output_tokens_buf, h
     return topk_p_buf[idx], topk_index_buf[idx], output_tokens_buf[idx], hidden
 
 
+def guard_record_stream() -> None:
+    """``torch.Tensor.record_stream`` as a no-op on a CPU tensor, in the trace's child. Why:
+    under overlap the FutureMap relay records each index tensor on the forward stream, and
+    torch rejects a CPU tensor there; releases that skip it for CPU tensors themselves
+    (``FutureMap._resolve_spec_extras``, 0.5.22 on) never call it here, and a device tensor
+    still reaches the real method."""
+    real = torch.Tensor.record_stream
+
+    def record_stream(tensor, stream) -> None:
+        if tensor.device.type != "cpu":
+            real(tensor, stream)
+
+    torch.Tensor.record_stream = record_stream
+
+
 def keep_overlap(server_args) -> None:
     """``speculative_hook._disable_overlap_schedule_for_cpu`` as a no-op. Why: SGLang turns the
     overlap loop off for speculative decoding on device ``cpu`` because its CPU *worker*
@@ -210,7 +226,7 @@ def keep_overlap(server_args) -> None:
     return None
 
 
-# ---- wiring (called by the release's shim before the Scheduler is built) ----
+# ---- wiring (called by the adapter before the Scheduler is built) ----
 
 
 def server_args(spec: dict | None, draft_model: str) -> dict:
@@ -227,20 +243,39 @@ def server_args(spec: dict | None, draft_model: str) -> dict:
     )
 
 
-def install(scheduler_cls, spec: dict) -> None:
+def draft_stand_in(scheduler) -> SimpleNamespace:
+    """A draft worker with one draft runner that holds no KV pool, for a release whose
+    scheduler reads the draft runner at start (the spec_draft_runner probe: the PD wire
+    schema's hidden-state width from ``get_draft_recurrent_hidden_state_spec(runner)``, the
+    draft KV pool for disaggregation, both unused here). Why: the fake has no draft model; the
+    width it reads is the target's own (the draft model path is the target's)."""
+    runner = SimpleNamespace(
+        token_to_kv_pool=None,
+        spec_algorithm=scheduler.spec_algorithm,
+        model_config=scheduler.model_config,
+    )
+    usage = dict(weight_load_time=0.0, graph_memory_usage={}, graph_time_usage={})
+    return SimpleNamespace(draft_runner=runner, draft_runners=[runner], **usage)
+
+
+def install(scheduler_cls, spec: dict, draft_runner_read: bool = False) -> None:
     """The shims speculative decoding needs, each with its reason:
     ``maybe_init_draft_worker`` → ``FakeEagleWorker`` (the real ``EAGLEWorkerV2.__init__``
-    builds draft model runners: weights, a draft KV pool, attention backends, CUDA graphs);
+    builds draft model runners: weights, a draft KV pool, attention backends, CUDA graphs),
+    with ``draft_stand_in`` where ``draft_runner_read``;
     ``allocation.assign_req_to_token_pool`` → ``AssignTwin`` and
     ``overlap_utils.gather_spec_extras`` → ``gather_spec_extras`` (Triton kernels, no CPU
-    launch); the CPU overlap gate → ``keep_overlap``."""
+    launch); the CPU overlap gate → ``keep_overlap``; ``guard_record_stream``."""
 
     def maybe_init_draft_worker(self) -> None:
         hidden = self.model_config.hf_config.hidden_size
         self.draft_worker = FakeEagleWorker(self.tp_worker, spec, hidden)
+        if draft_runner_read:
+            self.draft_worker._draft_worker = draft_stand_in(self)
         self.external_corpus_manager = None
 
     scheduler_cls.maybe_init_draft_worker = maybe_init_draft_worker
     allocation.assign_req_to_token_pool = AssignTwin()
     overlap_utils.gather_spec_extras = gather_spec_extras
     speculative_hook._disable_overlap_schedule_for_cpu = keep_overlap
+    guard_record_stream()

@@ -1,6 +1,8 @@
 """The sglang-scheduler target's subprocess: SGLang's REAL Scheduler and event loop (normal or
-overlap), driven by JSON lines; only the model worker is fake (worker.py) and every
-other shim is in the release's ``shim_<version>.py``.
+overlap), driven by JSON lines; only the model worker is fake (worker.py). Which adapter
+drives the installed release is asked of its code (release_probes.py: imports, attributes,
+signatures — never the version string), and every other shim is in that adapter
+(``adapter_legacy``, ``adapter_components``, ``adapter_context``) or what they share.
 
 Run by an sglang venv's python; imports nothing of kvspec. The process imports SGLang once,
 then forks one child per trace (a ``config`` op): the child builds the real Scheduler and runs
@@ -25,9 +27,12 @@ SGLang and lets one iteration run. Protocol, one line each way per op (the answe
   out: {"views": [...], "result": ..., "findings": [its own checkers' messages]} or
        {"error", "drift", "crash"?, "where"?, "trace", "ended": true} (driverlib/answers.py;
        the child has ended) or {"error": "..."} (an op refused; the trace goes on);
-       the first line is a banner {"ready", "version", "shim", "not_applicable", "supports"}
-       (catalog ids that do not hold by this release's design, each with the reason; the
-       engine features beyond the plain ones the shim drives, e.g. "speculative").
+       the first line is a banner {"ready", "version", "adapter", "probes", "not_applicable",
+       "supports"} (the adapter module that drives the release; each probe's answer and why;
+       catalog ids that do not hold by this release's design, each with the reason; the
+       engine features beyond the plain ones the adapter drives, e.g. "speculative"), or
+       {"ready": false, "drift": true, "error", "adapter"} when a probe met an internal no
+       adapter drives.
        ``idle`` answers whether SGLang is idle (its view the idle event's); ``stats`` answers
        {"counts"}.
 """
@@ -53,27 +58,17 @@ INSTALLED = stubs.install()
 logging.disable(logging.WARNING)
 
 import answers  # noqa: E402
+import release_probes  # noqa: E402
 import seams  # noqa: E402
 import sglang  # noqa: E402
 import torch  # noqa: E402
 
 
-def load_shim(version: str):
-    """The release's shim module (``shim_0_5_23`` for 0.5.23); None when there is none."""
-    name = "shim_" + version.replace(".", "_")
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            return None
-        raise
-
-
 class Driver:
     """One real Scheduler; answers ops at its iteration boundaries."""
 
-    def __init__(self, shim, out) -> None:
-        self.shim, self.out = shim, out
+    def __init__(self, adapter, out) -> None:
+        self.adapter, self.out = adapter, out
         self.scheduler = None
         self.io: seams.Inputs | None = None
         self.stepping, self.iterations = False, 0
@@ -83,11 +78,11 @@ class Driver:
         self.out.flush()
 
     def configure(self, cfg: dict) -> None:
-        self.scheduler = self.shim.build(cfg)
-        self.io = seams.Inputs(self.scheduler, self.shim)
+        self.scheduler = self.adapter.build(cfg)
+        self.io = seams.Inputs(self.scheduler, self.adapter)
         self.io.observe = bool(cfg.get("observe", True))  # False: only step (the benchmark)
-        self.shim.set_receiver(self.scheduler, self.boundary)
-        self.shim.set_output(self.scheduler, self.io.record)
+        self.adapter.set_receiver(self.scheduler, self.boundary)
+        self.adapter.set_output(self.scheduler, self.io.record)
         runner = self.scheduler.tp_worker.model_runner
         self.write(views=[], result=dict(defaulted=sorted(runner.defaulted)))
 
@@ -127,9 +122,9 @@ def say(**answer) -> None:
     sys.stdout.flush()
 
 
-def run_trace(shim, cfg: dict) -> None:
+def run_trace(adapter, cfg: dict) -> None:
     """A forked child: one real Scheduler, its event loop until the trace ends."""
-    driver = Driver(shim, sys.stdout)
+    driver = Driver(adapter, sys.stdout)
     try:
         driver.configure(cfg)
         driver.scheduler.run_event_loop()
@@ -138,40 +133,55 @@ def run_trace(shim, cfg: dict) -> None:
     os._exit(1)
 
 
+def banner():
+    """The adapter and the first line: which adapter drives the release and why, or a drift
+    naming what no adapter drives (a probe's answer, or an adapter module that does not
+    import) and the adapter it concerns."""
+    version = sglang.__version__
+    try:
+        module, probes = release_probes.probe_all()
+    except release_probes.Drift as exc:
+        drift = dict(drift=True, error=str(exc), adapter=exc.adapter)
+        return None, dict(ready=False, version=version, **drift)
+    try:
+        adapter = importlib.import_module(module).Adapter(probes)
+    except Exception as exc:  # the adapter itself does not import: the release moved
+        said = failure(exc)
+        said["error"] = f"{said['error']} (adapter: {module})"
+        return None, dict(said, ready=False, version=version, adapter=module)
+    return adapter, dict(
+        ready=True,
+        version=version,
+        adapter=module,
+        probes=probes.banner(),
+        not_applicable=release_probes.not_applicable(probes),
+        supports=release_probes.supports(probes),
+    )
+
+
 def main() -> None:
     torch.set_num_threads(1)  # tiny tensors; and a forked child must not inherit a thread pool
-    try:
-        shim = load_shim(sglang.__version__)
-    except Exception as exc:  # the shim itself does not import: the release moved
-        return say(ready=False, version=sglang.__version__, **failure(exc))
-    if shim is None:
-        message = f"no shim for sglang {sglang.__version__}: write {HERE}/shim_<version>.py"
-        return say(ready=False, version=sglang.__version__, error=message, drift=True)
-    not_applicable = getattr(shim, "NOT_APPLICABLE", {})
-    supports = getattr(shim, "SUPPORTS", frozenset())
-    say(
-        ready=True,
-        version=sglang.__version__,
-        shim=shim.__name__,
-        not_applicable=not_applicable,
-        supports=sorted(supports),
-    )
+    adapter, said = banner()
+    say(**said)
+    if adapter is None:
+        return
     for op in read_ops():
         if op.get("op") != "config":
             say(error=f"op {op.get('op')!r} before a config")
             continue
-        if op.get("speculative") and "speculative" not in supports:
-            say(error=f"speculative: {shim.__name__} does not drive it on this release")
+        if op.get("speculative") and "speculative" not in said["supports"]:
+            why = adapter.probes.banner()["speculative"]
+            say(error=f"speculative: {said['adapter']} does not drive it here ({why})")
             continue
         child = os.fork()
         if child == 0:
-            run_trace(shim, op)
+            run_trace(adapter, op)
         os.waitpid(child, 0)
 
 
 def failure(exc: Exception) -> dict:
     """An exception that ended the trace's child, as its answer (driverlib/answers.py: drift
-    in the shims or the state reader, a crash in SGLang's own code, else a refusal)."""
+    in the adapter or the state reader, a crash in SGLang's own code, else a refusal)."""
     return dict(answers.failure(exc, OURS, "sglang"), ended=True)
 
 

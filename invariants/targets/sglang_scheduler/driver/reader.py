@@ -1,5 +1,5 @@
 """The real scheduler's live state → one JSON-able view (kvspec's StateView schema, plus the raw
-census input), read through the release's shim.
+census input), read through the release's adapter (its layouts chosen by probes).
 
 Keeps: the pool counters are SGLang's own, summed as its busy check sums them (``counters``);
 the census input (records.py, shared with the memory classes' reader) is computed
@@ -47,41 +47,42 @@ def live_requests(scheduler) -> list:
     return found
 
 
-def view(scheduler, shim, event: str, step: int, refused: frozenset = frozenset()) -> dict:
+def view(scheduler, adapter, event: str, step: int, refused: frozenset = frozenset()) -> dict:
     """The view at ``event`` (step, idle, session) after ``step`` iterations; ``refused``:
     the rids a session refused at submission (SGLang queues each for a 1-token prefill to
     answer it; kvspec answers at once, so it is never one of its session's live requests)."""
     page = scheduler.page_size
-    slots = shim.session_slots(scheduler, refused)
+    slots = adapter.session_slots(scheduler, refused)
     slot_kvs = {id(kv) for kv, _ in slots.values()}
     live = live_requests(scheduler)
     waiting = {id(r) for r in scheduler.waiting_queue}
     running = {id(r) for r in scheduler.running_batch.reqs}
     batch = scheduler.last_batch
     in_batch = set() if batch is None else {id(r) for r in batch.reqs}
-    borrowers = {id(shim.req_kv(r)) for r in live if id(r) in running or id(r) in in_batch}
-    owners = [r for r in live if shim.req_kv(r).req_pool_idx is not None]
-    owners = [r for r in owners if id(shim.req_kv(r)) not in slot_kvs]
+    borrowers = {id(adapter.req_kv(r)) for r in live if id(r) in running or id(r) in in_batch}
+    owners = [r for r in live if adapter.req_kv(r).req_pool_idx is not None]
+    owners = [r for r in owners if id(adapter.req_kv(r)) not in slot_kvs]
     held = {sid: kv for sid, (kv, _) in slots.items() if kv.req_pool_idx is not None}
     accepted = [r for r in live if trace_rid(r) not in refused]
-    open_sessions = shim.sessions(scheduler)
+    open_sessions = adapter.sessions(scheduler)
     spec = _speculative(scheduler)
     return dict(
         event=event,
         step=step,
         page_size=page,
-        pools=[_pool(scheduler, shim, owners, held)],
-        tree=_tree(scheduler, shim, [node for _, node in slots.values()]),
-        req_pool=_req_pool(scheduler, shim, owners, held),
+        pools=[_pool(scheduler, adapter, owners, held)],
+        tree=_tree(scheduler, adapter, [node for _, node in slots.values()]),
+        req_pool=_req_pool(scheduler, adapter, owners, held),
         reqs=[
-            _req(r, shim, waiting, running, in_batch, slot_kvs) | spec.req_fields(r) for r in live
+            _req(r, adapter, waiting, running, in_batch, slot_kvs) | spec.req_fields(r)
+            for r in live
         ],
         slots=[
             slot_record(sid, kv, id(kv) in borrowers, lock is not None)
             for sid, (kv, lock) in slots.items()
             if kv.req_pool_idx is not None
         ],
-        sessions=[_session(shim, s, accepted, s.session_id in held) for s in open_sessions],
+        sessions=[_session(adapter, s, accepted, s.session_id in held) for s in open_sessions],
         sched=_sched(scheduler) | spec.sched_fields(),
     )
 
@@ -104,19 +105,20 @@ def _speculative(scheduler):
     return worker if hasattr(worker, "req_fields") else _NoSpeculation()
 
 
-def _pool(scheduler, shim, owners: list, held: dict) -> dict:
+def _pool(scheduler, adapter, owners: list, held: dict) -> dict:
     """The allocator's and tree's counters, the two owner terms summed from the rows found
     (not from SGLang's own sums), and the raw census input (page ids per owner)."""
     page, table = scheduler.page_size, scheduler.req_to_token_pool.req_to_token
     slot_rows = [(f"session:{sid}@row{kv.req_pool_idx}", kv) for sid, kv in held.items()]
     req_rows = [
-        (f"req:{trace_rid(r)}@row{shim.req_kv(r).req_pool_idx}", shim.req_kv(r)) for r in owners
+        (f"req:{trace_rid(r)}@row{adapter.req_kv(r).req_pool_idx}", adapter.req_kv(r))
+        for r in owners
     ]
     owned, referenced = row_census(table, slot_rows + req_rows, page)
-    for node_id, parent, _, value, _ in shim.tree_nodes(scheduler):
+    for node_id, parent, _, value, _ in adapter.tree_nodes(scheduler):
         if parent >= 0 and value:
             owned.append([f"tree:n{node_id}", [slot // page for slot in value]])
-    counters = shim.counters(scheduler)
+    counters = adapter.counters(scheduler)
     return dict(
         name="full",
         page_size=page,
@@ -124,7 +126,7 @@ def _pool(scheduler, shim, owners: list, held: dict) -> dict:
         session_held=sum(_private(kv, page) for _, kv in slot_rows),
         request_owned=sum(_private(kv, page) for _, kv in req_rows),
         census_input=census_input(
-            counters["capacity"] // page, shim.free_pages(scheduler), owned, referenced
+            counters["capacity"] // page, adapter.free_pages(scheduler), owned, referenced
         ),
     )
 
@@ -134,9 +136,9 @@ def _private(kv, page: int) -> int:
     return -(-kv.kv_allocated_len // page) * page - kv.cache_protected_len
 
 
-def _tree(scheduler, shim, session_locks: list) -> dict:
+def _tree(scheduler, adapter, session_locks: list) -> dict:
     """The tree's counters and nodes; ``session_locks``: the node each slot's lock holds."""
-    nodes = shim.tree_nodes(scheduler)
+    nodes = adapter.tree_nodes(scheduler)
     locks = {node_id: lock for node_id, _, _, _, lock in nodes}
     parents = {node_id: parent for node_id, parent, _, _, _ in nodes}
     inner = set(parents.values())
@@ -167,18 +169,18 @@ def _tree(scheduler, shim, session_locks: list) -> dict:
     )
 
 
-def _req_pool(scheduler, shim, owners: list, held: dict) -> dict:
+def _req_pool(scheduler, adapter, owners: list, held: dict) -> dict:
     pool = scheduler.req_to_token_pool
     rows = {int(kv.req_pool_idx) for kv in held.values()}
-    rows |= {int(shim.req_kv(r).req_pool_idx) for r in owners}
+    rows |= {int(adapter.req_kv(r).req_pool_idx) for r in owners}
     return dict(
         size=pool.size, free_rows=[int(x) for x in pool.free_slots], rows_in_use=sorted(rows)
     )
 
 
-def _req(req, shim, waiting: set, running: set, in_batch: set, slot_kvs: set) -> dict:
+def _req(req, adapter, waiting: set, running: set, in_batch: set, slot_kvs: set) -> dict:
     """A live request; one running on its session slot's record owns no row (the slot does)."""
-    kv = shim.req_kv(req)
+    kv = adapter.req_kv(req)
     row = -1 if kv.req_pool_idx is None or id(kv) in slot_kvs else int(kv.req_pool_idx)
     # a released record keeps its committed length for SGLang's stats; kvspec's views
     # read a request that holds no KV as holding none
@@ -186,11 +188,11 @@ def _req(req, shim, waiting: set, running: set, in_batch: set, slot_kvs: set) ->
     return dict(
         rid=trace_rid(req),
         req_pool_idx=row,
-        seq_len=shim.fill_len(req),
+        seq_len=adapter.fill_len(req),
         kv_committed_len=0 if released else kv.kv_committed_len,
         kv_allocated_len=kv.kv_allocated_len,
         cache_protected_len=kv.cache_protected_len,
-        swa_evicted_seqlen=shim.swa_evicted(kv),
+        swa_evicted_seqlen=adapter.swa_evicted(kv),
         is_chunked=int(getattr(req, "is_chunked", 0)),
         origin_len=len(req.origin_input_ids),
         num_output=len(req.output_ids),
@@ -203,10 +205,10 @@ def _req(req, shim, waiting: set, running: set, in_batch: set, slot_kvs: set) ->
     )
 
 
-def _session(shim, session, live: list, has_slot: bool) -> dict:
+def _session(adapter, session, live: list, has_slot: bool) -> dict:
     """An open session (one whose close is deferred included)."""
     mine = [r for r in live if getattr(r, "session", None) is session and not r.finished()]
-    inflight, close_on_finish = shim.session_state(session, mine)
+    inflight, close_on_finish = adapter.session_state(session, mine)
     return session_record(session, mine, inflight, close_on_finish, has_slot)
 
 

@@ -28,8 +28,8 @@ def _marked(submit: dict) -> dict:
 class Inputs:
     """The queued inputs, the recorded outputs and the counters of one driven scheduler."""
 
-    def __init__(self, scheduler, shim) -> None:
-        self.scheduler, self.shim = scheduler, shim
+    def __init__(self, scheduler, adapter) -> None:
+        self.scheduler, self.adapter = scheduler, adapter
         self.pending: list = []  # request objects for the next iteration's receive
         self.session_ops = 0  # session opens and closes among them
         self.finished: dict[str, dict] = {}  # rid -> its finish reason (SGLang's dict)
@@ -41,30 +41,30 @@ class Inputs:
         self.observe = True  # read views and SGLang's checks at each step
         self.retracts = reader.Retracts(scheduler)
         self.told = 0  # finished rids an answer has named (``finished`` keeps their order)
-        shim.record_checks(scheduler, self.findings)
-        shim.record_refusals(self.refused)
-        shim.set_clock(lambda: self.clock)
+        adapter.record_checks(scheduler, self.findings)
+        adapter.record_refusals(self.refused)
+        adapter.set_clock(lambda: self.clock)
 
     # ---- in ----
 
     def apply(self, op: dict, iteration: int) -> tuple[list, object]:
         """A non-step op: its views (none: inputs take effect at the next step) and result."""
-        kind, shim = op["op"], self.shim
+        kind, adapter = op["op"], self.adapter
         if kind == "submit":
             self.submitted.add(op["rid"])
-            self.pending.append(shim.generate_input(_marked(op)))
+            self.pending.append(adapter.generate_input(_marked(op)))
             return [], None
         if kind in ("open_session", "close_session"):
             self.session_ops += 1
-            self.pending.append(shim.session_input(op))
+            self.pending.append(adapter.session_input(op))
             return [], None
         if kind == "abort":
             rid = op.get("rid") or self._pick(op.get("phase", "any"), op.get("pick", 0))
             if rid is not None:
-                self.pending.append(shim.abort_input(sglang_rid(rid)))
+                self.pending.append(adapter.abort_input(sglang_rid(rid)))
             return [], rid
         if kind == "flush_cache":
-            self.pending.append(shim.flush_input())
+            self.pending.append(adapter.flush_input())
             return [], None
         if kind == "advance_clock":
             self.clock += float(op["seconds"])
@@ -126,7 +126,7 @@ class Inputs:
         """The answer to a step: the step view (and a session view when the iteration
         took session ops), SGLang's own checks of the state it left, and the batch it ran
         (``batch``: what kvspec's lockstep compares)."""
-        scheduler, shim = self.scheduler, self.shim
+        scheduler, adapter = self.scheduler, self.adapter
         if not self.observe:  # the unchecked baseline: SGLang's loop and nothing else
             return dict(views=[], result=None, findings=[], batch=None)
         views = [self._view("step", iteration)]
@@ -136,7 +136,7 @@ class Inputs:
         if self.session_ops:
             self.session_ops = 0
             views.append(dict(views[0], event="session"))
-        busy = shim.busy_check(scheduler) if scheduler.last_batch is not None else None
+        busy = adapter.busy_check(scheduler) if scheduler.last_batch is not None else None
         found, self.findings[:] = [*self.findings, *([busy] if busy else [])], []
         done, self.told = list(self.finished)[self.told :], len(self.finished)
         ran = reader.batch(scheduler, self.retracts.take(), done)
@@ -144,7 +144,7 @@ class Inputs:
 
     def _view(self, event: str, iteration: int) -> dict:
         refused = frozenset(self.refused)
-        return reader.view(self.scheduler, self.shim, event, iteration, refused)
+        return reader.view(self.scheduler, self.adapter, event, iteration, refused)
 
     def counts(self, iteration: int) -> dict:
         aborted = sum(1 for r in self.finished.values() if r.get("type") == "abort")
@@ -155,5 +155,5 @@ class Inputs:
             aborted=aborted,
             cached_tokens=self.cached_tokens,
             forwards=self.scheduler.tp_worker.forwards,
-            retracted=self.shim.retracted(self.scheduler),
+            retracted=self.adapter.retracted(self.scheduler),
         )

@@ -83,7 +83,7 @@ def fingerprint_tensor(tokens: list[int], start: int) -> torch.Tensor:
 
 class FakeRunner:
     """What the scheduler and the KV-pool builders read off SGLang's ``ModelRunner``; ``pools``
-    are the version's real pool objects (the shim builds them); an attribute nobody set
+    are the release's real pool objects (pools.py builds them); an attribute nobody set
     reads None and is recorded in ``defaulted`` (the driver reports them)."""
 
     def __init__(self, model_config, pools: dict, attrs: dict) -> None:

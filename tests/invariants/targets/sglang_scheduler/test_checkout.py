@@ -5,6 +5,7 @@ the clone is built from release trees, one commit per release, tagged as SGLang 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
 import zipfile
@@ -64,9 +65,9 @@ def release_tree(version: str, into: Path) -> None:
         for name in archive.namelist():
             if name.startswith("sglang/") and not name.endswith(".so"):
                 archive.extract(name, into / "python")
-    deps = "".join(f"  {r!r},\n" for r in wheel_requires(wheel) if "extra ==" not in r)
+    deps = "".join(f"  {json.dumps(r)},\n" for r in wheel_requires(wheel) if "extra ==" not in r)
     project = f'[project]\nname = "sglang"\ndynamic = ["version"]\ndependencies = [\n{deps}]\n'
-    (into / "python" / "pyproject.toml").write_text(project.replace("'", '"'))
+    (into / "python" / "pyproject.toml").write_text(project)  # a JSON string is a TOML one
 
 
 def commit(repo: Path, tag: str) -> str:

@@ -1,6 +1,6 @@
-"""The kvspec side of the sglang-scheduler target, without sglang: which releases it knows,
-how a moved release and a missing one are said, how a run's findings are keyed, classified
-and turned into report rows and history rows."""
+"""The kvspec side of the sglang-scheduler target, without sglang: any release's venv runs (its
+driver picks the adapter by probing the code), how a moved release and a missing one are said,
+how a run's findings are keyed, classified and turned into report rows and history rows."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from invariants.targets.explore import failure_key
 from invariants.targets.outcome import EngineFinding, TargetOutcome, TargetStats
 from invariants.targets.registry import target
 from invariants.targets.sglang_scheduler.history import pages_named, rows_of
-from invariants.targets.sglang_scheduler.releases import (
-    SchedulerDriver,
-    shim_path,
-    supported_versions,
-)
+from invariants.targets.sglang_scheduler.releases import SchedulerDriver
 
 LEAK = "full: leaked pages (not free, owned by nobody): [567]"
 DRIFT = "AttributeError: type object 'Scheduler' has no attribute 'recv_requests'"
+BANNER = (
+    '{"ready": true, "version": "0.5.23", "adapter": "adapter_context", '
+    '"probes": {"launch": "context: no gpu_id"}, "not_applicable": {}, "supports": []}'
+)
 
 
 def outcome(violations=(), sglang=(), error=None) -> TargetOutcome:
@@ -50,47 +50,44 @@ def violation(invariant: str, step: int, message: str = "m") -> Violation:
     return Violation(invariant, invariant, "step", step, message)
 
 
-def fake_python(tmp_path: Path, answer: str) -> Path:
-    """An interpreter stand-in: prints the 0.5.23 driver's banner, then ``answer`` to the
-    first op (the trace's config)."""
+def fake_python(tmp_path: Path, answer: str, banner: str = BANNER) -> Path:
+    """An interpreter stand-in: prints a driver's banner (0.5.23's by default), then
+    ``answer`` to the first op (the trace's config)."""
     script = tmp_path / "python"
-    banner = '{"ready": true, "version": "0.5.23", "shim": "shim_0_5_23", "not_applicable": {}}'
     script.write_text(f"#!/bin/sh\necho '{banner}'\nread line\necho '{answer}'\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
 
 
-def test_supported_releases_are_the_shim_modules_only():
-    """A release is supported when driver/shim_<version>.py exists; the shared modules
-    (shim_common*.py) are not releases."""
-    versions = supported_versions()
-    assert {"0.5.10.post1", "0.5.11", "0.5.23"} <= set(versions)
-    assert all(v[0].isdigit() for v in versions)
-    assert all(shim_path(v).exists() for v in versions)
+def test_any_release_runs_and_the_banner_names_the_adapter(tmp_path):
+    """No release is refused by its version: the driver probes the code and its banner
+    names the adapter and each probe's answer, which the driver object keeps."""
+    with SchedulerDriver(python=fake_python(tmp_path, "{}")) as driver:
+        assert driver.adapter == "adapter_context"
+        assert driver.probes == {"launch": "context: no gpu_id"}
 
 
-def test_a_release_without_a_shim_is_refused_before_anything_starts():
-    """--sglang-version of a release with no shim names the supported ones."""
-    with pytest.raises(TargetUnavailable, match=r"no shim for sglang 0\.5\.9 .*0\.5\.23"):
-        SchedulerDriver("0.5.9")
-
-
-def test_a_missing_venv_names_the_make_target(tmp_path, monkeypatch):
-    """A supported release whose venv is not built says which make command builds it."""
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.17", "0.5.9"])
+def test_a_missing_venv_names_the_make_target(tmp_path, monkeypatch, version):
+    """A release whose venv is not built says which make command builds it — any release,
+    whether or not one ran before (no list of supported versions refuses it first)."""
     monkeypatch.setattr("invariants.targets.sglang_scheduler.releases.ROOT", tmp_path)
-    with pytest.raises(TargetUnavailable, match=r"make sglang-env SGLANG_VERSION=0\.5\.11"):
-        SchedulerDriver("0.5.11")
+    with pytest.raises(TargetUnavailable, match=rf"make sglang-env SGLANG_VERSION={version}"):
+        SchedulerDriver(version)
 
 
-def test_drift_is_one_line_naming_the_attribute_and_the_shim(tmp_path, capsys):
-    """A release whose internals moved is AdapterDrift naming the error and the shim module;
-    `kvspec run` prints it on one line and exits 2 — never a traceback, never a finding."""
-    answer = f'{{"error": "{DRIFT}", "drift": true, "where": "shim_0_5_23.py:170", "ended": true}}'
+def test_drift_is_one_line_naming_the_attribute_and_the_adapter(tmp_path, capsys):
+    """A release whose internals moved is AdapterDrift naming the error and the adapter
+    module; `kvspec run` prints it on one line and exits 2 — never a traceback, never a
+    finding."""
+    answer = (
+        f'{{"error": "{DRIFT}", "drift": true, "where": "adapter_legacy.py:57", "ended": true}}'
+    )
     python = fake_python(tmp_path, answer.replace("'", ""))
     with SchedulerDriver(python=python) as driver, pytest.raises(AdapterDrift) as raised:
         driver.ask({"op": "config"})
     assert "recv_requests" in str(raised.value)
-    assert "invariants/targets/sglang_scheduler/driver/shim_0_5_23.py" in str(raised.value)
+    assert "invariants/targets/sglang_scheduler/driver/adapter_context.py" in str(raised.value)
     args = ["run", "specs/matrix-base.yaml", "--target", "sglang-scheduler"]
     with pytest.raises(SystemExit) as exited:
         main([*args, "--target-python", str(python)])
@@ -98,6 +95,24 @@ def test_drift_is_one_line_naming_the_attribute_and_the_shim(tmp_path, capsys):
     assert exited.value.code == 2, printed
     assert printed.count("\n") == 1 and printed.startswith("kvspec: adapter drift:")
     assert "Traceback" not in printed
+
+
+def test_a_probe_that_finds_no_drivable_internal_is_drift_at_startup(tmp_path, capsys):
+    """A banner saying drift (a probe met an internal no adapter drives) is AdapterDrift
+    naming it and the adapter: `kvspec run` says it on one line, exit 2, before any trace."""
+    error = "slot_layout: SessionSlot fields [tokens]: none (adapter: adapter_components)"
+    banner = json.dumps(dict(ready=False, drift=True, version="0.5.24", error=error,
+                             adapter="adapter_components"))  # fmt: skip
+    python = fake_python(tmp_path, "{}", banner)
+    with pytest.raises(AdapterDrift, match="SessionSlot fields") as raised:
+        SchedulerDriver(python=python)
+    assert "driver/adapter_components.py" in str(raised.value)
+    args = ["run", "specs/matrix-base.yaml", "--target", "sglang-scheduler"]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--target-python", str(python)])
+    printed = capsys.readouterr().err
+    assert exited.value.code == 2 and printed.count("\n") == 1, printed
+    assert printed.startswith("kvspec: adapter drift:") and "Traceback" not in printed
 
 
 def test_failure_key_names_every_invariant_of_the_first_failing_view():

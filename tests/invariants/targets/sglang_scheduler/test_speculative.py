@@ -1,7 +1,7 @@
-"""EAGLE speculative decoding on SGLang's real scheduler: a release runs it only where its shim
-says so (checked before anything runs); on 0.5.23 the spec-v2 accounting is SGLang's own
-(the fake worker only draws accept lengths and tokens), runs clean in both loops, and a
-streaming session's slot claims the KV of a rejected draft (kv.integrity names it)."""
+"""EAGLE speculative decoding on SGLang's real scheduler: a release runs it only where its
+driver's banner says so (checked before the trace runs); on 0.5.23 the spec-v2 accounting is
+SGLang's own (the fake worker only draws accept lengths and tokens), runs clean in both loops,
+and a streaming session's slot claims the KV of a rejected draft (kv.integrity names it)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from invariants.targets.outcome import disagreements
 from invariants.targets.registry import TargetOptions, target
 from invariants.targets.run import run_spec, run_trace
 from invariants.targets.sglang_scheduler.adapter import config, release_supports, unsupported_engine
-from invariants.targets.sglang_scheduler.releases import SchedulerDriver, installed_versions
+from invariants.targets.sglang_scheduler.releases import (
+    SUPPORTS_SEEN,
+    SchedulerDriver,
+    installed_versions,
+)
 
 STALE_SLOT = Path(__file__).parent / "traces" / "eagle-session-stale-slot.json"
 EAGLE = {"version": 1, "num_steps": 3, "num_draft_tokens": 4, "accept_prob": 0.6}
@@ -35,18 +39,39 @@ def overlapped(engine: EngineSpec) -> EngineSpec:
 # ---- without sglang ----
 
 
-def test_speculative_runs_only_on_a_release_whose_shim_supports_it():
-    """A trace with a ``speculative`` section is refused, naming the release, unless the
-    release's shim lists "speculative" in its SUPPORTS (read from the shim's source, so the
-    refusal comes before any driver starts); a plain engine is refused nowhere."""
+def test_speculative_runs_only_where_the_releases_driver_drives_it(monkeypatch):
+    """A trace with a ``speculative`` section is refused, naming the release, once the
+    release's driver has said (its banner's ``supports``) it drives no draft worker; before
+    any driver has answered for a release nothing is refused yet (the run refuses it right
+    after its driver starts, before the trace runs); a plain engine is refused nowhere."""
     eagle, plain = EngineSpec(speculative=EAGLE), EngineSpec()
-    assert "speculative" in release_supports("0.5.23")
+    monkeypatch.setitem(SUPPORTS_SEEN, "0.5.23", frozenset({"speculative"}))
+    monkeypatch.setitem(SUPPORTS_SEEN, "0.5.11", frozenset())
+    monkeypatch.delitem(SUPPORTS_SEEN, "9.9.9", raising=False)
+    assert "speculative" in (release_supports("0.5.23") or ())
     assert unsupported_engine(eagle, "0.5.23") == [] == unsupported_engine(eagle)
-    for release in ("0.5.10.post1", "0.5.11"):
-        (reason,) = unsupported_engine(eagle, release)
-        assert reason.startswith("speculative") and release in reason
-        assert unsupported_engine(plain, release) == []
-    assert release_supports("9.9.9") == frozenset()  # no shim: nothing beyond the plain
+    (reason,) = unsupported_engine(eagle, "0.5.11")
+    assert reason.startswith("speculative") and "0.5.11" in reason
+    assert unsupported_engine(plain, "0.5.11") == []
+    assert release_supports("9.9.9") is None and unsupported_engine(eagle, "9.9.9") == []
+
+
+BANNER = (
+    '{"ready": true, "version": "9.9.9", "adapter": "adapter_legacy", "probes": {}, '
+    '"not_applicable": {}, "supports": []}'
+)
+
+
+def test_a_release_that_drives_no_draft_worker_refuses_before_the_trace(tmp_path):
+    """A release no driver had answered for: its driver starts, its banner lists no
+    ``speculative``, and the trace is refused with the reason before its config is sent."""
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho '{BANNER}'\nread line\necho '{{}}'\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    trace = Trace(engine=EngineSpec(speculative=EAGLE), ops=[])
+    outcome = run_trace(SCHEDULER, trace, shipped_catalog(), options=TargetOptions(str(python)))
+    assert outcome.unsupported and outcome.unsupported[0].startswith("speculative")
+    assert outcome.stats.steps == 0
 
 
 def test_the_config_op_carries_the_eagle_section():
