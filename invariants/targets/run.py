@@ -111,7 +111,13 @@ def _outcome(
     )
     split = disagreements(outcome, target.engine)[:LISTED] if target.engine_checks else ()
     notes = target.adapter().notes(trace, drive) + tuple(f"disagreement: {d}" for d in split)
-    return replace(outcome, notes=notes + _waived(trace, live))
+    return replace(outcome, notes=_driven_by(live) + notes + _waived(trace, live))
+
+
+def _driven_by(driver: LineDriver) -> tuple[str, ...]:
+    """The adapter the driver picked for the installed code, where its banner names one."""
+    adapter = driver.banner.get("adapter")
+    return (f"adapter: {adapter}, picked by probing the release's code",) if adapter else ()
 
 
 def applicable(catalog: Catalog, driver: LineDriver) -> Catalog:

@@ -1,10 +1,12 @@
-"""`kvspec sglang history|lockstep|seed-bugs`: the sglang-scheduler target's own commands —
-releases side by side, kvspec's scheduler beside the real one, and how long exploration
-takes to each seed bug a release shipped.
+"""`kvspec sglang env|probe|history|bisect|lockstep|seed-bugs`: the sglang-scheduler target's
+own commands — a release's (or a checkout's) venv, which adapter drives it and why, releases
+side by side, where a finding came in, kvspec's scheduler beside the real one, and how long
+exploration takes to each seed bug a release shipped.
 
-Exit codes: 0 clean (history: always, it is a table), 1 a divergence (lockstep), 2 no such
-release venv, a release whose internals moved (one line naming the attribute and the shim
-module), an invalid spec, or a trace the real scheduler cannot express.
+Exit codes: 0 clean (history: always, it is a table), 1 a divergence (lockstep) or no answer
+(bisect), 2 no such release venv, a release whose internals moved (one line naming the
+attribute and the adapter module), an invalid spec, or a trace the real scheduler cannot
+express.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ Sets = Annotated[
 def register(group: typer.Typer) -> None:
     """Attach the commands to the `kvspec sglang` group."""
     group.command("env")(env_command)
+    group.command("probe")(probe_command)
     group.command("history")(history_command)
     group.command("bisect")(bisect_command)
     group.command("lockstep")(lockstep_command)
@@ -81,6 +84,22 @@ def env_command(
         raise typer.BadParameter("--venv takes one release", param_hint="--venv")
     for version in chosen:
         build_release(version, venv=venv)
+
+
+def probe_command(version: VersionOpt = None, python: PythonOpt = None) -> None:
+    """Which adapter drives a release (or a checkout's interpreter) and why: each probe's
+    answer and reason, the features beyond the plain ones it drives, the catalog ids its
+    design does not promise. Exit 0; 2 when it has no venv or no adapter drives it."""
+    from invariants.targets.sglang_scheduler.releases import SchedulerDriver
+
+    with SchedulerDriver(version, python) as driver:
+        banner = driver.banner
+    typer.echo(f"sglang {banner['version']}: {banner['adapter']}")
+    rows = [[name, *said.split(": ", 1)] for name, said in banner["probes"].items()]
+    print_table(out_console(), (Col("probe"), Col("answer"), Col("why", "text")), rows)
+    typer.echo(f"drives beyond the plain features: {', '.join(banner['supports']) or 'none'}")
+    for invariant, why in banner["not_applicable"].items():
+        typer.echo(f"not applicable: {invariant}: {why}")
 
 
 def bisect_command(

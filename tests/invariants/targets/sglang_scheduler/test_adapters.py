@@ -77,14 +77,48 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+DEV = """
+import os, runpy, sys
+sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[1]), "..", "..", "sglang", "driver"))
+import stubs
+stubs.install()
+import sglang
+sglang.__version__ = "0.5.24.dev5+g1a2b3c4"
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def wrapped_python(tmp_path: Path, base: Path, script: str) -> Path:
+    """An interpreter that runs ``script`` (its SGLang patched) before the driver."""
+    (tmp_path / "wrap.py").write_text(script)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {base} {tmp_path / "wrap.py"} "$@"\n')
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return python
+
+
+def test_a_development_version_runs_on_the_adapter_its_code_matches(latest, tmp_path, capsys):
+    """A main-branch install reports a version no release has (``0.5.24.dev5+g…``): the
+    version plays no part, the probes pick 0.5.23's adapter from its code, and a spec runs
+    clean on it."""
+    python = wrapped_python(tmp_path, latest.python, DEV)
+    with SchedulerDriver(python=python) as driver:
+        assert driver.version == "0.5.24.dev5+g1a2b3c4"
+        assert driver.adapter == "adapter_context"
+    args = ["run", "specs/matrix-base.yaml", "--target", "sglang-scheduler"]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--target-python", str(python)])
+    printed = capsys.readouterr().out
+    assert exited.value.code in (0, None), printed
+    assert "SGLang 0.5.24.dev5+g1a2b3c4" in printed and "0 violations" in printed
+
+
 def test_a_moved_internal_is_one_line_of_adapter_drift(latest, tmp_path, capsys):
     """0.5.23 with its SessionSlot's fields renamed (patched into the driver's SGLang before
     it starts): the slot-layout probe finds no layout a reader knows, the banner says drift
     naming the fields and the adapter, and `kvspec run` prints one line and exits 2."""
-    (tmp_path / "moved.py").write_text(MOVED)
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec {latest.python} {tmp_path / "moved.py"} "$@"\n')
-    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    python = wrapped_python(tmp_path, latest.python, MOVED)
     with pytest.raises(AdapterDrift, match=r"slot_layout: SessionSlot fields \['tokens'\]"):
         SchedulerDriver(python=python)
     args = ["run", "specs/matrix-base.yaml", "--target", "sglang-scheduler"]
@@ -95,3 +129,15 @@ def test_a_moved_internal_is_one_line_of_adapter_drift(latest, tmp_path, capsys)
     assert printed.startswith("kvspec: adapter drift:") and "Traceback" not in printed
     assert "(adapter: adapter_context)" in printed
     assert str(Path("driver") / "adapter_context.py") in printed
+
+
+def test_probe_prints_the_adapter_and_every_answer_with_its_reason(latest, capsys):
+    """`kvspec sglang probe` names the adapter that drives the release, every probe's answer
+    beside its reason, and what it drives beyond the plain features."""
+    with pytest.raises(SystemExit) as done:
+        main(["sglang", "probe", "--target-version", "0.5.23"])
+    printed = capsys.readouterr().out
+    assert done.value.code in (0, None)
+    assert printed.startswith("sglang 0.5.23: adapter_context")
+    assert "Scheduler.__init__ takes no gpu_id" in printed  # the launch probe's reason
+    assert "drives beyond the plain features: speculative" in printed
