@@ -97,18 +97,25 @@ def _session_module() -> Found:
     return Found(probes.first_module(SESSION_MODULES), "the module Session lives in")
 
 
+def _pool_builder(name: str, cls: str):
+    """``cls`` of the pool-builder module ``name``; None where the release lacks it, or where
+    it does not import here (swa and mla are then refused, the plain features still run)."""
+    try:
+        return getattr(_optional(name), cls, None)
+    except ImportError:
+        return None
+
+
 def _kv_pools() -> Found:
-    configurator = _optional("mem_cache.kv_cache_configurator")
-    mixin = _optional("model_executor.model_runner_kv_cache_mixin")
     return probes.kv_pools(
-        getattr(configurator, "KVCacheConfigurator", None),
-        getattr(mixin, "ModelRunnerKVCacheMixin", None),
+        _pool_builder("mem_cache.kv_cache_configurator", "KVCacheConfigurator"),
+        _pool_builder("model_executor.model_runner_kv_cache_mixin", "ModelRunnerKVCacheMixin"),
     )
 
 
 def _swa_split() -> Found:
-    mixin = _optional("model_executor.model_runner_kv_cache_mixin")
-    return probes.swa_split(getattr(mixin, "ModelRunnerKVCacheMixin", None))
+    mixin = _pool_builder("model_executor.model_runner_kv_cache_mixin", "ModelRunnerKVCacheMixin")
+    return probes.swa_split(mixin)
 
 
 TREE_CORE = SRT + "mem_cache.unified_cache.unified_tree_core"
