@@ -63,6 +63,7 @@ def hybrid_worker(scheduler, cfg: dict, probes, make_result) -> FakeWorker:
         raise ValueError("speculative decoding on hybrid SWA or MLA pools is not driven here")
     build = _configured if probes["kv_pools"] == "configurator" else _mixed
     runner = build(scheduler, cfg, probes)
+    refuse_other_pools(runner, cfg)
     no_triton_writes()
     for name in RUNNER_PROPERTIES:  # the runner's own properties over its figures
         prop = getattr(importlib.import_module(RUNNER).ModelRunner, name, None)
@@ -79,6 +80,18 @@ def hybrid_worker(scheduler, cfg: dict, probes, make_result) -> FakeWorker:
         runner.sliding_window_size,
     )
     return worker
+
+
+def refuse_other_pools(runner, cfg: dict) -> None:
+    """A configuration the release did not build as asked is refused, never run on other
+    pools: MLA needs the MLA backend's pool, hybrid SWA the hybrid pools with the window."""
+    pool = type(runner.token_to_kv_pool).__name__
+    if cfg.get("mla") and not runner.use_mla_backend:
+        raise ValueError(f"mla: this release's ModelConfig is not MLA here (built {pool})")
+    window = (cfg.get("swa") or {}).get("window")
+    if cfg.get("swa") and (not runner.is_hybrid_swa or runner.sliding_window_size != window):
+        said = f"hybrid={runner.is_hybrid_swa}, window={runner.sliding_window_size}"
+        raise ValueError(f"swa: this release built {pool} ({said}), not window {window}")
 
 
 def worker_info(runner, scheduler, cfg: dict, source: str) -> tuple:

@@ -147,3 +147,27 @@ def test_swa_and_mla_are_refused_where_the_driver_builds_no_such_pool(monkeypatc
     assert adapter.unsupported_engine(swa, "9.9.9") == []
     assert adapter.unsupported_engine(mla, "9.9.9") == []
     assert any("model: tiny" in why for why in adapter.unsupported_engine(gqa, "9.9.9"))
+
+
+def test_pools_the_release_did_not_build_as_asked_are_refused(driver):
+    """An MLA config the release built without the MLA backend, or a hybrid SWA config whose
+    window is not the trace's, is refused (ValueError: an op refused), never run on them."""
+    refuse = driver.hybrid_pools.refuse_other_pools
+    mha = SimpleNamespace(
+        token_to_kv_pool=object(),
+        use_mla_backend=False,
+        is_hybrid_swa=False,
+        sliding_window_size=None,
+    )
+    with pytest.raises(ValueError, match="mla"):
+        refuse(mha, {"mla": True})
+    with pytest.raises(ValueError, match="not window 32"):
+        refuse(
+            SimpleNamespace(**{**vars(mha), "is_hybrid_swa": True, "sliding_window_size": 31}),
+            {"swa": {"window": 32}},
+        )
+    refuse(
+        SimpleNamespace(**{**vars(mha), "is_hybrid_swa": True, "sliding_window_size": 32}),
+        {"swa": {"window": 32}},
+    )
+    refuse(mha, {})
