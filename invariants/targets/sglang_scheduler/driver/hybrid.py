@@ -27,6 +27,7 @@ Shims (why):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -85,17 +86,23 @@ def kind(cfg: dict) -> str:
 
 
 def model_path(cfg: dict) -> str:
-    """The model folder SGLang reads: the plain llama one, or a config.json written for this
-    trace (one forked child per trace, so one folder per child)."""
+    """The model folder SGLang reads: the plain llama one, or a config.json written once per
+    distinct config (named by its digest, so traces share it and nothing piles up)."""
     which = kind(cfg)
     if which == "plain":
         return pools.MODEL
     config = dict(COMMON, **(SWA_MODEL if which == "swa" else MLA_MODEL))
     if which == "swa":
         config["sliding_window"] = int(cfg["swa"]["window"]) + 1  # shim 1
-    folder = tempfile.mkdtemp(prefix=f"kvspec-{which}-")
-    with open(os.path.join(folder, "config.json"), "w") as out:
-        json.dump(config, out)
+    text = json.dumps(config, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), f"kvspec-model-{which}-{digest}")
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        os.makedirs(folder, exist_ok=True)
+        staged = os.path.join(folder, f"config.json.{os.getpid()}")
+        with open(staged, "w") as out:
+            out.write(text)
+        os.replace(staged, os.path.join(folder, "config.json"))  # atomic: children race
     return folder
 
 
