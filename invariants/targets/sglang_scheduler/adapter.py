@@ -62,17 +62,32 @@ def unsupported_engine(engine: EngineSpec, version: str | None = None) -> list[s
     feature only the release's driver can answer for is not refused until it has."""
     release = version or DEFAULT_VERSION
     supports = release_supports(release)
+    mla = is_mla(engine)
     checks = {
         f"speculative (EAGLE: sglang {release}'s adapter drives no draft worker here)": (
             engine.speculative is not None
             and supports is not None
             and "speculative" not in supports
         ),
-        "swa_tokens (hybrid SWA pools are not built by the adapters)": engine.swa_tokens
-        is not None,
-        "model: tiny (the target's forward is the fake worker)": engine.model != "sim",
+        "speculative on hybrid SWA or MLA pools (the adapters drive no draft worker there)": (
+            engine.speculative is not None and (engine.swa_tokens is not None or mla)
+        ),
+        f"swa_tokens (sglang {release}: the driver finds no pool builder for hybrid SWA)": (
+            engine.swa_tokens is not None and supports is not None and "swa" not in supports
+        ),
+        f"tiny.attention=mla (sglang {release}: the driver finds no pool builder for MLA)": (
+            mla and supports is not None and "mla" not in supports
+        ),
+        "model: tiny (the target's forward is the fake worker)": engine.model != "sim" and not mla,
     }
     return [name for name, on in checks.items() if on]
+
+
+def is_mla(engine: EngineSpec) -> bool:
+    """The spec asks for MLA (``model: tiny`` with ``tiny.attention: mla``): it runs on the
+    release's own MLATokenToKVPool (a tiny DeepSeek-V3 config; the forward stays the fake
+    worker's, as for every spec here), never on an MHA pool."""
+    return engine.model == "tiny" and engine.tiny.get("attention") == "mla"
 
 
 def unsupported(trace: Trace, version: str | None = None) -> list[str]:
@@ -105,7 +120,19 @@ def config(trace: Trace, fault: dict[str, Any] | None = None, observe: bool = Tr
         "eos_id": EOS_ID,
         "speculative": _speculative(built.speculative),
         "observe": observe,
+        **_hybrid(engine),
     }
+
+
+def _hybrid(engine: EngineSpec) -> dict[str, Any]:
+    """The config op's hybrid sections: ``swa`` (the SWA layer's window and the SWA pool's
+    tokens) and ``mla``; none for a plain engine, whose op stays as it was."""
+    found: dict[str, Any] = {}
+    if engine.swa_tokens is not None:
+        found["swa"] = {"window": engine.sliding_window, "tokens": engine.swa_tokens}
+    if is_mla(engine):
+        found["mla"] = True
+    return found
 
 
 def _speculative(spec: SpecConfig | None) -> dict[str, Any] | None:

@@ -36,7 +36,7 @@ from invariants.targets.drive import Stepper
 from invariants.targets.driver import DriverError, LineDriver
 from invariants.targets.sglang.gaps import GAPS
 from invariants.targets.sglang.gaps import declared as bucket_gap
-from invariants.targets.sglang_scheduler.adapter import config, unsupported
+from invariants.targets.sglang_scheduler.adapter import config, is_mla, unsupported
 from invariants.targets.sglang_scheduler.gaps import (
     SCHED_GAPS,
     Ledger,
@@ -56,6 +56,10 @@ from invariants.targets.sglang_scheduler.releases import SchedulerDriver
 LOCKSTEP_SPECULATIVE = (
     "speculative (lockstep compares plain batches: a verify batch's draft tokens and "
     "accept lengths are not read from either side yet)"
+)
+LOCKSTEP_HYBRID = (
+    "hybrid SWA or MLA pools (lockstep pairs the full pool's buckets only; its gaps were "
+    "never read against SGLang's SWA eviction cadence or its MLA pool)"
 )
 
 
@@ -178,6 +182,8 @@ def lockstep_trace(
     missing = tuple(unsupported(trace, version))
     if trace.engine.speculative is not None:  # a verify batch's drafts are not read yet
         missing += (LOCKSTEP_SPECULATIVE,)
+    if trace.engine.swa_tokens is not None or is_mla(trace.engine):
+        missing += (LOCKSTEP_HYBRID,)
     if missing:
         return LockstepResult(name, version or "", 0, None, (), (), 0.0, unsupported=missing)
     trace, notes = equalized(trace)

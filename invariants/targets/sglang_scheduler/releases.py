@@ -87,6 +87,7 @@ class SchedulerDriver(LineDriver):
             self.close()
             raise TargetUnavailable(f"{chosen} has sglang {self.version}, not {version}")
         self.defaulted: list[str] = []  # model config fields SGLang filled in
+        self.built: dict[str, Any] = {}  # hybrid SWA / MLA: the pool classes the release built
         self.in_trace = False  # a trace's child is running (between config and end)
 
     def adapter_hint(self, answer: Answer) -> str:
@@ -102,6 +103,7 @@ class SchedulerDriver(LineDriver):
             self.in_trace = False
         elif op["op"] == "config" and "error" not in answer:
             self.in_trace, self.defaulted = True, answer["result"]["defaulted"]
+            self.built = answer["result"].get("built", {})
 
     def end(self) -> None:
         """End the trace's child (a no-op when it has ended by itself)."""

@@ -26,6 +26,10 @@ Shims (why):
 7. Speculative decoding (a config with ``speculative``, where the speculative probe says
    ``eagle-v2``): SGLang's ``--speculative-*`` flags and drafts.py's fake EAGLE worker (each
    of its shims with its reason there); request rows get SGLang's own spec headroom.
+8. Hybrid SWA or MLA (a config with ``swa`` or ``mla``, where the kv_pools probe finds the
+   release's pool builder): the model config, server arguments and pools are hybrid.py's and
+   hybrid_pools.py's (each shim with its reason there); the full pool's counters are the
+   tree's ``full_*`` ones, the SWA pool is read by hybrid_reader.py.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ import importlib
 import os
 from array import array
 
+import hybrid
+import hybrid_pools
+import hybrid_reader
 import layouts
 import pools
 from sglang.srt.managers import io_struct
@@ -42,7 +49,7 @@ from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs
-from wrappers import ClockedTime, RetractCounter, record_refusals
+from wrappers import ChunkDeferrals, ClockedTime, RetractCounter, record_refusals
 
 
 def environment(cfg: dict) -> dict[str, str]:
@@ -65,10 +72,11 @@ def server_args(cfg: dict) -> ServerArgs:
         import drafts  # only here: it imports modules a release without spec v2 lacks
 
         spec = drafts.server_args(cfg["speculative"], pools.MODEL)
+    extra = hybrid.server_args(cfg)
     return ServerArgs(
-        model_path=pools.MODEL,
+        model_path=hybrid.model_path(cfg),
         device="cpu",
-        attention_backend="torch_native",
+        attention_backend=extra.pop("attention_backend", "torch_native"),
         skip_tokenizer_init=True,
         load_format="dummy",
         disable_cuda_graph=True,
@@ -84,6 +92,7 @@ def server_args(cfg: dict) -> ServerArgs:
         context_length=cfg["max_context"],
         random_seed=cfg["seed"],
         **spec,
+        **extra,
     )
 
 
@@ -95,12 +104,18 @@ class Adapter:
         self.records = layouts.KvRecords(probes["req_kv"])
         self.session_controller = importlib.import_module(probes["session_module"])
         self.retracts = RetractCounter(ScheduleBatch)
+        self.swa = False  # the configuration has hybrid SWA pools (set by build)
 
     # ---- building ----
 
     def build(self, cfg: dict) -> Scheduler:
         """The real Scheduler of one configuration, with only the model worker faked."""
         os.environ.update(environment(cfg))
+        self.swa = hybrid.kind(cfg) == "swa"
+        if self.swa:
+            from sglang.srt.managers.schedule_policy import PrefillAdder
+
+            self.deferrals = ChunkDeferrals(PrefillAdder)
         interval = int(cfg.get("retract_interval") or 0)  # shim 4
         scheduler_module.TEST_RETRACT = interval > 0
         scheduler_module.TEST_RETRACT_INTERVAL = max(interval, 1)
@@ -122,9 +137,12 @@ class Adapter:
 
         def init_tp_model_worker(scheduler: Scheduler) -> None:
             adapter.before_worker(scheduler)
-            extra = pools.row_headroom(cfg, scheduler.server_args, probes)
             result = pools.batch_result_maker(probes["batch_logits"])
-            worker = pools.fake_worker(scheduler, cfg, probes, result, extra)
+            if hybrid.kind(cfg) != "plain":  # shim 8
+                worker = hybrid_pools.hybrid_worker(scheduler, cfg, probes, result)
+            else:
+                extra = pools.row_headroom(cfg, scheduler.server_args, probes)
+                worker = pools.fake_worker(scheduler, cfg, probes, result, extra)
             worker.model_runner.spec_algorithm = getattr(scheduler, "spec_algorithm", None)
             scheduler.tp_worker = worker
 
@@ -171,7 +189,26 @@ class Adapter:
         return layouts.fill_len(req, self.probes["fill"])
 
     def swa_evicted(self, kv) -> int:
-        return 0  # no hybrid SWA pool on this target yet
+        """The record's SWA eviction cursor (0 off hybrid SWA: nothing slides)."""
+        if not self.swa:
+            return 0
+        return hybrid_reader.cursor(kv, self.probes["swa_cursor"])
+
+    def chunk_deferred(self) -> bool:
+        """SGLang's latest round held the continuing chunk back (hybrid SWA only)."""
+        return self.swa and self.deferrals.deferred
+
+    def tree_swa(self, scheduler: Scheduler) -> dict:
+        return hybrid_reader.tree_fields(scheduler)
+
+    def tree_swa_sizes(self, scheduler: Scheduler) -> dict:
+        return hybrid_reader.tree_sizes(scheduler)
+
+    def swa_pool(self, scheduler: Scheduler, rows: list, census_input) -> dict | None:
+        """The SWA pool's view record, None off hybrid SWA (hybrid_reader.py)."""
+        source, way = self.probes["swa_cursor"], self.probes["free_pages"]
+        pages = lambda allocator: layouts.free_pages(allocator, way)  # noqa: E731
+        return hybrid_reader.swa_pool(scheduler, rows, source, pages, census_input)
 
     def session_slots(self, scheduler: Scheduler, refused: frozenset = frozenset()) -> dict:
         layout = self.probes["slot_layout"]
@@ -185,8 +222,17 @@ class Adapter:
         return layouts.session_state(session, live, self.probes["session_flags"])
 
     def counters(self, scheduler: Scheduler) -> dict:
-        """The allocator's and the tree's own counters, and the pool's capacity."""
+        """The allocator's and the tree's own counters, and the pool's capacity (hybrid SWA:
+        the full side's, SGLang's ``_check_full_pool`` terms)."""
         tree = scheduler.tree_cache
+        if hybrid_reader.is_hybrid(scheduler):
+            alloc, inner = scheduler.token_to_kv_pool_allocator, hybrid_reader.inner_tree(scheduler)
+            return dict(
+                free=alloc.full_available_size(),
+                evictable=inner.full_evictable_size(),
+                protected=inner.full_protected_size(),
+                capacity=alloc.size_full,
+            )
         return dict(
             free=scheduler.token_to_kv_pool_allocator.available_size(),
             evictable=tree.evictable_size(),
@@ -199,6 +245,7 @@ class Adapter:
 
     def free_pages(self, scheduler: Scheduler) -> list[int]:
         allocator = scheduler.token_to_kv_pool_allocator
+        allocator = getattr(allocator, "full_attn_allocator", allocator)  # hybrid: full side
         return layouts.free_pages(allocator, self.probes["free_pages"])
 
     # ---- the trace's ops as the release's inputs ----

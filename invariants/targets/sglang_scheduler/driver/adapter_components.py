@@ -13,8 +13,8 @@ Shims (why):
    scheduler per driver process). ``ipc_channels.send_to_*`` -> recorded (no sockets).
 2. SGLang's busy check is evaluated without its assert: its pool sum
    (``_check_full_pool`` over ``_get_total_uncached_sizes``), then its page invariants
-   (``_check_kv_page_invariants``) where the page_invariants probe finds them; what they say
-   is recorded each iteration.
+   (``_check_kv_page_invariants``) where the page_invariants probe finds them; on hybrid SWA
+   pools its SWA pool sum (``_check_swa_pool``) too; what they say is recorded each iteration.
 """
 
 from __future__ import annotations
@@ -40,9 +40,13 @@ class Adapter(adapter_legacy.Adapter):
         """Shim 2: the pool sum over the rows SGLang counts as request-owned, then its page
         invariants; the message of a leak, or None."""
         checker = scheduler.invariant_checker
-        uncached, _ = checker._get_total_uncached_sizes()
+        uncached, swa_uncached = checker._get_total_uncached_sizes()
         stats = scheduler.pool_stats_observer.get_pool_stats()
         leak, message = checker._check_full_pool(stats, uncached=uncached)
+        if self.swa:
+            swa_leak, swa_message = checker._check_swa_pool(stats, uncached=swa_uncached)
+            if swa_leak:
+                return f"SWA Pool Mem Leak Detected! {swa_message}"
         if self.probes["page_invariants"] == "yes":
             try:
                 checker._check_kv_page_invariants()  # reports through record_checks' sink

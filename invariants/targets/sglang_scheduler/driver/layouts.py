@@ -147,7 +147,8 @@ def tree_nodes(scheduler) -> list:
         value = [] if data.value is None else torch.as_tensor(data.value).long().tolist()
         parent = -1 if node.parent is None else node.parent.id
         key_len = 0 if node.key is None else len(node.key)
-        found.append((node.id, parent, key_len, value, data.lock_ref))
+        lock = data.full_lock_ref if hasattr(data, "full_lock_ref") else data.lock_ref  # SWA
+        found.append((node.id, parent, key_len, value, lock))
         stack.extend(node.children.values())
     return found
 

@@ -16,7 +16,7 @@ SGLang and lets one iteration run. Protocol, one line each way per op (the answe
   in:  {"op": "config", "page_size", "pool_tokens", "max_reqs", "max_context",
         "max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "overlap",
         "mixed_chunk", "cache", "streaming_sessions", "retract_interval", "seed",
-        "eos_prob", "eos_id"}
+        "eos_prob", "eos_id", "speculative"?, "swa"?: {"window", "tokens"}, "mla"?}
        {"op": "submit", "rid", "input_ids", "max_new_tokens", "ignore_eos", "session"?}
        {"op": "open_session", "session_id", "streaming", "timeout"}
        {"op": "close_session", "session_id"}
@@ -58,6 +58,7 @@ INSTALLED = stubs.install()
 logging.disable(logging.WARNING)
 
 import answers  # noqa: E402
+import hybrid  # noqa: E402
 import release_probes  # noqa: E402
 import seams  # noqa: E402
 import sglang  # noqa: E402
@@ -84,7 +85,10 @@ class Driver:
         self.adapter.set_receiver(self.scheduler, self.boundary)
         self.adapter.set_output(self.scheduler, self.io.record)
         runner = self.scheduler.tp_worker.model_runner
-        self.write(views=[], result=dict(defaulted=sorted(runner.defaulted)))
+        result = dict(defaulted=sorted(runner.defaulted))
+        if hybrid.kind(cfg) != "plain":  # what the release's own pool code built
+            result["built"] = hybrid.describe(self.scheduler)
+        self.write(views=[], result=result)
 
     def boundary(self, local_reqs=None) -> list:
         """Called by SGLang's loop at the top of each iteration: answer the step that just
@@ -172,6 +176,11 @@ def main() -> None:
         if op.get("speculative") and "speculative" not in said["supports"]:
             why = adapter.probes.banner()["speculative"]
             say(error=f"speculative: {said['adapter']} does not drive it here ({why})")
+            continue
+        refused = [k for k in ("swa", "mla") if op.get(k) and k not in said["supports"]]
+        if refused:
+            why = adapter.probes.banner()["kv_pools"]
+            say(error=f"{refused[0]}: {said['adapter']} does not build these pools ({why})")
             continue
         child = os.fork()
         if child == 0:

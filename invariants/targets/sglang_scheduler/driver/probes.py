@@ -312,3 +312,37 @@ def spec_commit(result_processor) -> Found:
         why = "SchedulerBatchResultProcessor._resolve_spec_v2_tokens commits the accepted run"
         return Found("at_resolve", why + "; no worker pre-claims the bonus")
     return Found("unknown", "no SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
+
+
+# ---- hybrid SWA and MLA pools (hybrid_pools.py) ----
+
+
+def kv_pools(configurator_cls, mixin_cls) -> Found:
+    """Which of the release's own pool builders the driver runs for hybrid SWA and MLA."""
+    if configurator_cls is not None and hasattr(configurator_cls, "configure"):
+        return Found("configurator", "KVCacheConfigurator.configure builds SWA/MLA pools")
+    if mixin_cls is not None and hasattr(mixin_cls, "init_memory_pool"):
+        return Found("mixin", "ModelRunnerKVCacheMixin.init_memory_pool builds SWA/MLA pools")
+    return Found("none", "no pool builder the driver runs: swa and mla are not driven")
+
+
+def swa_split(mixin_cls) -> Found:
+    """How ``--max-total-tokens`` and the ratio become the full and SWA pool sizes."""
+    if mixin_cls is not None and hasattr(mixin_cls, "_resolve_hybrid_swa_tokens"):
+        return Found("bytes", "_resolve_hybrid_swa_tokens splits the cap by bytes: fitted")
+    return Found("ratio", "full = the cap, swa = full * swa_full_tokens_ratio")
+
+
+def swa_cursor(req_kv_cls) -> Found:
+    """Where a request's SWA eviction cursor lives."""
+    if req_kv_cls is not None and hasattr(req_kv_cls, "get_evicted_seqlen"):
+        return Found("component", "ReqKvInfo.get_evicted_seqlen(ComponentType.SWA)")
+    return Found("field", "swa_evicted_seqlen on the request's KV record (or Req)")
+
+
+def swa_check(scheduler_cls, checker_cls) -> Found:
+    """Whether SGLang's busy check sums the SWA pool (0.5.10.x's does not: it sums the
+    tree's ``evictable_size()``, which SWARadixCache raises on, and min(full, swa) free)."""
+    if hasattr(scheduler_cls, "_check_swa_pool") or hasattr(checker_cls, "_check_swa_pool"):
+        return Found("yes", "the busy check has _check_swa_pool")
+    return Found("no", "the busy check is not hybrid-aware: skipped on hybrid SWA pools")

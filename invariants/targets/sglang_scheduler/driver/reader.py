@@ -70,7 +70,7 @@ def view(scheduler, adapter, event: str, step: int, refused: frozenset = frozens
         event=event,
         step=step,
         page_size=page,
-        pools=[_pool(scheduler, adapter, owners, held)],
+        pools=_pools(scheduler, adapter, owners, held),
         tree=_tree(scheduler, adapter, [node for _, node in slots.values()]),
         req_pool=_req_pool(scheduler, adapter, owners, held),
         reqs=[
@@ -78,12 +78,12 @@ def view(scheduler, adapter, event: str, step: int, refused: frozenset = frozens
             for r in live
         ],
         slots=[
-            slot_record(sid, kv, id(kv) in borrowers, lock is not None)
+            slot_record(sid, kv, id(kv) in borrowers, lock is not None, **_slot_swa(adapter, kv))
             for sid, (kv, lock) in slots.items()
             if kv.req_pool_idx is not None
         ],
         sessions=[_session(adapter, s, accepted, s.session_id in held) for s in open_sessions],
-        sched=_sched(scheduler) | spec.sched_fields(),
+        sched=_sched(scheduler, adapter) | spec.sched_fields(),
     )
 
 
@@ -103,6 +103,25 @@ def _speculative(scheduler):
     the views (the mode, the window, each request's last verify); else ``_NoSpeculation``."""
     worker = getattr(scheduler, "draft_worker", None)
     return worker if hasattr(worker, "req_fields") else _NoSpeculation()
+
+
+def _slot_swa(adapter, kv) -> dict:
+    """A slot's SWA cursor, on hybrid SWA pools only (the plain views stay as they were)."""
+    return dict(swa_evicted_seqlen=adapter.swa_evicted(kv)) if adapter.swa else {}
+
+
+def _pools(scheduler, adapter, owners: list, held: dict) -> list[dict]:
+    """The full pool, and the SWA pool where the pools are hybrid SWA."""
+    found = [_pool(scheduler, adapter, owners, held)]
+    if adapter.swa:
+        rows = [(f"session:{sid}@row{kv.req_pool_idx}", kv, True) for sid, kv in held.items()]
+        rows += [
+            (f"req:{trace_rid(r)}@row{adapter.req_kv(r).req_pool_idx}", adapter.req_kv(r), False)
+            for r in owners
+        ]
+        swa = adapter.swa_pool(scheduler, rows, census_input)
+        found += [] if swa is None else [swa]
+    return found
 
 
 def _pool(scheduler, adapter, owners: list, held: dict) -> dict:
@@ -147,14 +166,17 @@ def _tree(scheduler, adapter, session_locks: list) -> dict:
         while node_id is not None and parents.get(node_id, -1) >= 0:
             by_session[node_id] = by_session.get(node_id, 0) + 1
             node_id = parents[node_id]
-    tree = scheduler.tree_cache
+    counters = adapter.counters(scheduler)  # hybrid SWA: the full side's sizes
+    swa = adapter.tree_swa(scheduler) if adapter.swa else {}
     return dict(
-        kind="radix" if nodes else "chunk",
+        kind=("swa_radix" if swa else "radix") if nodes else "chunk",
         page_size=scheduler.page_size,
-        evictable_size=tree.evictable_size(),
-        protected_size=tree.protected_size(),
+        evictable_size=counters["evictable"],
+        protected_size=counters["protected"],
+        **(adapter.tree_swa_sizes(scheduler) if swa else {}),
         nodes=[
-            node_record(
+            _node_swa(node_id, parent, swa)
+            | node_record(
                 node_id,
                 parent,
                 node_id not in inner,
@@ -167,6 +189,15 @@ def _tree(scheduler, adapter, session_locks: list) -> dict:
             for node_id, parent, key_len, value, lock in nodes
         ],
     )
+
+
+def _node_swa(node_id: int, parent: int, swa: dict) -> dict:
+    """A node's SWA fields with its parent's SWA lock ({} off hybrid SWA). Session SWA locks
+    are not split out (``session_swa_lock_ref`` stays 0)."""
+    if not swa:
+        return {}
+    parent_lock = swa[parent]["swa_lock_ref"] if parent in swa else 0
+    return dict(swa[node_id], parent_swa_lock_ref=parent_lock)
 
 
 def _req_pool(scheduler, adapter, owners: list, held: dict) -> dict:
@@ -212,9 +243,13 @@ def _session(adapter, session, live: list, has_slot: bool) -> dict:
     return session_record(session, mine, inflight, close_on_finish, has_slot)
 
 
-def _sched(scheduler) -> dict:
+def _sched(scheduler, adapter) -> dict:
     batch, chunked = scheduler.last_batch, scheduler.chunked_req
-    return dict(
+    deferred = {}
+    if adapter.swa and chunked is not None:  # a continuing chunk SGLang held back a round
+        missing = batch is None or all(r is not chunked for r in batch.reqs)
+        deferred["chunk_deferred"] = missing and adapter.chunk_deferred()
+    return deferred | dict(
         overlap=bool(scheduler.enable_overlap),
         num_waiting=len(scheduler.waiting_queue),
         num_running=len(scheduler.running_batch.reqs),

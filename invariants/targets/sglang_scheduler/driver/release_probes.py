@@ -55,7 +55,8 @@ def not_applicable(probes: Probes) -> dict[str, str]:
 
 def supports(probes: Probes) -> list[str]:
     """Engine features beyond the plain ones the adapter drives on this release."""
-    return ["speculative"] if probes["speculative"] == "eagle-v2" else []
+    found = ["speculative"] if probes["speculative"] == "eagle-v2" else []
+    return found + ([] if probes["kv_pools"] == "none" else ["swa", "mla"])
 
 
 # ---- the installed release, asked ----
@@ -96,6 +97,27 @@ def _session_module() -> Found:
     return Found(probes.first_module(SESSION_MODULES), "the module Session lives in")
 
 
+def _pool_builder(name: str, cls: str):
+    """``cls`` of the pool-builder module ``name``; None where the release lacks it, or where
+    it does not import here (swa and mla are then refused, the plain features still run)."""
+    try:
+        return getattr(_optional(name), cls, None)
+    except ImportError:
+        return None
+
+
+def _kv_pools() -> Found:
+    return probes.kv_pools(
+        _pool_builder("mem_cache.kv_cache_configurator", "KVCacheConfigurator"),
+        _pool_builder("model_executor.model_runner_kv_cache_mixin", "ModelRunnerKVCacheMixin"),
+    )
+
+
+def _swa_split() -> Found:
+    mixin = _pool_builder("model_executor.model_runner_kv_cache_mixin", "ModelRunnerKVCacheMixin")
+    return probes.swa_split(mixin)
+
+
 TREE_CORE = SRT + "mem_cache.unified_cache.unified_tree_core"
 # every switch, asked once the era is known: name -> the question
 SWITCHES = {
@@ -120,6 +142,15 @@ SWITCHES = {
     "speculative": _speculative,
     "spec_headroom": lambda: probes.spec_headroom(_optional("mem_cache.allocation_sizing")),
     "spec_draft_runner": lambda: probes.spec_draft_runner(_optional("speculative.eagle_utils")),
+    "kv_pools": _kv_pools,
+    "swa_check": lambda: probes.swa_check(
+        _module("managers.scheduler").Scheduler,
+        getattr(_optional(CHECKER.removeprefix(SRT)), "SchedulerInvariantChecker", None),
+    ),
+    "swa_split": _swa_split,
+    "swa_cursor": lambda: probes.swa_cursor(
+        getattr(_module("managers.schedule_batch"), "ReqKvInfo", None)
+    ),
     "spec_commit": lambda: probes.spec_commit(
         _optional("managers.scheduler_components.batch_result_processor")
     ),

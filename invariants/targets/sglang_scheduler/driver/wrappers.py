@@ -49,3 +49,24 @@ class RetractCounter:
             return result
 
         batch_cls.retract_decode = counting
+
+
+class ChunkDeferrals:
+    """Whether SGLang's latest ``PrefillAdder.add_chunked_req`` held the continuing chunk back
+    (it returned without putting the request in ``can_run_list``: 0.5.23's SWA budget defers
+    a chunk that does not fit) — kvspec's ``sched.chunk_deferred``."""
+
+    def __init__(self, adder_cls) -> None:
+        self.deferred = False
+        real = adder_cls.add_chunked_req
+        if getattr(real, "_kvspec_deferrals", None) is not None:  # one wrap per process
+            real = real._kvspec_real
+        deferrals = self
+
+        def recording(adder, req, *args, **kwargs):
+            result = real(adder, req, *args, **kwargs)
+            deferrals.deferred = all(r is not req for r in adder.can_run_list)
+            return result
+
+        recording._kvspec_deferrals, recording._kvspec_real = self, real
+        adder_cls.add_chunked_req = recording

@@ -40,29 +40,37 @@ def unfixed() -> Iterator[SchedulerDriver]:
 
 def test_0_5_23_runs_on_the_runtime_context_adapter(latest):
     """0.5.23's Scheduler takes no gpu_id (ranks published, its own bootstrap), its seams are
-    components, its slots keep a TreeLock; it drives speculative decoding (spec v2 only)."""
+    components, its slots keep a TreeLock; it drives speculative decoding (spec v2 only) and
+    hybrid SWA and MLA pools (its KVCacheConfigurator builds them)."""
     assert latest.adapter == "adapter_context"
     assert ERA_PROBES <= set(latest.probes)
     assert latest.probes["launch"].startswith("context: ")
     assert latest.probes["seams"].startswith("components: ")
     assert latest.probes["slot_layout"].startswith("lock: ")
     assert latest.probes["row_zero"].startswith("reserved: ")
-    assert latest.banner["supports"] == ["speculative"]
-    assert release_supports("0.5.23") == frozenset({"speculative"})
+    assert latest.probes["kv_pools"].startswith("configurator: ")
+    assert latest.probes["swa_cursor"].startswith("component: ")
+    assert latest.banner["supports"] == ["speculative", "swa", "mla"]
+    assert release_supports("0.5.23") == frozenset({"speculative", "swa", "mla"})
     assert "req_pool.row_zero_reserved" not in latest.not_applicable
 
 
 def test_0_5_10_post1_runs_on_the_legacy_adapter(unfixed):
     """0.5.10.post1's Scheduler takes gpu_id and the ranks, receives through itself, keeps
-    no session flags, hands out row 0 (waived, from the probe) and drives no draft worker."""
+    no session flags, hands out row 0 (waived, from the probe) and drives no draft worker;
+    its model runner's pool mixin builds hybrid SWA (splitting the cap by bytes, fitted) and
+    MLA pools, and its busy check is not hybrid-aware (skipped on SWA pools)."""
     assert unfixed.adapter == "adapter_legacy"
     assert unfixed.probes["launch"].startswith("gloo: ")
     assert unfixed.probes["seams"].startswith("scheduler: ")
     assert unfixed.probes["session_flags"].startswith("liveness: ")
     assert unfixed.probes["row_zero"].startswith("handed_out: ")
     assert "req_pool.row_zero_reserved" in unfixed.not_applicable
-    assert unfixed.banner["supports"] == []
-    assert release_supports("0.5.10.post1") == frozenset()
+    assert unfixed.probes["kv_pools"].startswith("mixin: ")
+    assert unfixed.probes["swa_split"].startswith("bytes: ")
+    assert unfixed.probes["swa_check"].startswith("no: ")
+    assert unfixed.banner["supports"] == ["swa", "mla"]
+    assert release_supports("0.5.10.post1") == frozenset({"swa", "mla"})
 
 
 MOVED = """

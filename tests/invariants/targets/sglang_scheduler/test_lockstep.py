@@ -236,8 +236,9 @@ def test_a_missing_sglang_interpreter_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_a_spec_the_real_scheduler_cannot_express_exits_2_before_any_driver():
-    """A trace with SWA pools, or speculative decoding (whose verify batches lockstep does
-    not read yet), is said unsupported, with the reason, before SGLang starts."""
+    """A trace with SWA pools (the target drives them; lockstep's pairing of them with
+    kvspec's engine was never read), or speculative decoding (whose verify batches lockstep
+    does not read yet), is said unsupported, with the reason, before SGLang starts."""
     for name in ("swa-hybrid.yaml", "eagle-v1-paged.yaml"):
         outcome = lockstep_spec(load_spec(SPECS / name), python="/nonexistent/python")
         assert outcome.unsupported and print_lockstep(outcome) == 2

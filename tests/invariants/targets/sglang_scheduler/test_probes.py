@@ -111,6 +111,7 @@ def test_the_answers_pick_the_adapter_the_waivers_and_the_features(driver):
             ("row_zero", probes.Found("handed_out", "free_slots holds row 0")),
             ("spec_commit", probes.Found("unknown", "no _resolve_spec_v2_tokens")),
             ("speculative", probes.Found("eagle-v2", "spec v2 only")),
+            ("kv_pools", probes.Found("none", "no pool builder")),
         )
     )
     assert release.adapter_of(list(found.found)) == "adapter_components"
