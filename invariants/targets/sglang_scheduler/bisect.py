@@ -3,10 +3,14 @@ SGLang git clone), binary search between a release where it holds one way and on
 holds the other, naming the first release (or commit) of the later state — the one that
 introduced the finding, or the one that fixed it.
 
-Keeps: a step's verdict is the finding's own failure key (``targets/explore.failure_key``):
-``present`` where the trace fails with that key, ``absent`` where it runs clean, ``skip`` where
-it fails some other way or cannot run (a venv that does not build, an adapter that drifts) —
-like ``git bisect skip``, a skipped step tells nothing and its neighbours are tried instead.
+Keeps: the finding is one failure key (``targets/explore.failure_key``): the one asked for,
+else the failing end's (both ends failing: the bad end's); a crash site is compared by file
+and function, so a module that moved between releases stays the same finding. A step's
+verdict: ``present`` where the trace's key holds every part of the finding, ``absent`` where
+it runs clean or only the engine's own checker spoke (the run went on to its end), ``skip``
+where another of kvspec's findings stopped it first or it cannot run (a venv that does not
+build, an adapter that drifts) — like ``git bisect skip``, a skipped step tells nothing and its
+neighbours are tried instead.
 Releases are built on demand (``venvs.build_release``); a commit is taken out of the clone with
 ``git archive`` (the clone itself is never touched) and installed over the nearest release's
 venv (``checkout.build_checkout``), like ``git bisect run`` with a build step.
@@ -19,7 +23,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -87,25 +91,66 @@ class Bisection:
 Runner = Callable[[str], tuple[str, str | None]]  # candidate -> (version ran, failure key)
 
 
-def bisect(candidates: list[str], run: Runner, trace: str) -> Bisection:
+def bisect(
+    candidates: list[str], run: Runner, trace: str, finding: str | None = None, bad_last=None
+) -> Bisection:
     """Binary search for the first of ``candidates`` (oldest first) in the state of the last:
-    both ends are run first; the finding is the key of whichever end fails."""
+    both ends are run first; the finding is ``finding``, else the failing end's key (both
+    failing, differently: the bad end's — ``bad_last`` says which end is bad, None: unknown)."""
     result = Bisection(trace, candidates=list(candidates))
     if len(candidates) < 2:
         result.error = "need two candidates (a good and a bad end)"
         return result
     lo, hi = _step(result, run, candidates[0], None), _step(result, run, candidates[-1], None)
-    keys = {s.key for s in (lo, hi)} - {None}
-    if lo.verdict == "skip" or hi.verdict == "skip" or len(keys) != 1 or lo.key == hi.key:
-        result.error = _ends_error(lo, hi)
+    result.error = _ends_error(lo, hi, finding, bad_last)
+    if result.error:
         return result
-    result.key = keys.pop()
-    result.change = "introduced" if hi.key == result.key else "fixed"
+    result.key = finding or (hi.key if hi.key and (lo.key is None or bad_last) else lo.key)
+    result.steps = [_judged(s, result.key) for s in result.steps]
+    lo, hi = result.steps
+    if {lo.verdict, hi.verdict} != {"present", "absent"}:
+        result.error = _undecided(lo, hi, result.key)
+        return result
+    result.change = "introduced" if hi.verdict == "present" else "fixed"
     lo_i, hi_i = _search(result, run, 0, len(candidates) - 1)
     result.last_other, result.first_seen = candidates[lo_i], candidates[hi_i]
     if hi_i - lo_i == 1:
         result.first = candidates[hi_i]
     return result
+
+
+def finding_name(key: str) -> str:
+    """A failure key with each crash site cut to its file and function (a module that moved
+    between releases is the same finding)."""
+    parts = []
+    for part in key.split("+"):
+        rule, at, site = part.partition("@")
+        parts.append(f"{rule}@{site.rsplit('/', 1)[-1]}" if at else part)
+    return "+".join(parts)
+
+
+def same_finding(key: str) -> frozenset[str]:
+    """A failure key's parts, as ``finding_name`` cuts them."""
+    return frozenset(finding_name(key).split("+"))
+
+
+def verdict(finding: str | None, found: str | None) -> str:
+    """present | absent | skip (see the module docstring)."""
+    if found is None:
+        return "absent"
+    if finding is None or same_finding(finding) <= same_finding(found):
+        return "present"
+    engine_only = found.startswith(f"{TARGET.engine.lower()}:")
+    return "absent" if engine_only and not finding.startswith(found.split(":")[0]) else "skip"
+
+
+def _judged(step: Step, finding: str) -> Step:
+    """An end's step judged against the finding once it is known."""
+    if step.verdict == "skip" and not step.version:  # it could not run at all
+        return step
+    said = verdict(finding, step.key)
+    why = f"fails otherwise: {step.key}" if said == "skip" else ""
+    return replace(step, verdict=said, why=why)
 
 
 def _search(result: Bisection, run: Runner, lo: int, hi: int) -> tuple[int, int]:
@@ -140,21 +185,36 @@ def _step(result: Bisection, run: Runner, label: str, key: str | None) -> Step:
         step = Step(label, "", "skip", None, time.perf_counter() - start, str(exc))
         result.steps.append(step)
         return step
-    verdict = "absent" if found is None else "present" if key in (None, found) else "skip"
-    why = f"fails otherwise: {found}" if verdict == "skip" else ""
-    step = Step(label, version, verdict, found, time.perf_counter() - start, why)
+    said = verdict(key, found)
+    why = f"fails otherwise: {found}" if said == "skip" else ""
+    step = Step(label, version, said, found, time.perf_counter() - start, why)
     result.steps.append(step)
     return step
 
 
-def _ends_error(lo: Step, hi: Step) -> str:
-    if "skip" in (lo.verdict, hi.verdict):
-        bad = lo if lo.verdict == "skip" else hi
-        return f"{bad.label} cannot run: {bad.why}"
-    if lo.key == hi.key:
-        said = "clean" if lo.key is None else f"fail with {lo.key}"
-        return f"both ends {said}: nothing to bisect"
-    return f"the ends fail differently ({lo.key} / {hi.key}): bisect one finding at a time"
+def _ends_error(lo: Step, hi: Step, finding: str | None, bad_last) -> str | None:
+    """Why the two ends leave nothing to bisect (None: they do not)."""
+    cannot = [s for s in (lo, hi) if s.verdict == "skip" and not s.version]
+    if cannot:
+        return f"{cannot[0].label} cannot run: {cannot[0].why}"
+    if finding is not None:
+        return None
+    if lo.key is None and hi.key is None:
+        return "both ends clean: nothing to bisect"
+    if lo.key and hi.key and same_finding(lo.key) == same_finding(hi.key):
+        return f"both ends fail with {hi.key}: nothing to bisect"
+    if lo.key and hi.key and bad_last is None:
+        return f"the ends fail differently ({lo.key} / {hi.key}): name one with --finding"
+    return None
+
+
+def _undecided(lo: Step, hi: Step, finding: str) -> str:
+    """Why ends judged against the finding are not one with and one without it."""
+    masked = next((s for s in (lo, hi) if s.verdict == "skip"), None)
+    if masked is not None:
+        return f"{masked.label} stops at another finding first ({masked.key}): pick an end past it"
+    said = "have" if lo.verdict == "present" else "lack"
+    return f"both ends {said} {finding}: nothing to bisect"
 
 
 def trace_runner(trace: Trace, python_for: Callable[[str], tuple[Path, str]]) -> Runner:
@@ -180,13 +240,16 @@ def release_candidates(good: str, bad: str) -> list[str]:
     return [v for v in known if low <= Version(v) <= high]
 
 
-def bisect_releases(trace: Trace, good: str, bad: str, name: str) -> Bisection:
+def bisect_releases(
+    trace: Trace, good: str, bad: str, name: str, finding: str | None = None
+) -> Bisection:
     """The releases between ``good`` and ``bad``, each built when missing."""
 
     def python_for(release: str) -> tuple[Path, str]:
         return python_of(build_release(release)), release
 
-    return bisect(release_candidates(good, bad), trace_runner(trace, python_for), name)
+    candidates, bad_last = release_candidates(good, bad), Version(bad) > Version(good)
+    return bisect(candidates, trace_runner(trace, python_for), name, finding, bad_last)
 
 
 def commit_candidates(repo: Path, span: str) -> list[str]:
@@ -206,9 +269,11 @@ def _git(repo: Path, *args: str) -> list[str]:
     return run.stdout.split()
 
 
-def bisect_commits(trace: Trace, repo: Path, span: str, name: str) -> Bisection:
+def bisect_commits(
+    trace: Trace, repo: Path, span: str, name: str, finding: str | None = None
+) -> Bisection:
     """The commits of ``span`` in the clone at ``repo``, each installed over the nearest
-    release's venv in turn."""
+    release's venv in turn (which end is bad is not known: a finding on both needs naming)."""
     releases = installed_versions() or index_releases()
 
     def python_for(commit: str) -> tuple[Path, str]:
@@ -219,7 +284,7 @@ def bisect_commits(trace: Trace, repo: Path, span: str, name: str) -> Bisection:
             venv, _ = build_checkout(tree, releases, venv=BISECT_VENV, version=version)
         return python_of(venv), version
 
-    return bisect(commit_candidates(repo, span), trace_runner(trace, python_for), name)
+    return bisect(commit_candidates(repo, span), trace_runner(trace, python_for), name, finding)
 
 
 def _archive(repo: Path, commit: str, into: Path) -> None:

@@ -112,6 +112,10 @@ def bisect_command(
     commits: Annotated[
         str | None, typer.Option(help="With --sglang-src: the commit range A..B.")
     ] = None,
+    finding: Annotated[
+        str | None,
+        typer.Option(help="The failure key to follow (default: the failing end's, the bad end's)."),
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the steps here.")] = None,
 ) -> None:
     """Replay a finding's trace release by release (or commit by commit of a clone) and name
@@ -123,9 +127,9 @@ def bisect_command(
     if sglang_src is not None:
         if not commits:
             raise typer.BadParameter("--sglang-src needs --commits A..B", param_hint="--commits")
-        result = bisect_commits(loaded, sglang_src, commits, trace.name)
+        result = bisect_commits(loaded, sglang_src, commits, trace.name, finding)
     elif good and bad:
-        result = bisect_releases(loaded, good, bad, trace.name)
+        result = bisect_releases(loaded, good, bad, trace.name, finding)
     else:
         raise typer.BadParameter("give --good and --bad, or --sglang-src and --commits")
     print_bisection(result)

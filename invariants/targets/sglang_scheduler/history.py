@@ -27,6 +27,7 @@ from invariants.targets.explore import RealTarget, explore_real, failure_key
 from invariants.targets.outcome import TargetOutcome, disagreements
 from invariants.targets.registry import TargetOptions, target
 from invariants.targets.run import run_spec, run_trace
+from invariants.targets.sglang_scheduler.bisect import finding_name
 from invariants.targets.sglang_scheduler.releases import ROOT, SchedulerDriver, installed_versions
 
 TARGET = target("sglang-scheduler")
@@ -203,18 +204,27 @@ class FindingSpan:
 
 def finding_spans(histories: list[ReleaseHistory]) -> list[FindingSpan]:
     """Each distinct (kind, invariant) the releases showed, with the releases that showed it
-    — the release x finding table's rows (a release not run is neither seen nor clean)."""
+    — the release x finding table's rows (a release not run is neither seen nor clean; a
+    crash site is its file and function, so a module's move keeps one finding)."""
     ran = [h.release for h in histories if h.error is None]
     seen: dict[tuple[str, str], set[str]] = {}
     for history in histories:
         for row in history.rows:
-            seen.setdefault((row.kind, row.invariant), set()).add(history.release)
+            seen.setdefault((row.kind, span_key(row.invariant)), set()).add(history.release)
     spans = []
     for (kind, invariant), where in seen.items():
         releases = tuple(r for r in ran if r in where)
         clean = tuple(r for r in ran if r not in where)
         spans.append(FindingSpan(kind, invariant, releases, clean))
     return sorted(spans, key=lambda s: (ran.index(s.first), s.invariant))
+
+
+def span_key(invariant: str) -> str:
+    """A row's finding as its span names it: kvspec's ids with each crash site cut to its file
+    and function; an engine checker's message without its numbers (as a failure key says it)."""
+    if not invariant.startswith("sglang:"):
+        return finding_name(invariant)
+    return " ".join(w for w in invariant.split() if not any(map(str.isdigit, w)))
 
 
 def history_json(histories: list[ReleaseHistory]) -> dict:

@@ -76,13 +76,42 @@ def test_skips_around_the_change_leave_it_unanswered():
     [
         (None, None, "both ends clean"),
         (LEAK, LEAK, f"both ends fail with {LEAK}"),
-        (LEAK, "liveness", "the ends fail differently"),
+        (LEAK, "liveness", "the ends fail differently (census.no_orphans / liveness): name"),
     ],
 )
 def test_ends_that_do_not_differ_by_one_finding_are_refused(low, high, said):
     result = bisect(["a", "b", "c"], runner({"a": low, "b": None, "c": high}), "t.json")
     assert result.first is None and said in result.conclusion()
     assert [s.label for s in result.steps] == ["a", "c"]  # nothing between was run
+
+
+def test_a_crash_whose_module_moved_is_the_same_finding():
+    """0.5.10's session controller is managers/session_controller.py, 0.5.12's is
+    session/session_controller.py: the same crash in ``create_req`` at both ends is one
+    finding present throughout, not two."""
+    old, new = (f"engine.exception@sglang/srt/{m}/session_controller.py:create_req"
+                for m in ("managers", "session"))  # fmt: skip
+    result = bisect(["a", "b", "c"], runner({"a": old, "b": None, "c": new}), "t.json")
+    assert result.first is None and "both ends fail with" in result.conclusion()
+
+
+def test_the_bad_ends_finding_is_followed_past_the_engines_own_checker():
+    """The good end's only failure is SGLang's own checker (its run went on to the end): the
+    bad end's crash is the finding, absent there, and its first release is named."""
+    crash = "engine.exception@sglang/srt/session/streaming_session.py:take"
+    keys = {"a": "sglang:Mem Leak Detected!", "b": "sglang:Mem Leak Detected!", "c": crash}
+    result = bisect(["a", "b", "c"], runner(keys), "t.json", bad_last=True)
+    assert (result.first, result.change, result.key) == ("c", "introduced", crash)
+    result = bisect(["a", "b", "c"], runner(keys), "t.json", finding=crash)
+    assert result.first == "c"
+
+
+def test_an_end_stopped_by_another_finding_first_is_said():
+    """The good end stops at another of kvspec's findings before the bad end's could show:
+    it tells nothing about the finding, and the answer says to pick an end past it."""
+    keys = {"a": LEAK, "b": None, "c": "session.single_live_request"}
+    result = bisect(["a", "b", "c"], runner(keys), "t.json", bad_last=True)
+    assert "a stops at another finding first (census.no_orphans)" in result.conclusion()
 
 
 def test_commit_range_lists_the_start_then_every_commit_to_the_end(tmp_path: Path):
