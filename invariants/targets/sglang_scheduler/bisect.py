@@ -105,11 +105,12 @@ def bisect(
     result.error = _ends_error(lo, hi, finding, bad_last)
     if result.error:
         return result
-    result.key = finding or (hi.key if hi.key and (lo.key is None or bad_last) else lo.key)
-    result.steps = [_judged(s, result.key) for s in result.steps]
+    key = finding or (hi.key if hi.key and (lo.key is None or bad_last) else lo.key)
+    assert key is not None  # _ends_error: at least one end failed, or a finding was named
+    result.key, result.steps = key, [_judged(s, key) for s in result.steps]
     lo, hi = result.steps
     if {lo.verdict, hi.verdict} != {"present", "absent"}:
-        result.error = _undecided(lo, hi, result.key)
+        result.error = _undecided(lo, hi, key)
         return result
     result.change = "introduced" if hi.verdict == "present" else "fixed"
     lo_i, hi_i = _search(result, run, 0, len(candidates) - 1)
