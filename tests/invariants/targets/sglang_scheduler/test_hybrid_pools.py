@@ -1,7 +1,8 @@
 """Hybrid SWA and MLA pools on SGLang's real scheduler, built by each release's own pool code
 and checked by kvspec's catalog: sglang#29352 (``SWARadixCache._insert_helper`` frees a
 tombstoned node's full KV while a running request locks it, a use-after-free SGLang's own
-checks do not see) fires ``census.no_dangling`` on 0.5.11; 0.5.23 (UnifiedRadixCache with
+checks do not see) fires ``census.no_dangling`` on 0.5.10.post1 (and every release to 0.5.14,
+the one before the fix: docs/benchmarks.md); 0.5.23 (UnifiedRadixCache with
 FULL and SWA components) runs the same spec clean, its SWA pool read as a second PoolView and
 its window cursors advancing; an MLA spec runs on SGLang's MLATokenToKVPool."""
 
@@ -38,10 +39,10 @@ def latest() -> Iterator[SchedulerDriver]:
 
 @pytest.fixture(scope="module")
 def unfixed() -> Iterator[SchedulerDriver]:
-    yield from driver_of("0.5.11")
+    yield from driver_of("0.5.10.post1")  # the older release make test-sglang builds
 
 
-def test_0_5_11_frees_the_full_kv_a_running_request_reads(unfixed):
+def test_0_5_10_post1_frees_the_full_kv_a_running_request_reads(unfixed):
     """sglang#29352: an insert that revives a tombstoned SWARadixCache node frees the node's
     full KV (``_insert_helper`` guards only swa_lock_ref) while a running request, which
     locks the node, still reads those pages through its row: the census names the pages as
