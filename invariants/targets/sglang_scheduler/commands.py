@@ -163,7 +163,7 @@ def print_bisection(result: Bisection) -> None:
 def history_command(
     versions: Annotated[
         str | None,
-        typer.Option(help="Comma-separated releases (default: every installed venv)."),
+        typer.Option(help="Comma-separated releases, or `all` (default: every installed venv)."),
     ] = None,
     seeds: Annotated[int, typer.Option(min=0, help="Exploration seeds per release.")] = 40,
     steps: Annotated[int, typer.Option(min=1, help="Ops per seed.")] = 200,
@@ -174,7 +174,8 @@ def history_command(
     release x finding table (what fired, iteration, pages named, replay). Exit 0."""
     from invariants.targets.sglang_scheduler.history import history_json, sglang_history
 
-    chosen = [v.strip() for v in versions.split(",")] if versions else None
+    every = versions is None or versions == "all"  # every installed release
+    chosen = None if every else [v.strip() for v in str(versions).split(",")]
     histories = sglang_history(chosen, seeds, steps, workers)
     if not histories:
         typer.echo("no sglang venv installed: run `make sglang-env`", err=True)
