@@ -7,7 +7,6 @@ traceback."""
 from __future__ import annotations
 
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,27 +14,10 @@ import pytest
 from invariants.cli import main
 from invariants.targets.driver import AdapterDrift
 from invariants.targets.sglang_scheduler.adapter import release_supports
-from invariants.targets.sglang_scheduler.releases import SchedulerDriver, installed_versions
+from invariants.targets.sglang_scheduler.releases import SchedulerDriver
 
 pytestmark = pytest.mark.sglang
 ERA_PROBES = {"launch", "seams", "checks", "slot_layout", "req_kv", "row_zero", "speculative"}
-
-
-def driver_of(version: str) -> Iterator[SchedulerDriver]:
-    if version not in installed_versions():
-        pytest.skip(f"sglang {version}: make sglang-env SGLANG_VERSION={version}")
-    with SchedulerDriver(version) as driver:
-        yield driver
-
-
-@pytest.fixture(scope="module")
-def latest() -> Iterator[SchedulerDriver]:
-    yield from driver_of("0.5.23")
-
-
-@pytest.fixture(scope="module")
-def unfixed() -> Iterator[SchedulerDriver]:
-    yield from driver_of("0.5.10.post1")
 
 
 def test_0_5_23_runs_on_the_runtime_context_adapter(latest):

@@ -8,7 +8,6 @@ its window cursors advancing; an MLA spec runs on SGLang's MLATokenToKVPool."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,28 +17,10 @@ from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import load_spec
 from invariants.targets.registry import target
 from invariants.targets.run import run_spec, run_trace, spec_catalog
-from invariants.targets.sglang_scheduler.releases import SchedulerDriver, installed_versions
 
 pytestmark = pytest.mark.sglang
 SCHEDULER = target("sglang-scheduler")
 SPECS = Path(__file__).resolve().parents[4] / "specs"
-
-
-def driver_of(version: str) -> Iterator[SchedulerDriver]:
-    if version not in installed_versions():
-        pytest.skip(f"sglang {version}: make sglang-env SGLANG_VERSION={version}")
-    with SchedulerDriver(version) as driver:
-        yield driver
-
-
-@pytest.fixture(scope="module")
-def latest() -> Iterator[SchedulerDriver]:
-    yield from driver_of("0.5.23")
-
-
-@pytest.fixture(scope="module")
-def unfixed() -> Iterator[SchedulerDriver]:
-    yield from driver_of("0.5.10.post1")  # the older release make test-sglang builds
 
 
 def test_0_5_10_post1_frees_the_full_kv_a_running_request_reads(unfixed):

@@ -5,7 +5,6 @@ SGLang (`-m sglang`) and pin the result established on 0.5.23."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from invariants.targets.sglang_scheduler.lockstep import (
     lockstep_trace,
 )
 from invariants.targets.sglang_scheduler.lockstep_records import Batch, Iteration, compare
-from invariants.targets.sglang_scheduler.releases import SchedulerDriver, installed_versions
 
 SPECS = Path(__file__).resolve().parents[4] / "specs"
 POOL = dict(free=100, evictable=20, protected=30, session_held=0, request_owned=10)
@@ -245,14 +243,6 @@ def test_a_spec_the_real_scheduler_cannot_express_exits_2_before_any_driver():
 
 
 # ---- on real SGLang 0.5.23 ----
-
-
-@pytest.fixture(scope="module")
-def latest() -> Iterator[SchedulerDriver]:
-    if "0.5.23" not in installed_versions():
-        pytest.skip("sglang 0.5.23: make sglang-env")
-    with SchedulerDriver("0.5.23") as driver:
-        yield driver
 
 
 def small_trace(overlap: bool) -> Trace:

@@ -7,7 +7,6 @@ history*), are pinned here as the shrunk traces under traces/."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,33 +20,10 @@ from invariants.targets.outcome import disagreements
 from invariants.targets.registry import target
 from invariants.targets.run import run_spec, run_trace
 from invariants.targets.sglang_scheduler.history import pages_named
-from invariants.targets.sglang_scheduler.releases import SchedulerDriver, installed_versions
 
 pytestmark = pytest.mark.sglang
 SCHEDULER = target("sglang-scheduler")
 LEAK = Path(__file__).parent / "traces" / "retracted-streaming-turn-leak.json"
-
-
-def driver_of(version: str) -> Iterator[SchedulerDriver]:
-    if version not in installed_versions():
-        pytest.skip(f"sglang {version}: make sglang-env SGLANG_VERSION={version}")
-    with SchedulerDriver(version) as driver:
-        yield driver
-
-
-@pytest.fixture(scope="module")
-def latest() -> Iterator[SchedulerDriver]:
-    yield from driver_of("0.5.23")
-
-
-@pytest.fixture(scope="module")
-def unfixed() -> Iterator[SchedulerDriver]:
-    yield from driver_of("0.5.10.post1")
-
-
-@pytest.fixture(scope="module")
-def fixed() -> Iterator[SchedulerDriver]:
-    yield from driver_of("0.5.11")
 
 
 @pytest.mark.parametrize("name,path", default_specs(), ids=[n for n, _ in default_specs()])

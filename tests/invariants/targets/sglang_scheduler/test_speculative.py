@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,6 @@ from invariants.targets.run import run_spec, run_trace
 from invariants.targets.sglang_scheduler.adapter import config, release_supports, unsupported_engine
 from invariants.targets.sglang_scheduler.releases import (
     SUPPORTS_SEEN,
-    SchedulerDriver,
-    installed_versions,
 )
 
 STALE_SLOT = Path(__file__).parent / "traces" / "eagle-session-stale-slot.json"
@@ -87,14 +84,6 @@ def test_the_config_op_carries_the_eagle_section():
 
 
 # ---- on real SGLang 0.5.23 ----
-
-
-@pytest.fixture(scope="module")
-def latest() -> Iterator[SchedulerDriver]:
-    if "0.5.23" not in installed_versions():
-        pytest.skip("sglang 0.5.23: make sglang-env")
-    with SchedulerDriver("0.5.23") as driver:
-        yield driver
 
 
 @pytest.mark.sglang
