@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # users (the core reaches a folder only through registry.Target.adapter(), at run time)
     ("invariants.targets", "invariants.targets.driverlib"),
     ("invariants.targets.sglang", "invariants.targets.sglang_scheduler", "invariants.targets.vllm"),
+    ("invariants.targets.sglang_server",),  # the real server over the scheduler target's venvs
     ("invariants.bench",),  # speed: kvspec's engine, the kernels, the real targets
     ("invariants.report", "invariants.mutants"),  # report → target rows; mutants → explore
     ("invariants.cli",),
@@ -46,6 +47,7 @@ ISOLATED = (
     "invariants.targets.driverlib",
     "invariants.targets.sglang.driver",
     "invariants.targets.sglang_scheduler.driver",
+    "invariants.targets.sglang_server.driver",
     "invariants.targets.vllm.driver",
 )
 
@@ -142,7 +144,11 @@ def test_only_the_sglang_targets_name_or_import_sglang() -> None:
     or imports one of those (the rest reaches them through the registry), and none imports
     sglang itself."""
     known, found = modules(), []
-    inside = ("invariants.targets.sglang", "invariants.targets.sglang_scheduler")
+    inside = (
+        "invariants.targets.sglang",
+        "invariants.targets.sglang_scheduler",
+        "invariants.targets.sglang_server",
+    )
     for name, path in known.items():
         if name.startswith(inside):
             continue

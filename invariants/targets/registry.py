@@ -114,6 +114,12 @@ TARGETS: tuple[Target, ...] = (
         commands="invariants.targets.sglang_scheduler.commands",
     ),
     Target(
+        "sglang-server", "SGLang", "real HTTP server", "the model forward",
+        "invariants.targets.sglang_server.adapter", "KVSPEC_SGLANG_PYTHON", releases=True,
+        level=Level.STRICT, draws_outputs=False, engine_checks=True,
+        commands="invariants.targets.sglang_server.commands",
+    ),
+    Target(
         "vllm", "vLLM", "real v1 scheduler", "the model runner's output",
         "invariants.targets.vllm.adapter", "KVSPEC_VLLM_PYTHON",
     ),

@@ -69,7 +69,10 @@ def scheduler_python(version: str | None = None, explicit: str | Path | None = N
 
 class SchedulerDriver(LineDriver):
     """One driver process (SGLang imported once); each trace runs in a child it forks at the
-    trace's ``config`` and ends at ``end()`` (or by itself, when SGLang's code raised)."""
+    trace's ``config`` and ends at ``end()`` (or by itself, when SGLang's code raised). A
+    target with another script under the same venvs (sglang-server) names it here."""
+
+    NAME, SCRIPT = "sglang-scheduler", MAIN
 
     def __init__(self, version: str | None = None, python: str | Path | None = None) -> None:
         chosen = scheduler_python(version, python)
@@ -79,7 +82,7 @@ class SchedulerDriver(LineDriver):
                 f"no sglang interpreter at {chosen}: run `make sglang-env{hint}`, or point "
                 f"--target-python at a python with that release"
             )
-        super().__init__("sglang-scheduler", chosen, MAIN)
+        super().__init__(self.NAME, chosen, self.SCRIPT)
         self.adapter: str = self.banner.get("adapter", "")
         self.probes: dict[str, str] = self.banner.get("probes", {})
         SUPPORTS_SEEN[self.version] = frozenset(self.banner.get("supports", ()))

@@ -110,6 +110,12 @@ class Adapter:
 
     def build(self, cfg: dict) -> Scheduler:
         """The real Scheduler of one configuration, with only the model worker faked."""
+        self.prepare(cfg)
+        return self.launch(server_args(cfg))
+
+    def prepare(self, cfg: dict) -> None:
+        """Every shim of one configuration, in place before SGLang builds its Scheduler (the
+        sglang-server target's scheduler process calls this, then SGLang launches it)."""
         os.environ.update(environment(cfg))
         self.swa = hybrid.kind(cfg) == "swa"
         if self.swa:
@@ -129,7 +135,6 @@ class Adapter:
 
             runner_read = self.probes["spec_draft_runner"] == "read"
             drafts.install(Scheduler, cfg["speculative"], runner_read)
-        return self.launch(server_args(cfg))
 
     def worker_hook(self, cfg: dict):
         """Shim 1: ``Scheduler.init_tp_model_worker`` as the fake worker's set-up."""
