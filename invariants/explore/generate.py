@@ -27,6 +27,7 @@ from invariants.scenarios.ops import (
     AbortPhase,
     AdvanceClock,
     CloseSession,
+    Disconnect,
     FlushCache,
     ForceRetract,
     Idle,
@@ -129,6 +130,10 @@ class _Generator:
             return [Step(n=int(rng.choice([1, 1, 2, 4, 8, 16])))]
         if kind == "abort":
             return [self._abort()]
+        if kind == "disconnect":  # a client hangs up on one of the requests sent so far
+            return (
+                [Disconnect(rid=self.rids[int(rng.integers(len(self.rids)))])] if self.rids else []
+            )
         if kind == "force_retract":
             return [ForceRetract()]
         if kind == "flush_cache":

@@ -92,6 +92,14 @@ class Abort(_Strict):
     pick: int = Field(default=0, ge=0)
 
 
+class Disconnect(_Strict):
+    """The client of ``rid`` goes away (closes its connection): to the scheduler, an abort
+    of ``rid`` — sent by the server's front end when it notices, not by the client."""
+
+    op: Literal["disconnect"] = "disconnect"
+    rid: str
+
+
 class Step(_Strict):
     """``n`` scheduler loop iterations."""
 
@@ -139,6 +147,7 @@ Op = Annotated[
     | OpenSession
     | CloseSession
     | Abort
+    | Disconnect
     | Step
     | WaitFor
     | Idle
@@ -211,6 +220,7 @@ __all__ = [
     "Abort",
     "AdvanceClock",
     "CloseSession",
+    "Disconnect",
     "FlushCache",
     "ForceRetract",
     "Idle",

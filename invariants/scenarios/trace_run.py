@@ -29,6 +29,7 @@ from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
     CloseSession,
+    Disconnect,
     FlushCache,
     ForceRetract,
     Idle,
@@ -294,6 +295,10 @@ class _Interpreter:
                 return "noop", f"no unfinished request in phase {op.phase}"
             rid = candidates[op.pick % len(candidates)]
         return ("ok", rid) if self.engine.abort(rid) else ("noop", f"{rid} unknown or finished")
+
+    def _disconnect(self, op: Disconnect) -> tuple[Status, str]:
+        """A client that went away: its request is aborted (what the server's front end does)."""
+        return self._abort(Abort(rid=op.rid))
 
     def _unfinished(self, phase: str) -> list[str]:
         sched = self.engine.scheduler

@@ -181,19 +181,31 @@ def explore_real(
 def shrink_seed(
     target: RealTarget, result: SeedRun, steps: int, out_dir: Path, budget: int = SHRINK_BUDGET
 ) -> Finding:
-    """The failing trace of ``result``'s seed, shrunk (same key), as ``<target>-seed-<n>.json``."""
+    """The failing trace of ``result``'s seed, shrunk (same key), as ``<target>-seed-<n>.json``:
+    on the target's faster twin where the key holds there too (the result confirmed here),
+    else here, within the target's own shrink budget."""
     trace = target.trace(result.seed, steps)
     outcome = target.run(trace)
     if outcome.stopped_at is not None and outcome.stopped_at < len(trace.ops):
         trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])  # later ops never ran
-
-    def fails(candidate: Trace) -> bool:
-        return failure_key(target.run(candidate)) == result.key
-
-    small, runs = shrink_counted(trace, fails, budget=budget)
+    small, runs = _shrunk(target, trace, str(result.key), budget)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{target.name}-seed-{result.seed}.json"
     small.model_copy(update={"name": f"{target.name}-seed-{result.seed}-shrunk"}).save(path)
     return Finding(
         result.seed, str(result.key), result.detail, path, len(trace.ops), len(small.ops), runs
     )
+
+
+def _shrunk(target: RealTarget, trace: Trace, key: str, budget: int) -> tuple[Trace, int]:
+    """``trace`` shrunk keeping ``key``, and the runs it took (see ``shrink_seed``)."""
+    entry = registered(target.name)
+    twin = RealTarget(entry.shrinks_on, target.options) if entry.shrinks_on else None
+    if twin is not None and failure_key(twin.run(trace)) == key:
+        small, runs = shrink_counted(
+            trace, lambda t: failure_key(twin.run(t)) == key, budget=budget
+        )
+        if failure_key(target.run(small)) == key:
+            return small, runs + 2
+    own = min(budget, entry.shrink_runs)
+    return shrink_counted(trace, lambda t: failure_key(target.run(t)) == key, budget=own)

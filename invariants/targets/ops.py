@@ -24,6 +24,7 @@ from invariants.scenarios.ops import (
     Abort,
     AdvanceClock,
     CloseSession,
+    Disconnect,
     FlushCache,
     Op,
     OpenSession,
@@ -47,6 +48,8 @@ def op_message(op: Op) -> dict[str, Any]:
         return {"op": "close_session", "session_id": op.sid}
     if isinstance(op, Abort):
         return {"op": "abort", "rid": op.rid, "phase": op.phase, "pick": op.pick}
+    if isinstance(op, Disconnect):  # an abort to the scheduler; a driver with clients hangs up
+        return {"op": "abort", "rid": op.rid, "disconnect": True}
     if isinstance(op, FlushCache):
         return {"op": "flush_cache"}
     if isinstance(op, AdvanceClock):

@@ -86,6 +86,10 @@ class Target:
     engine_checks: bool = False  # its driver records the engine's own checkers beside kvspec's
     explores: bool = True  # `kvspec explore --target NAME` (its adapter draws seeds)
     commands: str | None = None  # a module whose register(group) adds `kvspec <engine> ...`
+    # a faster target running the same engine code: the explorer shrinks a finding there when
+    # its failure key holds there too, then confirms the shrunk trace here
+    shrinks_on: str | None = None
+    shrink_runs: int = 120  # the explorer's shrink budget here: runs of this target
 
     def adapter(self) -> Adapter:
         """The adapter module, imported on first use (the CLI's help stays fast)."""
@@ -117,7 +121,8 @@ TARGETS: tuple[Target, ...] = (
         "sglang-server", "SGLang", "real HTTP server", "the model forward",
         "invariants.targets.sglang_server.adapter", "KVSPEC_SGLANG_PYTHON", releases=True,
         level=Level.STRICT, draws_outputs=False, engine_checks=True,
-        commands="invariants.targets.sglang_server.commands",
+        commands="invariants.targets.sglang_server.commands", shrinks_on="sglang-scheduler",
+        shrink_runs=12,
     ),
     Target(
         "vllm", "vLLM", "real v1 scheduler", "the model runner's output",

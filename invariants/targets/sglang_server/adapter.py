@@ -17,7 +17,7 @@ hybrid SWA and MLA pools, the on-demand retract — is refused before a server s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +120,15 @@ def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:
     return ()
 
 
+DISCONNECT = 0.5  # the weight of a client hanging up (half an abort's)
+
+
 def swarm(seed: int) -> Swarm:
-    """The sglang-scheduler target's draws (a server per seed: explore with fewer seeds)."""
-    return scheduler.swarm(seed)
+    """The sglang-scheduler target's draws, plus clients that hang up mid-request (what only
+    a real front end can show); a server per seed: explore with fewer seeds."""
+    drawn = scheduler.swarm(seed)
+    on = drawn.weights.get("abort", 0.0) > 0
+    return replace(drawn, weights={**drawn.weights, "disconnect": DISCONNECT if on else 0.0})
 
 
 def label(swarm: Swarm) -> str:

@@ -31,9 +31,10 @@ def repro_command(
     ] = True,
 ) -> None:
     """Write a self-contained reproducer of a finding (on any sglang target): the exact
-    `launch_server` line, a `requests`-only script that performs the trace over HTTP and says
-    what it observed, and an issue text — after validating both against SGLang's real server
-    on CPU. Exit 0 validated, 1 not reproducible over HTTP alone (said why), 2 bad input."""
+    `launch_server` line, a script (Python's standard library only) that performs the trace
+    over HTTP and says what it observed, and an issue text — after validating both against
+    SGLang's real server on CPU. Exit 0 validated, 1 not reproducible over HTTP alone (said
+    why), 2 bad input."""
     from invariants.targets.sglang_server.repro import NothingToReproduce, reproduce
 
     try:

@@ -91,7 +91,7 @@ def reproduce(answer: dict[str, Any], validated: bool) -> list[str]:
     return [
         "## Reproduce",
         "`launch.sh` starts the server (SGLang's own flags; any small model), then "
-        "`python repro.py --port 30000` (needs only `requests`; exit 1: observed).",
+        "`python repro.py --port 30000` (Python standard library only; exit 1: observed).",
         "",
         head,
         "```",

@@ -31,22 +31,20 @@ from sglang.srt.server_args import PortArgs, ServerArgs, set_global_server_args_
 
 
 class Adapter(adapter_common.Adapter):
-    ports: PortArgs
-
     def launch(self, args: ServerArgs) -> Scheduler:
-        """Shim 2, then the 9-argument Scheduler: one rank, no DP."""
-        set_global_server_args_for_scheduler(args)
-        self.ports = PortArgs.init_new(args)
-        return Scheduler(args, self.ports, 0, 0, 0, 0, 0, 0, None)
+        """The 9-argument Scheduler: one rank, no DP."""
+        return Scheduler(args, PortArgs.init_new(args), 0, 0, 0, 0, 0, 0, None)
 
     def before_worker(self, scheduler: Scheduler) -> None:
-        """Shim 1: torch.distributed as the model runner would have set it up."""
+        """Shims 2 and 1, where the model runner did them: the global server arguments, and
+        torch.distributed."""
+        set_global_server_args_for_scheduler(scheduler.server_args)
         init_distributed_environment(
             backend="gloo",
             world_size=1,
             rank=0,
             local_rank=0,
-            distributed_init_method=f"tcp://127.0.0.1:{self.ports.nccl_port}",
+            distributed_init_method=f"tcp://127.0.0.1:{scheduler.nccl_port}",
         )
         initialize_model_parallel(tensor_model_parallel_size=1)
         with_config = self.probes["dp_attention"] == "model_config"

@@ -42,36 +42,43 @@ def reference(seed: int, prompt: list[int], count: int, eos: tuple[int, float]) 
 
 
 class ContextTokens:
-    """Installed on a fake worker (worker.py): its forward writes and reads the KV shadow,
-    then samples each request's token from the fingerprints of its ``[0, seq_len)`` slots;
-    ``token(rid, position)`` answers the worker's questions about tokens sampled but not yet
-    resolved by the scheduler (overlap)."""
+    """Installed on a fake worker (worker.py) in place of its seeded draws: each forward
+    writes the fingerprint of every token it is fed (``input_ids``) into the slot SGLang gave
+    it (``out_cache_loc``), then samples each request's token from the fingerprints of the
+    slots its row names for ``[0, seq_len)`` — what attention would read. Only the fields
+    every release's forward batch has are read (no request objects: 0.5.1x hands the worker a
+    ``ModelWorkerBatch`` without them)."""
 
-    def __init__(self, worker, shadow, cfg: dict) -> None:
-        self.worker, self.shadow = worker, shadow
+    def __init__(self, worker, slots, cfg: dict) -> None:
+        self.worker, self.slots = worker, slots  # slots: int64 tensor, one per KV slot
         self.seed, self.eos = cfg["seed"], (cfg["eos_id"], cfg["eos_prob"])
-        self.sampled: dict[str, dict[int, int]] = {}  # rid -> position -> token
-        worker.shadow = shadow
-        worker.token = self.token
+        self.table = worker.model_runner.req_to_token_pool.req_to_token
         worker.forward_batch_generation = self.forward
-
-    def token(self, rid: str, position: int) -> int:
-        return self.sampled[rid][position]
 
     def forward(self, batch, *args, **kwargs):
         import torch
-        from reader import trace_rid
 
-        worker = self.worker
-        worker.forwards += 1
+        self.worker.forwards += 1
         seq = [int(n) for n in batch.seq_lens.tolist()]
-        worker.fill_kv(batch, seq)
+        fed = fed_lengths(batch, seq)
+        positions = [p for n, k in zip(seq, fed) for p in range(n - k, n)]
+        ids = batch.input_ids.long()[: len(positions)]
+        written = (ids + 1) * POSITIONS + torch.tensor(positions, dtype=torch.int64)
+        self.slots[batch.out_cache_loc.long()[: len(positions)]] = written
         rows = batch.req_pool_indices.tolist()
-        tokens = []
-        for req, row, n in zip(batch.reqs, rows, seq):
-            slots = self.shadow.table[row, :n].long()
-            attended = self.shadow.slots[slots].numpy().tobytes()
-            token = context_token(self.seed, attended, *self.eos)
-            self.sampled.setdefault(trace_rid(req), {})[n] = token
-            tokens.append(token)
-        return worker.make_result(torch.tensor(tokens, dtype=torch.int64))
+        tokens = [self.sample(row, n) for row, n in zip(rows, seq)]
+        return self.worker.make_result(torch.tensor(tokens, dtype=torch.int64))
+
+    def sample(self, row: int, length: int) -> int:
+        attended = self.slots[self.table[row, :length].long()]
+        return context_token(self.seed, attended.numpy().tobytes(), *self.eos)
+
+
+def fed_lengths(batch, seq: list[int]) -> list[int]:
+    """Tokens each request is fed this forward: its extend length (a mixed batch's decoding
+    requests: 1), or 1 in a decode."""
+    if not batch.forward_mode.is_extend():
+        return [1] * len(seq)
+    found = getattr(batch, "extend_seq_lens", None)
+    found = found if found is not None else batch.extend_lens
+    return [int(n) for n in (found.tolist() if hasattr(found, "tolist") else found)]

@@ -29,9 +29,9 @@ import time
 
 import answers
 import seams
+import torch
 from context_tokens import ContextTokens
 from reader import trace_rid
-from worker import KVShadow
 
 FREE_WAIT = 0.005  # seconds an un-held idle iteration waits for the driver's hold
 
@@ -182,9 +182,10 @@ def install_worker(scheduler_cls, cfg: dict) -> None:
     def init_tp_model_worker(scheduler) -> None:
         make_worker(scheduler)
         worker = scheduler.tp_worker
-        runner, allocator = worker.model_runner, worker.model_runner.token_to_kv_pool_allocator
-        table = runner.req_to_token_pool.req_to_token
-        ContextTokens(worker, KVShadow(table, allocator.size + allocator.page_size), cfg)
+        allocator = worker.model_runner.token_to_kv_pool_allocator  # slots < size + a page
+        ContextTokens(
+            worker, torch.zeros(allocator.size + allocator.page_size, dtype=torch.int64), cfg
+        )
         server_figures(scheduler, worker)
 
     scheduler_cls.init_tp_model_worker = init_tp_model_worker

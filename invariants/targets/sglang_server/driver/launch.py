@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -93,10 +94,19 @@ def command(cfg: dict, port: int, model: str = MODEL, cpu: bool = True) -> list[
     ]
 
 
+PORTS = range(20_000, 50_000)  # SGLang also takes port + 10000 (gRPC, 0.5.11) and a few above
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A loopback port no one holds, from ``PORTS``."""
+    for port in random.Random().sample(PORTS, 50):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise LaunchError(f"no free port on 127.0.0.1 in {PORTS.start}-{PORTS.stop}")
 
 
 def check_port(port: int) -> None:
@@ -170,8 +180,9 @@ class Server:
         raise LaunchError(f"the server was not ready after {timeout:.0f} s: {self.log_tail()}")
 
     def stop(self) -> None:
-        """SIGTERM to the server's group, SIGKILL after 10 s; nothing of it is left."""
-        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        """SIGTERM to the server's group, SIGKILL after 2 s (SGLang's shutdown would sleep
+        5 s for crash diagnostics: nothing of a trace's server is worth keeping)."""
+        for sig, wait in ((signal.SIGTERM, 2), (signal.SIGKILL, 10)):
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:

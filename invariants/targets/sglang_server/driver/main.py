@@ -11,13 +11,14 @@ land in one receive; a step is one iteration of SGLang's loop, its answer the vi
 checks read inside the scheduler process, plus the ``response`` view of every request it
 finished (the HTTP answer, awaited). Runs in the sglang venv; imports nothing of kvspec.
 
-  in:  the sglang-scheduler driver's ops, plus {"op": "disconnect", "rid"} (the client of
-       ``rid`` goes away; SGLang aborts it when it notices)
+  in:  the sglang-scheduler driver's ops; an abort with ``"disconnect": true`` is the client
+       of ``rid`` going away (SGLang aborts it when it notices), not a call to /abort_request
   out: the same answers; the config's result adds the server's ``command`` and ``port``
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ from responses import Responses  # noqa: E402
 
 READY_TIMEOUT = float(os.environ.get("KVSPEC_SERVER_READY_TIMEOUT", "180"))
 SETTLE_TIMEOUT = 30.0  # seconds an op's input may take to reach the scheduler
+DISCONNECT_POLL = 3.0  # SGLang checks a waiting client every 1 s (launch.py sets it)
 ANSWER_TIMEOUT = 60.0  # seconds a finished request's HTTP answer may take to arrive
 
 
@@ -128,6 +130,8 @@ class Run:
         kind = op["op"]
         if kind == "step":
             return self.step()
+        if kind == "abort" and op.get("disconnect"):
+            return self.disconnect(op["rid"])
         if kind == "abort" and not op.get("rid"):
             op = dict(
                 op,
@@ -137,8 +141,6 @@ class Run:
             )
             if op["rid"] is None:
                 return dict(views=[], result=None)
-        if kind == "disconnect":
-            return self.disconnect(op["rid"])
         if kind in ("submit", "open_session", "close_session", "abort", "flush_cache"):
             return self.send(op)
         return self.ask(op)  # idle, unfinished, stats, advance_clock: the gate answers
@@ -163,29 +165,31 @@ class Run:
             views += [] if view is None else [view]
         return dict(views=views, result=op.get("rid") if kind == "abort" else None)
 
-    def settle(self, call: client.Call, key: list[str], op: dict) -> None:
-        """Poll the held receive until ``key`` arrived, or the call ended without it."""
+    def settle(self, call: client.Call, key: list[str], op: dict, grace: float = 0.3) -> bool:
+        """Poll the held receive until ``key`` arrived (True), or the call ended without it
+        ``grace`` seconds ago (False)."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
         ended_at = None
         while time.monotonic() < deadline:
             if key in self.ask({"op": "poll", "seconds": 0.05})["result"]:
-                return
+                return True
             if call.done():
                 ended_at = ended_at or time.monotonic()
-                if time.monotonic() - ended_at > 0.3:
-                    return
+                if time.monotonic() - ended_at > grace:
+                    return False
         late = f"its input did not reach the scheduler in {SETTLE_TIMEOUT:.0f} s"
         raise failed(f"op {op['op']}: {late} ({call.error or call.status})")
 
     def disconnect(self, rid: str) -> dict:
-        """The client of ``rid`` goes away; done when SGLang's abort reached the receive (or
-        SGLang did not abort it: it had already finished)."""
+        """The client of ``rid`` hangs up; done when SGLang's abort of it reached the
+        receive (result: the rid), or SGLang did not abort it within its disconnect poll
+        (result: None) — a request already finished, or one SGLang let run on."""
         call = self.calls.get(rid)
         if call is None or call.done():
             return dict(views=[], result=None)
         call.disconnect()
-        self.settle(call, ["AbortReq", rid], {"op": "disconnect"})
-        return dict(views=[], result=rid)
+        aborted = self.settle(call, ["AbortReq", rid], {"op": "disconnect"}, DISCONNECT_POLL)
+        return dict(views=[], result=rid if aborted else None)
 
     def step(self) -> dict:
         answer = self.ask({"op": "step"})
@@ -216,7 +220,7 @@ def banner() -> dict:
         module, probes = release_probes.probe_all()
     except release_probes.Drift as exc:
         return dict(ready=False, version=version, drift=True, error=str(exc), adapter=exc.adapter)
-    if not hasattr(__import__("sglang.srt.plugins", fromlist=["load_plugins"]), "load_plugins"):
+    if importlib.util.find_spec("sglang.srt.plugins") is None:
         return dict(
             ready=False,
             version=version,
@@ -248,6 +252,7 @@ def serve_trace(cfg: dict) -> None:
     except DriverFailure as exc:
         return say(**exc.answer)
     say(views=[], result=dict(defaulted=[], command=run.server.argv, port=run.server.port))
+    ending: dict = dict(views=[], result="ended")
     try:
         for op in read_ops():
             if op["op"] == "end":
@@ -257,12 +262,13 @@ def serve_trace(cfg: dict) -> None:
             except (KeyError, ValueError) as exc:
                 say(error=f"{type(exc).__name__}: {exc}")
         else:
-            return
-        say(views=[], result="ended")
+            ending = {}  # kvspec is gone: nobody to answer
     except DriverFailure as exc:
-        say(**exc.answer)
+        ending = exc.answer
     finally:
-        run.stop()
+        run.stop()  # before the answer: when kvspec hears the trace ended, its server is gone
+    if ending:
+        say(**ending)
 
 
 def main() -> None:

@@ -3,10 +3,11 @@
 
 Start SGLang's server as launch.sh beside this file says, then run:
 
-    python repro.py --port 30000            # needs only `requests`
+    python repro.py --port 30000            # the Python standard library only
 
 It sends a finding's requests over SGLang's own HTTP API (``/generate`` with ``input_ids``,
-``/open_session``, ``/close_session``, ``/abort_request``, ``/flush_cache``), round by round
+``/open_session``, ``/close_session``, ``/abort_request``, ``/flush_cache``; a client that hangs
+up is a closed connection), each on its own connection, round by round
 as kvspec's run sent them: a round's requests are sent together (as concurrent clients would),
 after the requests the earlier rounds had finished by then have answered. Timing on a real
 server is the server's own, so the whole sequence is tried up to ``--tries`` times with fresh
@@ -16,16 +17,17 @@ Exit 1: observed (what, printed); exit 0: not observed in the tries.
 """
 
 import argparse
+import http.client
 import json
+import socket
 import sys
 import threading
 import time
 
-import requests
-
 EXPECTED = "EXPECTED_TEXT"
 # each round: "after" — rids whose answers come first; "calls" — [path, body] sent together
 ROUNDS = json.loads(r"""ROUNDS_JSON""")
+HANG_UP_WAIT = 2.0  # seconds SGLang takes to notice a client that hung up (it polls)
 END = "\x1f"  # every rid ends with it: SGLang aborts by rid prefix, so r1 never matches r10
 
 
@@ -49,33 +51,45 @@ def renamed(body: dict, tag: str) -> dict:
 
 
 class Call(threading.Thread):
-    def __init__(self, url: str, path: str, body: dict) -> None:
+    """One HTTP call on its own connection and thread (``hang_up``: the client goes away)."""
+
+    def __init__(self, address: tuple[str, int], path: str, body: dict) -> None:
         super().__init__(daemon=True)
-        self.url, self.path, self.body = url, path, body
-        self.status, self.text, self.error = None, "", None
+        self.path, self.body = path, body
+        self.conn = http.client.HTTPConnection(*address, timeout=120)
+        self.status, self.text, self.error, self.hung_up = None, "", None, False
 
     def run(self) -> None:
         try:
-            answer = requests.post(self.url + self.path, json=self.body, timeout=120)
-            self.status, self.text = answer.status_code, answer.text
-        except requests.RequestException as exc:
+            headers = {"Content-Type": "application/json"}
+            self.conn.request("POST", self.path, body=json.dumps(self.body), headers=headers)
+            answer = self.conn.getresponse()
+            self.status, self.text = answer.status, answer.read().decode(errors="replace")
+        except (OSError, http.client.HTTPException) as exc:
             self.error = f"{type(exc).__name__}: {exc}"
 
+    def hang_up(self) -> None:
+        self.hung_up = True
+        if self.conn.sock is not None:
+            self.conn.sock.shutdown(socket.SHUT_RDWR)
+
     def check(self) -> None:
-        if self.error is not None:
+        if self.error is not None and not self.hung_up:
             raise Observed(f"{self.path} {self.body.get('rid', '')!r}: {self.error}")
         if self.status is not None and self.status >= 500:
             raise Observed(f"{self.path}: HTTP {self.status} {self.text[:300]}")
 
 
-def alive(url: str) -> bool:
+def alive(address: tuple[str, int]) -> bool:
     try:
-        return requests.get(url + "/health", timeout=30).status_code == 200
-    except requests.RequestException:
+        conn = http.client.HTTPConnection(*address, timeout=30)
+        conn.request("GET", "/health")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
         return False
 
 
-def one_try(url: str, tag: str) -> None:
+def one_try(address: tuple[str, int], tag: str) -> None:
     """Every round once; raises Observed when something went wrong."""
     calls: dict[str, Call] = {}
     for round_ in ROUNDS:
@@ -85,20 +99,23 @@ def one_try(url: str, tag: str) -> None:
         for path, body in round_["calls"]:
             if path == "sleep":
                 time.sleep(body["seconds"])
-                continue
-            call = Call(url, path, renamed(body, tag))
-            call.start()
-            if path == "/open_session":  # a client opens its session before using it
-                call.join(120)
-                call.check()
-            if "rid" in body and path == "/generate":
-                calls[body["rid"].removesuffix(END) + tag] = call
+            elif path == "hang_up":
+                calls[body["rid"] + tag].hang_up()
+                time.sleep(HANG_UP_WAIT)
+            else:
+                call = Call(address, path, renamed(body, tag))
+                call.start()
+                if path == "/open_session":  # a client opens its session before using it
+                    call.join(120)
+                    call.check()
+                if path == "/generate":
+                    calls[body["rid"].removesuffix(END) + tag] = call
         time.sleep(0.01)
     for call in calls.values():
         call.join(120)
     for call in calls.values():
         call.check()
-    if not alive(url):
+    if not alive(address):
         raise Observed("the server does not answer /health")
 
 
@@ -108,15 +125,15 @@ def main() -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--tries", type=int, default=20)
     args = parser.parse_args()
-    url = f"http://{args.host}:{args.port}"
-    if not alive(url):
-        print(f"no server answers {url}/health: start it first (launch.sh)")
+    address = (args.host, args.port)
+    if not alive(address):
+        print(f"no server answers http://{args.host}:{args.port}/health: start it (launch.sh)")
         return 2
     for attempt in range(args.tries):
         try:
-            one_try(url, f".t{attempt}")
+            one_try(address, f".t{attempt}")
         except Observed as seen:
-            down = "" if alive(url) else "; the server is down"
+            down = "" if alive(address) else "; the server is down"
             print(f"OBSERVED on try {attempt + 1}: {seen}{down}")
             print(f"a correct server: {EXPECTED}")
             return 1

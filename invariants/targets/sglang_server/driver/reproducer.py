@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,8 @@ def rounds(sent: list, finished_at: dict) -> list[dict]:
             out.append(dict(iteration=iteration, after=after, calls=[]))
         if op["op"] == "advance_clock":
             out[-1]["calls"].append(["sleep", {"seconds": op["seconds"]}])
+        elif op.get("disconnect"):
+            out[-1]["calls"].append(["hang_up", {"rid": op["rid"]}])
         else:
             path, body, _ = client.op_request(op)
             out[-1]["calls"].append([path, body])
@@ -113,6 +116,7 @@ def validate(request: dict, path: str) -> dict:
         )
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def crash_lines(log_path: str) -> list[str]:
