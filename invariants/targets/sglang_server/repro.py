@@ -1,7 +1,8 @@
 """`kvspec sglang repro`: a finding as a reproducer a maintainer runs without kvspec — the
 finding's trace on SGLang's real server (checked, gated: what it is), its HTTP calls as a
 script needing only Python's standard library and the server's flags as a launch line
-(driver/reproducer.py writes both), validated by running them against a fresh server on CPU, and an issue text.
+(driver/reproducer.py writes both), validated by running them against a fresh server on CPU,
+and an issue text.
 
 Keeps: a reproducer is written as validated only when the script, run against a server with
 no kvspec gate in it, observed the failure on its own; a finding only kvspec's catalog sees (a
