@@ -1,5 +1,6 @@
-"""`kvspec sglang repro`: the sglang-server target's own command — a finding's trace as a
-reproducer a maintainer runs without kvspec (repro.py).
+"""`kvspec sglang repro|session-tests`: the sglang-server target's own commands — a finding's
+trace as a reproducer a maintainer runs without kvspec (repro.py), and the release's own
+streaming-session tests against its real server (session_tests.py).
 
 Exit codes: 0 a validated reproducer written; 1 written but not reproducible over HTTP alone
 (the reason in ISSUE.md), or the trace runs clean on the server; 2 no such release venv, a
@@ -17,8 +18,26 @@ from invariants.targets.sglang_scheduler.commands import VersionOpt, _load_trace
 
 
 def register(group: typer.Typer) -> None:
-    """Attach the command to the `kvspec sglang` group."""
+    """Attach the commands to the `kvspec sglang` group."""
     group.command("repro")(repro_command)
+    group.command("session-tests")(session_tests_command)
+
+
+def session_tests_command(
+    version: VersionOpt = None,
+    tests: Annotated[
+        list[str] | None, typer.Argument(help="Test method names (default: all).")
+    ] = None,
+) -> None:
+    """Run the release's own streaming-session tests (its sglang/test kits, composed as its
+    test_streaming_session.py composes them) against its real HTTP server on CPU, only the
+    server launch kvspec's; each test passed, failed (with SGLang's exception when the
+    scheduler died) or not applicable on CPU, with the reason. Exit 1 when one failed."""
+    from invariants.targets.sglang_server.session_tests import print_results, run_session_tests
+
+    results = run_session_tests(version, tests or [])
+    print_results(results)
+    raise typer.Exit(1 if any(r["outcome"] == "failed" for r in results) else 0)
 
 
 def repro_command(

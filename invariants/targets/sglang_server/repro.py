@@ -63,8 +63,9 @@ def reproduce(
         raise NothingToReproduce(f"{trace.name} on sglang {outcome.version}'s server: {why}")
     request = dict(
         cfg=config(trace), sent=timeline.sent, finished_at=timeline.finished_at,
-        title=title(outcome), expected=expected(outcome), out=str(out), tries=tries,
+        title=title(outcome), expected=expected(outcome), out=str(out.resolve()), tries=tries,
     )  # fmt: skip
+    out = out.resolve()  # the validator runs in its own folder
     out.mkdir(parents=True, exist_ok=True)
     answer = _validate(python, request)
     validated = answer["rc"] == 1

@@ -21,38 +21,17 @@ sglang-scheduler driver's, or a drift), then ``hold``; then per op one answer â€
 
 from __future__ import annotations
 
-import json
 import os
-import select
-import socket
 import time
 
 import answers
 import seams
 import torch
 from context_tokens import ContextTokens
+from control import Control
 from reader import trace_rid
 
 FREE_WAIT = 0.005  # seconds an un-held idle iteration waits for the driver's hold
-
-
-class Control:
-    """JSON lines over the driver's socket."""
-
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.reader = self.sock.makefile("r", encoding="utf-8")
-
-    def say(self, **answer) -> None:
-        self.sock.sendall((json.dumps(answer) + "\n").encode())
-
-    def read(self) -> dict | None:
-        line = self.reader.readline()
-        return json.loads(line) if line else None
-
-    def waiting(self, seconds: float) -> bool:
-        return bool(select.select([self.sock], [], [], seconds)[0])
 
 
 def key(request) -> list[str]:

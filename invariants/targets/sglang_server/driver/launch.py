@@ -22,6 +22,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGETS = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(TARGETS))  # the kvspec checkout
 SCHEDULER = os.path.join(TARGETS, "sglang_scheduler", "driver")
 PATH = (
     HERE,
@@ -177,7 +178,8 @@ class Server:
                     f"the server exited ({self.proc.returncode}) at start-up: {self.log_tail()}"
                 )
             time.sleep(0.2)
-        raise LaunchError(f"the server was not ready after {timeout:.0f} s: {self.log_tail()}")
+        late = f"the server was not ready after {timeout:.0f} s (KVSPEC_SERVER_READY_TIMEOUT)"
+        raise LaunchError(f"{late}: {self.log_tail()}")
 
     def stop(self) -> None:
         """SIGTERM to the server's group, SIGKILL after 2 s (SGLang's shutdown would sleep

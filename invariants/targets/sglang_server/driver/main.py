@@ -37,6 +37,7 @@ import client  # noqa: E402
 import launch  # noqa: E402
 import release_probes  # noqa: E402
 import sglang  # noqa: E402
+from control import Control  # noqa: E402
 from responses import Responses  # noqa: E402
 
 READY_TIMEOUT = float(os.environ.get("KVSPEC_SERVER_READY_TIMEOUT", "180"))
@@ -90,8 +91,6 @@ class Run:
 
     def _accept(self, listener: socket.socket):
         """The gate's connection and its banner (a drift ends the start-up)."""
-        import gate
-
         listener.settimeout(1.0)
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
@@ -105,11 +104,11 @@ class Run:
                     ) from None
         else:
             raise launch.LaunchError(
-                f"no scheduler process after {READY_TIMEOUT:.0f} s: {self.server.log_tail()}"
+                f"no scheduler process after {READY_TIMEOUT:.0f} s "
+                f"(KVSPEC_SERVER_READY_TIMEOUT): {self.server.log_tail()}"
             )
-        control = gate.Control.__new__(gate.Control)
-        control.sock, control.reader = sock, sock.makefile("r", encoding="utf-8")
-        banner = json.loads(control.reader.readline() or "{}")
+        control = Control(sock)
+        banner = control.read() or {}
         if not banner.get("ready"):
             raise DriverFailure(banner)
         self.banner = banner
@@ -132,13 +131,9 @@ class Run:
             return self.step()
         if kind == "abort" and op.get("disconnect"):
             return self.disconnect(op["rid"])
-        if kind == "abort" and not op.get("rid"):
-            op = dict(
-                op,
-                rid=self.ask(
-                    {"op": "pick", "phase": op.get("phase", "any"), "pick": op.get("pick", 0)}
-                )["result"],
-            )
+        if kind == "abort" and not op.get("rid"):  # by phase and pick: the gate resolves it
+            picked = {"op": "pick", "phase": op.get("phase", "any"), "pick": op.get("pick", 0)}
+            op = dict(op, rid=self.ask(picked)["result"])
             if op["rid"] is None:
                 return dict(views=[], result=None)
         if kind in ("submit", "open_session", "close_session", "abort", "flush_cache"):

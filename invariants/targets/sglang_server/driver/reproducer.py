@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ import launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT_TIMEOUT = 900
+SITE = re.compile(r'(?<=File ")[^"]*site-packages/')  # a traceback's paths, from the package
 
 
 def rounds(sent: list, finished_at: dict) -> list[dict]:
@@ -64,9 +66,10 @@ def launch_line(cfg: dict, cpu: bool) -> str:
     """The server's command line, SGLang's own environment knobs first (a GPU's: any model,
     ``$MODEL``; a CPU's: the fake worker's local config)."""
     env = " ".join(f"{k}={v}" for k, v in launch.sglang_environment(cfg).items())
-    model = launch.MODEL if cpu else launch.MODEL_MARK
+    model = launch.MODEL_MARK
     line = shlex.join(launch.command(cfg, 30000, model, cpu))
-    return f"{env} python {line}".replace(launch.MODEL_MARK, '"$MODEL"')
+    path = "$KVSPEC/" + os.path.relpath(launch.MODEL, launch.ROOT) if cpu else "$MODEL"
+    return f"{env} python {line}".replace(launch.MODEL_MARK, f'"{path}"')
 
 
 def write(request: dict) -> str:
@@ -82,7 +85,10 @@ def write(request: dict) -> str:
 
 
 def cpu_line(cfg: dict) -> str:
-    hook = f"PYTHONPATH={launch.HOOK} KVSPEC_SERVER_PATH={os.pathsep.join(launch.PATH)}"
+    """The CPU line kvspec validated with, its paths under ``$KVSPEC`` (a kvspec checkout)."""
+    here = lambda path: "$KVSPEC/" + os.path.relpath(path, launch.ROOT)  # noqa: E731
+    paths = os.pathsep.join(here(p) for p in launch.PATH)
+    hook = f"PYTHONPATH={here(launch.HOOK)} KVSPEC_SERVER_PATH={paths}"
     config = f"KVSPEC_SERVER_CONFIG={shlex.quote(json.dumps(cfg))}"
     tree = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python"
     return f"{hook} {config} {tree} {launch_line(cfg, True)}"
@@ -94,7 +100,7 @@ LAUNCH = """#!/usr/bin/env bash
 # The model does not matter to the failure: only the requests' token ids and the flags do.
 {real}
 
-# kvspec validated it on CPU with its fake model worker instead (a kvspec checkout's plugin):
+# kvspec validated it on CPU with its fake model worker instead (KVSPEC: a kvspec checkout):
 # {cpu}
 """
 
@@ -122,7 +128,7 @@ def validate(request: dict, path: str) -> dict:
 def crash_lines(log_path: str) -> list[str]:
     """The server log's lines about the failure (SGLang's exception and traceback)."""
     with open(log_path, errors="replace") as log:
-        lines = log.read().splitlines()
+        lines = [SITE.sub("", line) for line in log.read().splitlines()]
     start = next((i for i, line in enumerate(lines) if "Scheduler hit an exception" in line), None)
     return lines[start : start + 40] if start is not None else lines[-8:]
 

@@ -22,6 +22,7 @@ from invariants.targets.run import run_spec, run_trace
 from invariants.targets.sglang_scheduler.releases import installed_versions
 from invariants.targets.sglang_server.adapter import ServerDriver
 from invariants.targets.sglang_server.repro import reproduce
+from invariants.targets.sglang_server.session_tests import run_session_tests
 
 pytestmark = pytest.mark.sglang
 SERVER = target("sglang-server")
@@ -97,3 +98,18 @@ def test_a_port_in_use_is_one_line(monkeypatch):
         monkeypatch.setenv("KVSPEC_SERVER_PORT", str(held.getsockname()[1]))
         with pytest.raises(TargetUnavailable, match="is in use"):
             run_trace(SERVER, Trace.load(REPLACE), shipped_catalog())
+
+
+def test_sglangs_own_streaming_session_tests_pass_on_cpu():
+    """The release's own streaming-session tests (its sglang/test kits, composed as its
+    test_streaming_session.py composes them), only the server launch kvspec's: each passes,
+    but the one that needs logprobs, which is named not applicable with the reason."""
+    if "0.5.23" not in installed_versions():
+        pytest.skip("sglang 0.5.23: make sglang-env")
+    results = run_session_tests("0.5.23", [])
+    outcomes = {r["test"]: r["outcome"] for r in results}
+    assert outcomes.pop("test_leak_logprob_concurrent") == "not applicable"
+    assert set(outcomes.values()) == {"passed"}, [r for r in results if r["outcome"] == "failed"]
+    assert {"test_kv_cache_inheritance", "test_abort_heavy_chunked_prefill_does_not_leak"} <= set(
+        outcomes
+    )

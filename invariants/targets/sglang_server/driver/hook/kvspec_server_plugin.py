@@ -46,7 +46,7 @@ def register() -> None:
         gate.install_worker(Scheduler, cfg)
         os.environ.update(STRICT_CHECKS)
         return
-    control = gate.Control(os.environ["KVSPEC_SERVER_CONTROL"])
+    control = gate.Control.connect(os.environ["KVSPEC_SERVER_CONTROL"])
     try:
         module, probes = release_probes.probe_all()
         adapter = importlib.import_module(module).Adapter(probes)
