@@ -89,10 +89,11 @@ def test_target_choices_come_from_the_registry():
     """--target names kvspec and the registry's targets, comma-separated; ``all`` is every
     real engine, ``both`` (0.x's name) kvspec and sglang; anything else is refused naming the
     choices."""
-    assert chosen_targets("all") == ("sglang", "sglang-scheduler", "vllm")
+    assert chosen_targets("all") == ("sglang", "sglang-scheduler", "sglang-server", "vllm")
     assert chosen_targets("both") == ("kvspec", "sglang")
     assert chosen_targets("kvspec, vllm") == ("kvspec", "vllm")
-    with pytest.raises(ValueError, match="choose from kvspec, sglang, sglang-scheduler, vllm"):
+    choices = "choose from kvspec, sglang, sglang-scheduler, sglang-server, vllm"
+    with pytest.raises(ValueError, match=choices):
         chosen_targets("trtllm")
 
 
@@ -215,8 +216,8 @@ def test_a_target_runs_lines_say_why_and_replay(capsys: pytest.CaptureFixture[st
 
 
 def test_all_targets_give_one_overview_then_each_targets_section(monkeypatch, tmp_path: Path):
-    """run_report(target="all") runs each spec as written on kvspec and on the three real-
-    engine targets (stubbed here), prints one overview row per spec with a column per target
+    """run_report(target="all") runs each spec as written on kvspec and on every real-engine
+    target (stubbed here), prints one overview row per spec with a column per target
     (an unsupported spec says why), then each target's own table; a violation on any target
     fails the report, named with its target; report.json holds one part per target."""
 
@@ -232,6 +233,7 @@ def test_all_targets_give_one_overview_then_each_targets_section(monkeypatch, tm
     stubbed = {
         "sglang": rows("sglang"),
         "sglang-scheduler": rows("sglang-scheduler"),
+        "sglang-server": rows("sglang-server"),
         "vllm": rows("vllm", **failing),
     }
     monkeypatch.setattr(report_module, "target_rows", lambda entry, *a, **k: stubbed[entry.name])
@@ -247,8 +249,8 @@ def test_all_targets_give_one_overview_then_each_targets_section(monkeypatch, tm
     assert "chunked-prefill-paged on vllm" in text  # the failure, with its target
     assert "1 real-engine rows failed" in text
     parts = json.loads((tmp_path / "report.json").read_text())["targets"]
-    assert list(parts) == ["sglang", "sglang-scheduler", "vllm"]
+    assert list(parts) == ["sglang", "sglang-scheduler", "sglang-server", "vllm"]
     assert parts["vllm"]["summary"]["failed"] == 1 and parts["sglang"]["summary"]["ok"]
     markdown = (tmp_path / "report.md").read_text()
-    assert "| spec | kvspec | sglang | sglang-scheduler | vllm |" in markdown
+    assert "| spec | kvspec | sglang | sglang-scheduler | sglang-server | vllm |" in markdown
     assert "❌ " in markdown and "➖ unsupported: SWA pools" in markdown

@@ -32,11 +32,13 @@ from sglang.srt.server_args import PortArgs, ServerArgs, set_global_server_args_
 
 class Adapter(adapter_common.Adapter):
     def launch(self, args: ServerArgs) -> Scheduler:
-        """The 9-argument Scheduler: one rank, no DP."""
+        """Shim 2, then the 9-argument Scheduler: one rank, no DP."""
+        set_global_server_args_for_scheduler(args)
         return Scheduler(args, PortArgs.init_new(args), 0, 0, 0, 0, 0, 0, None)
 
     def before_worker(self, scheduler: Scheduler) -> None:
-        """Shims 2 and 1, where the model runner did them: the global server arguments, and
+        """Shims 2 and 1, where the model runner did them: the global server arguments (again:
+        SGLang's own launch of a server leaves them to the runner on 0.5.1x), and
         torch.distributed."""
         set_global_server_args_for_scheduler(scheduler.server_args)
         init_distributed_environment(

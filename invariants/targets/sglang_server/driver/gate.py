@@ -21,6 +21,7 @@ sglang-scheduler driver's, or a drift), then ``hold``; then per op one answer â€
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 
@@ -119,6 +120,8 @@ def real_receiver(scheduler):
     receiver = getattr(scheduler, "request_receiver", None)
     if receiver is not None:
         recv = type(receiver).recv_requests
+        if "local_reqs" not in inspect.signature(recv).parameters:  # before 0.5.21
+            return lambda local_reqs=None: recv(receiver)
         return lambda local_reqs=None: recv(receiver, local_reqs=local_reqs)
     recv = type(scheduler).recv_requests
     return lambda local_reqs=None: recv(scheduler)

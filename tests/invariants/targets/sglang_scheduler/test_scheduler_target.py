@@ -150,3 +150,21 @@ def test_0_5_10_post1_leaks_a_slot_closed_under_a_rejected_turn(unfixed):
     first = outcome.violations[0]
     assert first.invariant == "session.slot_has_open_session"
     assert first.step in {f.iteration for f in outcome.findings}  # both sides saw it
+
+
+def test_a_turn_rejected_while_one_runs_clears_the_flag_and_a_retry_crashes(latest):
+    """Found by `kvspec explore --target sglang-server` on 0.5.23, and simpler than the two
+    first turns: no shared receive needed. Turn 2 of a streaming session sent while turn 1
+    runs is rejected ("already has an active request"), but the rejected request is bound to
+    the session, and its abort calls ``Session.abort_req``, clearing ``_inflight`` while turn
+    1 still runs (``session.single_live_request``, SGLang's checkers silent). The client's
+    retry is then accepted beside turn 1; once turn 1 saves its slot, the retry's prefix
+    match asserts (``streaming session prefix shrank``) and the scheduler dies."""
+    trace = Trace.load(LEAK.with_name("streaming-retried-turn-crash.json"))
+    outcome = run_trace(SCHEDULER, trace, shipped_catalog(), driver=latest)
+    first = outcome.violations[0]
+    assert first.invariant == "session.single_live_request" and "inflight=False" in first.message
+    assert first.step not in {f.iteration for f in outcome.findings}
+    level1 = run_trace(SCHEDULER, trace, shipped_catalog(), 1, driver=latest)
+    assert level1.crash is not None and "prefix shrank" in level1.crash.message
+    assert level1.crash.site.endswith("streaming_session.py:try_match_prefix")

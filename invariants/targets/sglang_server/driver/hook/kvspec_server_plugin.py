@@ -31,45 +31,52 @@ def register() -> None:
     if not os.environ.get("KVSPEC_SERVER_CONFIG") or not in_scheduler_process():
         return
     import json
-    import logging
 
     import gate
     import release_probes
-    import sglang
-    from sglang.srt.managers.scheduler import Scheduler
 
     gate.OURS = tuple(os.environ["KVSPEC_SERVER_PATH"].split(os.pathsep))
     cfg = json.loads(os.environ["KVSPEC_SERVER_CONFIG"])
-    if not os.environ.get("KVSPEC_SERVER_CONTROL"):
+    if not os.environ.get("KVSPEC_SERVER_CONTROL"):  # a reproducer's validation: no gate
         module, probes = release_probes.probe_all()
         importlib.import_module(module).Adapter(probes).prepare(cfg)
-        gate.install_worker(Scheduler, cfg)
+        gate.install_worker(scheduler_class(), cfg)
         os.environ.update(STRICT_CHECKS)
         return
     control = gate.Control.connect(os.environ["KVSPEC_SERVER_CONTROL"])
+    control.say(**gated(cfg, control))
+
+
+def gated(cfg: dict, control) -> dict:
+    """The release's adapter and the gate installed; the banner (or why not, then raised:
+    SGLang logs a plugin that failed and goes on, into the driver's stop)."""
+    import gate
+    import release_probes
+    import sglang
+
+    version = sglang.__version__
     try:
         module, probes = release_probes.probe_all()
         adapter = importlib.import_module(module).Adapter(probes)
         adapter.prepare(cfg)
-        gate.install(Scheduler, adapter, cfg, control)
+        gate.install(scheduler_class(), adapter, cfg, control)
     except release_probes.Drift as exc:
-        control.say(
-            ready=False, version=sglang.__version__, drift=True, error=str(exc), adapter=exc.adapter
-        )
+        control.say(ready=False, version=version, drift=True, error=str(exc), adapter=exc.adapter)
         raise
-    except Exception as exc:  # said to the driver; then SGLang logs it and goes on
-        control.say(
-            ready=False,
-            version=sglang.__version__,
-            **gate.answers.failure(exc, gate.OURS, "sglang"),
-        )
+    except Exception as exc:
+        control.say(ready=False, version=version, **gate.answers.failure(exc, gate.OURS, "sglang"))
         raise
-    logging.getLogger("kvspec").info("kvspec gate installed (%s)", module)
-    control.say(
+    return dict(
         ready=True,
-        version=sglang.__version__,
+        version=version,
         adapter=module,
         probes=probes.banner(),
         not_applicable=release_probes.not_applicable(probes),
         supports=release_probes.supports(probes),
     )
+
+
+def scheduler_class():
+    from sglang.srt.managers.scheduler import Scheduler
+
+    return Scheduler
