@@ -55,7 +55,8 @@ def reproduce(
     """The finding of ``trace`` on the release's server, written up in ``out``."""
     driver = ServerDriver(version)
     with driver:
-        outcome = run_trace(SERVER, trace, shipped_catalog(), driver=driver)
+        # level 1: past the first violation to what a client would see (a crash), if any
+        outcome = run_trace(SERVER, trace, shipped_catalog(), 1, driver=driver)
         timeline, python = driver.timeline, driver.python
     key = failure_key(outcome)
     if outcome.unsupported or key is None:
