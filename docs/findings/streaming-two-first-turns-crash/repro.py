@@ -139,33 +139,43 @@ def alive(address: tuple[str, int]) -> bool:
 
 
 def one_try(address: tuple[str, int], tag: str) -> None:
-    """Every round once; raises Observed when something went wrong."""
+    """Every round once, then the try's sessions closed (the next try starts from a server
+    holding nothing of this one); raises Observed when something went wrong."""
     calls: dict[str, Call] = {}
     for round_ in ROUNDS:
         for rid in round_["after"]:
             calls[rid + tag].join(120)
             calls[rid + tag].check()
         for path, body in round_["calls"]:
-            if path == "sleep":
-                time.sleep(body["seconds"])
-            elif path == "hang_up":
-                calls[body["rid"] + tag].hang_up()
-                time.sleep(HANG_UP_WAIT)
-            else:
-                call = Call(address, path, renamed(body, tag))
-                call.start()
-                if path == "/open_session":  # a client opens its session before using it
-                    call.join(120)
-                    call.check()
-                if path == "/generate":
-                    calls[body["rid"].removesuffix(END) + tag] = call
+            call = send(address, path, body, tag, calls)
+            if call is not None and path == "/generate":
+                calls[body["rid"].removesuffix(END) + tag] = call
         time.sleep(0.01)
     for call in calls.values():
         call.join(120)
     for call in calls.values():
         call.check()
+    for sid in {b["session_id"] for r in ROUNDS for p, b in r["calls"] if p == "/open_session"}:
+        Call(address, "/close_session", {"session_id": sid + tag}).run()
     if not alive(address):
         raise Observed("the server does not answer /health")
+
+
+def send(address, path: str, body: dict, tag: str, calls: dict) -> Call | None:
+    """One call of a round, started (a sleep, a hang-up: done here; None)."""
+    if path == "sleep":
+        time.sleep(body["seconds"])
+        return None
+    if path == "hang_up":
+        calls[body["rid"] + tag].hang_up()
+        time.sleep(HANG_UP_WAIT)
+        return None
+    call = Call(address, path, renamed(body, tag))
+    call.start()
+    if path == "/open_session":  # a client opens its session before using it
+        call.join(120)
+        call.check()
+    return call
 
 
 def main() -> int:

@@ -59,7 +59,7 @@ class Inputs:
             self.pending.append(adapter.session_input(op))
             return [], None
         if kind == "abort":
-            rid = op.get("rid") or self._pick(op.get("phase", "any"), op.get("pick", 0))
+            rid = op.get("rid") or self.pick(op.get("phase", "any"), op.get("pick", 0))
             if rid is not None:
                 self.pending.append(adapter.abort_input(sglang_rid(rid)))
             return [], rid
@@ -69,9 +69,9 @@ class Inputs:
         if kind == "advance_clock":
             self.clock += float(op["seconds"])
             return [], None
-        return self._query(kind, op, iteration)
+        return self.query(kind, op, iteration)
 
-    def _query(self, kind: str, op: dict, iteration: int) -> tuple[list, object]:
+    def query(self, kind: str, op: dict, iteration: int) -> tuple[list, object]:
         scheduler = self.scheduler
         if kind == "idle":
             idle = scheduler.is_fully_idle() and not self.pending
@@ -91,7 +91,7 @@ class Inputs:
         taken, self.pending = self.pending, []
         return taken
 
-    def _pick(self, phase: str, pick: int) -> str | None:
+    def pick(self, phase: str, pick: int) -> str | None:
         """The ``pick``-th unfinished request in ``phase`` (as SGLang's queues hold them)."""
         if phase not in PHASES:
             raise ValueError(f"abort phase {phase!r}: one of {PHASES}")

@@ -85,13 +85,13 @@ class Gate:
             self.poll(float(op.get("seconds", 0.02)))
             return dict(views=[], result=self.keys)
         if kind == "pick":
-            return dict(views=[], result=self.inputs._pick(op["phase"], int(op["pick"])))
+            return dict(views=[], result=self.inputs.pick(op["phase"], int(op["pick"])))
         if kind == "advance_clock":
             self.inputs.clock += float(op["seconds"])
             return dict(views=[], result=None)
         if kind == "idle" and self.arrived:
             return dict(views=[], result=False)
-        views, result = self.inputs._query(kind, op, self.iterations)
+        views, result = self.inputs.query(kind, op, self.iterations)
         return dict(views=views, result=result)
 
     def poll(self, seconds: float) -> None:
