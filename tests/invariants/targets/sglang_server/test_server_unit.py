@@ -271,3 +271,34 @@ def test_kvspec_runs_a_disconnect_as_an_abort() -> None:
     assert result.ok
     assert result.results[-1].status == "ok"
     assert result.responses["r0"].finish_type == "abort"
+
+
+def test_a_slow_target_shrinks_on_its_twin_and_confirms_at_home(monkeypatch) -> None:
+    """The explorer shrinks a server finding on the sglang-scheduler twin when the key holds
+    there, runs the shrunk trace once more on the server, and keeps it only if the key holds
+    there too; else it shrinks on the server within the server's own budget."""
+    from invariants.targets import explore
+
+    key, ran = "engine.exception@x.py:f", {"sglang-server": 0, "sglang-scheduler": 0}
+    twin_sees_it = {"now": True}
+
+    def run(self, trace, keep_views=False):
+        ran[self.name] += 1
+        return self.name, trace
+
+    def fails(ran_on):
+        name, trace = ran_on
+        bad = any(getattr(op, "rid", None) == "r3" for op in trace.ops)
+        return key if bad and (name == "sglang-server" or twin_sees_it["now"]) else None
+
+    monkeypatch.setattr(explore.RealTarget, "run", run)
+    monkeypatch.setattr(explore, "failure_key", fails)
+    ops = [Submit(rid=f"r{i}", input_ids=[5], max_new_tokens=1) for i in range(6)]
+    trace, server = Trace(name="t", ops=ops), explore.RealTarget("sglang-server")
+    small, runs = explore._shrunk(server, trace, key, budget=120)
+    assert [op.rid for op in small.ops] == ["r3"] and ran["sglang-server"] == 1
+    twin_sees_it["now"] = False  # the twin does not show it: shrink at home, 12 runs at most
+    ran.update({"sglang-server": 0, "sglang-scheduler": 0})
+    small, runs = explore._shrunk(server, trace, key, budget=120)
+    assert ran["sglang-scheduler"] == 1 and ran["sglang-server"] == runs <= 12
+    assert "r3" in [op.rid for op in small.ops]
