@@ -156,8 +156,7 @@ Op = Annotated[
     | AdvanceClock,
     Field(discriminator="op"),
 ]
-# mypy reads an eleven-way Annotated union as a value, not a type (pydantic takes either)
-OP_ADAPTER: TypeAdapter[Op] = TypeAdapter(Op)  # type: ignore[arg-type]
+OP_ADAPTER: TypeAdapter[Op] = TypeAdapter(Op)
 
 
 class TraceError(ValueError):
