@@ -19,6 +19,8 @@ Shims (why):
 
 from __future__ import annotations
 
+import inspect
+
 import adapter_legacy
 from sglang.srt.managers.scheduler import Scheduler
 
@@ -30,11 +32,19 @@ class Adapter(adapter_legacy.Adapter):
             local_reqs
         )
 
-    def set_output(self, scheduler: Scheduler, record) -> None:
-        """Shim 1: what the scheduler sends to the detokenizer and the tokenizer."""
+    def real_receiver(self, scheduler: Scheduler):
+        """SGLang's own receive (taken before ``set_receiver``); the loop's ``local_reqs``
+        passed on where the release's receive takes them (0.5.20 on, not 0.5.13 – 0.5.19)."""
+        receiver = scheduler.request_receiver
+        recv = type(receiver).recv_requests
+        if "local_reqs" in inspect.signature(recv).parameters:
+            return lambda local_reqs=None: recv(receiver, local_reqs=local_reqs)
+        return lambda local_reqs=None: recv(receiver)
+
+    def output_channels(self, scheduler: Scheduler) -> tuple:
+        """Shim 1: the ``ipc_channels`` component's senders (what ``set_output`` records)."""
         channels = scheduler.ipc_channels
-        channels.send_to_detokenizer.send_output = lambda out, *a, **k: record(out)
-        channels.send_to_tokenizer.send_output = lambda out, *a, **k: record(out)
+        return channels.send_to_detokenizer, channels.send_to_tokenizer
 
     def busy_check(self, scheduler: Scheduler) -> str | None:
         """Shim 2: the pool sum over the rows SGLang counts as request-owned, then its page

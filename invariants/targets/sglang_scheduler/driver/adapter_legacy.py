@@ -57,10 +57,19 @@ class Adapter(adapter_common.Adapter):
         """Shim 3: the loop's per-iteration receive hands over the trace's ops."""
         Scheduler.recv_requests = lambda self: receive(None)
 
+    def real_receiver(self, scheduler: Scheduler):
+        """SGLang's own receive (taken before ``set_receiver``), as the boundary calls it."""
+        recv = Scheduler.recv_requests
+        return lambda local_reqs=None: recv(scheduler)
+
+    def output_channels(self, scheduler: Scheduler) -> tuple:
+        """Where the scheduler sends to the detokenizer and to the tokenizer."""
+        return scheduler.send_to_detokenizer, scheduler.send_to_tokenizer
+
     def set_output(self, scheduler: Scheduler, record) -> None:
         """Shim 3: what the scheduler sends to the detokenizer and the tokenizer."""
-        scheduler.send_to_detokenizer.send_output = lambda out, *a, **k: record(out)
-        scheduler.send_to_tokenizer.send_output = lambda out, *a, **k: record(out)
+        for channel in self.output_channels(scheduler):
+            channel.send_output = lambda out, *a, **k: record(out)
 
     def busy_check(self, scheduler: Scheduler) -> str | None:
         """Shim 4: SGLang's busy check; its assertion's message, or None."""

@@ -153,14 +153,7 @@ def banner():
         said = failure(exc)
         said["error"] = f"{said['error']} (adapter: {module})"
         return None, dict(said, ready=False, version=version, adapter=module)
-    return adapter, dict(
-        ready=True,
-        version=version,
-        adapter=module,
-        probes=probes.banner(),
-        not_applicable=release_probes.not_applicable(probes),
-        supports=release_probes.supports(probes),
-    )
+    return adapter, release_probes.banner(version, module, probes)
 
 
 def main() -> None:

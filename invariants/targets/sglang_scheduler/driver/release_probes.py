@@ -53,6 +53,19 @@ def not_applicable(probes: Probes) -> dict[str, str]:
     return waived
 
 
+def banner(version: str, module: str, probes: Probes) -> dict:
+    """A driver's first line for a release ``module`` drives: each probe's answer and why,
+    the catalog ids its design does not promise, the features beyond the plain ones."""
+    return dict(
+        ready=True,
+        version=version,
+        adapter=module,
+        probes=probes.banner(),
+        not_applicable=not_applicable(probes),
+        supports=supports(probes),
+    )
+
+
 def supports(probes: Probes) -> list[str]:
     """Engine features beyond the plain ones the adapter drives on this release."""
     found = ["speculative"] if probes["speculative"] == "eagle-v2" else []

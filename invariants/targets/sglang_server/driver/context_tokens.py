@@ -14,8 +14,7 @@ from __future__ import annotations
 import zlib
 from array import array
 
-TOKEN_BASE, TOKEN_SPAN = 3, 250  # as worker.token_at: 3..252, never BOS 256 / EOS 257
-POSITIONS = 1_000_000  # worker.POSITIONS: a fingerprint is (token + 1) * POSITIONS + position
+from worker import POSITIONS, TOKEN_BASE, TOKEN_SPAN  # the shadow's fingerprints, the ids
 
 
 def context_token(seed: int, fingerprints: bytes, eos_id: int, eos_prob: float) -> int:

@@ -21,7 +21,6 @@ sglang-scheduler driver's, or a drift), then ``hold``; then per op one answer â€
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 
@@ -48,9 +47,9 @@ class Gate:
 
     def __init__(self, scheduler, adapter, control: Control) -> None:
         self.scheduler, self.control = scheduler, control
-        self.real_recv = real_receiver(scheduler)
+        self.real_recv = adapter.real_receiver(scheduler)
         self.inputs = seams.Inputs(scheduler, adapter)
-        tap_outputs(scheduler, self.inputs.record)
+        tap_outputs(adapter.output_channels(scheduler), self.inputs.record)
         adapter.set_receiver(scheduler, self.boundary)
         self.held, self.stepping, self.iterations = False, False, 0
         self.arrived: list = []  # received since the last step, for the next one
@@ -115,23 +114,9 @@ class Gate:
             self.inputs.session_ops += 1
 
 
-def real_receiver(scheduler):
-    """SGLang's own receive, before the adapter's set_receiver replaces it."""
-    receiver = getattr(scheduler, "request_receiver", None)
-    if receiver is not None:
-        recv = type(receiver).recv_requests
-        if "local_reqs" not in inspect.signature(recv).parameters:  # before 0.5.21
-            return lambda local_reqs=None: recv(receiver)
-        return lambda local_reqs=None: recv(receiver, local_reqs=local_reqs)
-    recv = type(scheduler).recv_requests
-    return lambda local_reqs=None: recv(scheduler)
-
-
-def tap_outputs(scheduler, record) -> None:
+def tap_outputs(channels, record) -> None:
     """Each output SGLang sends is recorded, then sent as SGLang sent it."""
-    holder = getattr(scheduler, "ipc_channels", scheduler)
-    for name in ("send_to_detokenizer", "send_to_tokenizer"):
-        channel = getattr(holder, name)
+    for channel in channels:
         real = channel.send_output
 
         def send(out, *args, _real=real, **kwargs):

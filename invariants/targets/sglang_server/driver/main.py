@@ -222,14 +222,8 @@ def banner() -> dict:
             error=f"sglang {version} has no plugin entry point (sglang.srt.plugins): "
             "the server target needs 0.5.11 or later",
         )
-    return dict(
-        ready=True,
-        version=version,
-        adapter=module,
-        probes=probes.banner(),
-        not_applicable=release_probes.not_applicable(probes),
-        supports=[],  # the server target drives the plain features only (no EAGLE, SWA, MLA)
-    )
+    # the server target drives the plain features only (no EAGLE, SWA, MLA)
+    return dict(release_probes.banner(version, module, probes), supports=[])
 
 
 def read_ops():

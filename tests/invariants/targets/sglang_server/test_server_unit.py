@@ -20,7 +20,7 @@ from invariants.targets.ops import op_message
 from invariants.targets.sglang_server import adapter
 
 TARGETS = Path(__file__).resolve().parents[4] / "invariants" / "targets"
-PATHS = [str(TARGETS / "sglang_server" / "driver")]
+PATHS = [str(TARGETS / d / "driver") for d in ("sglang_server", "sglang_scheduler", "sglang")]
 MODULES = ("context_tokens", "client", "launch", "responses", "reproducer")
 CFG = {
     "page_size": 4, "pool_tokens": 256, "max_reqs": 4, "max_context": 128,
@@ -38,7 +38,7 @@ def driver() -> Iterator[SimpleNamespace]:
         yield SimpleNamespace(**{m: importlib.import_module(m) for m in MODULES})
     finally:
         del sys.path[: len(PATHS)]
-        for name in MODULES:
+        for name in (*MODULES, "worker", "reader", "records"):
             sys.modules.pop(name, None)
 
 

@@ -66,14 +66,7 @@ def gated(cfg: dict, control) -> dict:
     except Exception as exc:
         control.say(ready=False, version=version, **gate.answers.failure(exc, gate.OURS, "sglang"))
         raise
-    return dict(
-        ready=True,
-        version=version,
-        adapter=module,
-        probes=probes.banner(),
-        not_applicable=release_probes.not_applicable(probes),
-        supports=release_probes.supports(probes),
-    )
+    return release_probes.banner(version, module, probes)
 
 
 def scheduler_class():
