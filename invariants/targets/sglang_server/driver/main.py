@@ -67,7 +67,8 @@ class Run:
     """One trace: one server, its gate's control connection, the client's calls."""
 
     def __init__(self, cfg: dict) -> None:
-        self.cfg, self.calls, self.folder = cfg, {}, tempfile.mkdtemp(prefix="kvspec-server-")
+        self.calls: dict = {}  # rid -> its HTTP call
+        self.folder = tempfile.mkdtemp(prefix="kvspec-server-")
         self.responses = Responses(cfg["seed"], (cfg["eos_id"], cfg["eos_prob"]))
         self.sched: dict = {}  # the latest step view's scheduler fields (the rules read them)
         self.iterations = 0
@@ -111,7 +112,6 @@ class Run:
         banner = control.read() or {}
         if not banner.get("ready"):
             raise DriverFailure(banner)
-        self.banner = banner
         return control
 
     def ask(self, op: dict) -> dict:
