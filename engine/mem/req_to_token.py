@@ -29,6 +29,7 @@ class ReqToTokenPool:
         self.max_context_len = max_context_len
         self.strict = strict
         self.changes: ChangeFeed[RowWrite] = ChangeFeed()
+        self.freed: ChangeFeed[int] = ChangeFeed()  # each row given back
         # int32 because kernels read it directly as a tensor
         self._table = np.zeros((size + 1, max_context_len), dtype=np.int32)
         self.req_to_token = self._table.view()
@@ -36,6 +37,7 @@ class ReqToTokenPool:
         self.clear()
 
     def clear(self) -> None:
+        self.freed.reset()
         self.free_rows: deque[int] = deque(range(1, self.size + 1))
         self._is_free = np.ones(self.size + 1, dtype=bool)
         self._is_free[0] = False
@@ -62,6 +64,7 @@ class ReqToTokenPool:
                 raise KVAccountingError(f"double free of request row {row}")
         self._is_free[row] = True
         self.free_rows.append(row)
+        self.freed.publish(row)
 
     def write(self, row: int, start: int, slots: np.ndarray) -> None:
         """Write ``slots`` into positions ``[start, start + len(slots))`` of ``row``."""

@@ -47,6 +47,7 @@ from engine.model.fingerprint import (
 from engine.model.penalties import Penalties, penalized_rows, penalties_of
 from engine.model.runner import ForwardBatch, ForwardMode, ForwardOutput
 from engine.model.sim_context import BASE, TERM_MUL, Context, chain_hashes
+from engine.model.sim_kernels import greedy_tokens
 from engine.model.tokenizer import EOS_ID, NUM_BYTES, VOCAB_SIZE
 from engine.request import Req
 
@@ -115,13 +116,16 @@ class SimModel:
         nothing scheduled). ``predict`` and the hash step in Python ints: one token at a
         time, numpy would cost ~50x more."""
         penalties = Penalties.of(like) if like is not None else None
-        h, tokens = int(self.context_hash(list(prompt))), list[int]()
+        h = int(self.context_hash(list(prompt)))
+        if penalties is None:  # the same loop, compiled (sim_kernels.py)
+            keys = (U64(h), U64(self._key_token), U64(self._key_eos))
+            return greedy_tokens(*keys, self.eos_prob, n).tolist()
+        tokens = list[int]()
         key_token, key_eos = int(self._key_token), int(self._key_eos)
         for _ in range(n):
             coin = float(splitmix64_int(h ^ key_eos) >> 11) * _UNIT
             token = EOS_ID if coin < self.eos_prob else splitmix64_int(h ^ key_token) % NUM_BYTES
-            if penalties is not None:
-                token = penalties.pick(self.scores(U64(h), token), tokens)
+            token = penalties.pick(self.scores(U64(h), token), tokens)
             tokens.append(token)
             h = (h * BASE + (token + 1) * _TERM_MUL_INT) & _MASK
         return tokens

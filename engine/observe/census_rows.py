@@ -58,6 +58,9 @@ class RowCounts:
         self.ledger = ledger if ledger is not None else new_ledger(num_pages)
         self.writes = pool.changes.subscribe()  # the rows written, from which position
         self._counted = False  # False: recount every row at the next update
+        self.dirty = np.zeros(
+            0, np.int64
+        )  # per row, the first position the last update saw written
         self._stamp = 0  # marks the rows listed by one update
 
     @property
@@ -72,13 +75,17 @@ class RowCounts:
     def own_entries(self) -> int:
         return int(self.ledger[2][OWNED_ENTRIES])
 
+    def counted_rows(self) -> bool:
+        """Whether the counts are kept by row (``counted[END]``: each row's counted end)."""
+        return self._counted
+
     def update(self, rows: Sequence[RowSpan] | np.ndarray) -> bool:
         """Bring the counts to these rows (each (row, owned from, allocated)); False when the
         rows cannot be counted (census from scratch; recounted at the next update)."""
         writes, lost = self.writes.take()
         table = self.pool.req_to_token
         recount = lost or not self._counted
-        dirty = self._first_writes(writes, len(table))
+        dirty = self.dirty = self._first_writes(writes, len(table))
         if recount:
             self._reset(table)
         self._stamp += 1

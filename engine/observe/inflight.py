@@ -30,9 +30,12 @@ import numpy as np
 from engine.mem.allocator import PagedAllocator, SWAAllocator
 from engine.memory import KVMemory
 from engine.model.runner import ForwardBatch, ForwardMode
+from engine.observe.crosscheck import cross_check, crosscheck_enabled
+from engine.observe.inflight_watch import ReadWatch, is_kept
 from engine.request import Req
 
 MAX_NAMED = 8  # findings named per view (the rule's message lists them)
+NONE = np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +50,27 @@ class _Read:
     swa_slots: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class _Launched:
+    """A launched batch's reads, as arrays (one entry per request; the watch reads them)."""
+
     number: int  # the forward's number (Scheduler.forward_ct)
     mode: ForwardMode
-    reads: tuple[_Read, ...]
+    reqs: list[Req]
+    rows: np.ndarray
+    ends: np.ndarray
+    kept: np.ndarray  # False once the request's result is dropped (it stays dropped)
+    swa: list[tuple[np.ndarray, np.ndarray]]  # SWA positions read and their slots (hybrid)
+
+    def read(self, i: int) -> _Read:
+        positions, slots = self.swa[i] if self.swa else (NONE, NONE)
+        return _Read(self.reqs[i], int(self.rows[i]), int(self.ends[i]), positions, slots)
 
 
 class InFlightReads:
-    """The reads of the launched, unprocessed batches, checked against the state now."""
+    """The reads of the launched, unprocessed batches, checked against the state now: by the
+    exact check when the watch (inflight_watch.py) says a read may have lost its slot, or
+    while the last check found one; both ways at every call in cross-check mode."""
 
     def __init__(self, mem: KVMemory, verify_tokens: int = 0) -> None:
         """``verify_tokens``: EAGLE's tokens per verify (0 without speculative decoding): a
@@ -65,6 +80,9 @@ class InFlightReads:
         self.full: PagedAllocator = alloc.full if isinstance(alloc, SWAAllocator) else alloc
         self.swa = alloc if isinstance(alloc, SWAAllocator) else None
         self._launched: dict[ForwardBatch, _Launched] = {}  # hashed by identity (eq=False)
+        self.watch = ReadWatch(mem)
+        self.crosscheck = crosscheck_enabled()
+        self._found: tuple[str, ...] = ()
 
     def update(
         self, in_flight: list[ForwardBatch], launched: ForwardBatch | None, number: int, when: str
@@ -72,13 +90,25 @@ class InFlightReads:
         """Follow ``launched`` (forward number ``number``, at its forward event) from now; drop
         the processed batches; name each held read whose slot is gone (``when``: the event and
         iteration that sees it)."""
+        followed = None
         if launched is not None and launched not in self._launched:
-            self._launched[launched] = self._record(launched, number)
+            followed = self._launched[launched] = self._record(launched, number)
         live = {*in_flight, launched}
         for fb in [fb for fb in self._launched if fb not in live]:
             del self._launched[fb]
+        records = list(self._launched.values())
+        suspect = self.watch.may_have_lost(records, followed)
+        if suspect or self._found or self.crosscheck:
+            found = self._check(records, when)
+            if self.crosscheck and found and not suspect:
+                cross_check("in-flight reads (the watch saw no loss)", (), found)
+            self._found = found
+        return self._found
+
+    def _check(self, records: list[_Launched], when: str) -> tuple[str, ...]:
+        """The exact check: every kept read's slots through its row now."""
         out: list[str] = []
-        for record in self._launched.values():
+        for record in records:
             out += self._lost_reads(record, when)
         return tuple(out[:MAX_NAMED])
 
@@ -86,24 +116,33 @@ class InFlightReads:
         ends = fb.seq_lens
         if self.verify_tokens and fb.mode is ForwardMode.DECODE:
             ends = fb.prefix_lens + self.verify_tokens
+        rows, ends = fb.req_pool_indices.astype(np.int64), ends.astype(np.int64)
+        swa = [] if self.swa is None else self._swa_reads(fb, rows, ends)
+        kept = np.ones(len(rows), bool)
+        return _Launched(number, fb.mode, list(fb.reqs), rows, ends, kept, swa)
+
+    def _swa_reads(
+        self, fb: ForwardBatch, rows: np.ndarray, ends: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per request, the positions of its own part of the window (see the docstring) that
+        had an SWA slot at launch (none at launch: none read), and those slots."""
+        assert self.swa is not None
         window = self.mem.config.sliding_window or 0
-        table = self.mem.req_to_token_pool.req_to_token
-        reads = []
+        table, out = self.mem.req_to_token_pool.req_to_token, []
         for req, row, prefix, end in zip(
-            fb.reqs, fb.req_pool_indices.tolist(), fb.prefix_lens.tolist(), ends.tolist()
+            fb.reqs, rows.tolist(), fb.prefix_lens.tolist(), ends.tolist()
         ):
-            positions = swa = np.arange(0)
-            if self.swa is not None:  # the request's own part of the window (see the docstring)
-                positions = np.arange(max(prefix - window, req.cache_protected_len, 0), end)
-                swa = self.swa.full_to_swa[table[row, positions].astype(np.int64)]
-                positions, swa = positions[swa > 0], swa[swa > 0]  # none at launch: none read
-            reads.append(_Read(req, row, end, positions, swa))
-        return _Launched(number, fb.mode, tuple(reads))
+            positions = np.arange(max(prefix - window, req.cache_protected_len, 0), end)
+            swa = self.swa.full_to_swa[table[row, positions].astype(np.int64)]
+            out.append((positions[swa > 0], swa[swa > 0]))
+        return out
 
     def _lost_reads(self, record: _Launched, when: str) -> list[str]:
         out = []
-        for read in record.reads:
-            if not _kept(read.req, read.row):
+        for i in range(len(record.reqs)):
+            read = record.read(i)
+            if not record.kept[i] or not is_kept(read.req, read.row):
+                record.kept[i] = False
                 continue
             for pool, position, slot in self._gone(read):
                 freer = _freer(read.req, pool, position)
@@ -138,11 +177,6 @@ def _freer(req: Req, pool: str, position: int) -> str:
     if pool == "swa" and position < req.swa_evicted_seqlen:
         return f"freed by its own window slide (swa_evicted_seqlen={req.swa_evicted_seqlen})"
     return "freed by another owner (the tree, an insert or a release)"
-
-
-def _kept(req: Req, row: int) -> bool:
-    """Whether the batch's result for ``req`` will be used: still live on the same row."""
-    return not req.finished() and not req.is_retracted and req.req_pool_idx == row
 
 
 __all__ = ["InFlightReads"]

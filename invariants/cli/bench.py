@@ -20,6 +20,14 @@ from invariants.cli.app import (
     target_options,
 )
 
+CheckOption = Annotated[
+    bool,
+    typer.Option(
+        "--check", help="Exit 1 when checked ÷ unchecked, paired in this run, exceeds --max-ratio."
+    ),
+]
+MaxRatioOption = Annotated[float, typer.Option(min=1.0, help="The bound --check holds to.")]
+
 
 @bench_app.command("sim")
 def bench_sim_command(
@@ -33,30 +41,43 @@ def bench_sim_command(
     warmup: Annotated[int, typer.Option(min=0, help="Untimed steps before them.")] = 50,
     seed: Annotated[int, typer.Option(help="The workload's seed.")] = 0,
     page_size: Annotated[int, typer.Option(min=1, help="Tokens per KV page.")] = 1,
+    check: CheckOption = False,
+    max_ratio: MaxRatioOption = 2.2,
     out: OutPath = None,
 ) -> None:
     """Scheduler steps/s of the sim-model engine with the checker off, sums only, and full."""
     from invariants.bench.sim import MODES, bench_sim
-    from invariants.bench.summary import summary_table
+    from invariants.bench.summary import over_bound, summary_table
 
-    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
-    unknown = sorted(set(mode_list) - set(MODES))
-    if unknown or not mode_list:
-        raise typer.BadParameter(f"modes {unknown or modes!r}: choose from {', '.join(MODES)}")
+    mode_list = _modes(modes, MODES, check)
     err = Console(stderr=True)
-    result = bench_sim(
-        int_list(batch),
-        int_list(pool),
-        mode_list,
-        seed=seed,
-        steps=steps,
-        warmup=warmup,
-        runs=runs,
-        page_size=page_size,
-        progress=err.print,
-    )
+    sizes = dict(seed=seed, steps=steps, warmup=warmup, runs=runs, page_size=page_size)
+    result = bench_sim(int_list(batch), int_list(pool), mode_list, **sizes, progress=err.print)
+    if check:
+        result["guard"] = {"max_ratio": max_ratio, "over": over_bound(result, max_ratio)}
     emit_json(result, out)
     err.print(summary_table(result))
+    if check:
+        _judge(err, result["guard"]["over"], f"full ÷ off ≤ {max_ratio}")
+
+
+def _modes(text: str, known: tuple[str, ...], check: bool) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(known))
+    if unknown or not modes:
+        raise typer.BadParameter(f"modes {unknown or text!r}: choose from {', '.join(known)}")
+    if check and not {"off", "full"} <= set(modes):
+        raise typer.BadParameter("--check compares full with off: --modes must name both")
+    return modes
+
+
+def _judge(err: Console, over: list[str], bound: str) -> None:
+    """The guard's verdict: exit 1, naming each cell over the bound."""
+    for line in over:
+        err.print(f"[red]over the bound[/red] {line}")
+    if over:
+        raise typer.Exit(1)
+    err.print(f"[green]guard passed[/green]: {bound} in every cell")
 
 
 @bench_app.command("kernels")

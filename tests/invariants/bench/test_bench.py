@@ -8,6 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from invariants.bench.sim import MODES, bench_shape, bench_sim, select_rules
+from invariants.bench.summary import over_bound
 from invariants.checking.loader import load_catalog
 from invariants.cli import app
 
@@ -38,7 +39,7 @@ CELL_KEYS = {
 }
 TARGET_KEYS = {
     "off_batch32_ge_1000_steps_per_s",
-    "full_le_2x_off_at_64k",
+    "full_le_1.5x_off_at_64k",
     "census_at_most_linear_in_pool",
 }
 
@@ -106,3 +107,49 @@ def test_cli_bench_sim_writes_json_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert [c["mode"] for c in data["cells"]] == ["off", "full"]
+
+
+def test_the_guard_names_each_cell_over_its_bound() -> None:
+    """`--check`: a cell whose paired full ÷ off ratio exceeds the bound is named with its
+    ratio; one not measured is named too; one at or under it passes."""
+    result = {
+        "ratios": [
+            {"batch": 8, "pool_tokens": 65536, "full_over_off": 1.4},
+            {"batch": 32, "pool_tokens": 65536, "full_over_off": 2.9},
+            {"batch": 128, "pool_tokens": 65536, "full_over_off": None},
+        ]
+    }
+    assert over_bound(result, 1.4) == [
+        "batch 32 pool 65536: full ÷ off = 2.90 > 1.4",
+        "batch 128 pool 65536: full ÷ off not measured (a mode failed or was not run)",
+    ]
+
+
+def _sim_args(*extra: str) -> list[str]:
+    tiny = ["--batch", "2", "--pool", "256", "--runs", "2", "--steps", "3", "--warmup", "1"]
+    return ["bench", "sim", *tiny, *extra]
+
+
+def test_cli_guard_fails_over_the_bound_and_passes_under_it(tmp_path: Path) -> None:
+    """`kvspec bench sim --check` exits 1 when full ÷ off exceeds --max-ratio (a checked step
+    always costs more than an unchecked one: 1.0 cannot hold) and 0 under a bound that must
+    hold; the JSON records the bound and the cells over it."""
+    out = tmp_path / "sim.json"
+    failed = CliRunner().invoke(
+        app, _sim_args("--modes", "off,full", "--check", "--max-ratio", "1.0", "--out", str(out))
+    )
+    assert failed.exit_code == 1, failed.output
+    guard = json.loads(out.read_text())["guard"]
+    assert guard["max_ratio"] == 1.0 and guard["over"][0].startswith("batch 2 pool 256: full")
+    passed = CliRunner().invoke(
+        app, _sim_args("--modes", "off,full", "--check", "--max-ratio", "1000", "--out", str(out))
+    )
+    assert passed.exit_code == 0, passed.output
+    assert json.loads(out.read_text())["guard"]["over"] == []
+
+
+def test_cli_guard_needs_both_modes() -> None:
+    """`--check` without `off` and `full` among --modes is refused, naming the reason."""
+    result = CliRunner().invoke(app, _sim_args("--modes", "full", "--check"))
+    assert result.exit_code == 2
+    assert "--check compares full with off" in result.output
