@@ -42,7 +42,7 @@ def bench_sim_command(
     seed: Annotated[int, typer.Option(help="The workload's seed.")] = 0,
     page_size: Annotated[int, typer.Option(min=1, help="Tokens per KV page.")] = 1,
     check: CheckOption = False,
-    max_ratio: MaxRatioOption = 2.2,
+    max_ratio: MaxRatioOption = 2.5,
     out: OutPath = None,
 ) -> None:
     """Scheduler steps/s of the sim-model engine with the checker off, sums only, and full."""

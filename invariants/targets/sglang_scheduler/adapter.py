@@ -33,12 +33,12 @@ from invariants.scenarios.spec import EngineSpec
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver
 from invariants.targets.registry import TargetOptions
+from invariants.targets.sglang_scheduler.census_mirror import CensusMirror
 from invariants.targets.sglang_scheduler.releases import (
     DEFAULT_VERSION,
     SUPPORTS_SEEN,
     SchedulerDriver,
 )
-from invariants.targets.views import to_state_view
 
 EOS_ID = 257  # the driver's model config (driver/model/config.json) and kvspec's tokenizer
 UNSUPPORTED_OPS = {
@@ -147,7 +147,8 @@ def _speculative(spec: SpecConfig | None) -> dict[str, Any] | None:
 
 
 def decoder() -> Callable[[dict[str, Any]], StateView]:
-    return to_state_view
+    """One run's views: the census inputs come as deltas (census_mirror.py)."""
+    return CensusMirror().view
 
 
 def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:

@@ -66,12 +66,13 @@ def view(scheduler, adapter, event: str, step: int, refused: frozenset = frozens
     accepted = [r for r in live if trace_rid(r) not in refused]
     open_sessions = adapter.sessions(scheduler)
     spec = _speculative(scheduler)
+    nodes = adapter.tree_nodes(scheduler)
     return dict(
         event=event,
         step=step,
         page_size=page,
-        pools=_pools(scheduler, adapter, owners, held),
-        tree=_tree(scheduler, adapter, [node for _, node in slots.values()]),
+        pools=_pools(scheduler, adapter, owners, held, nodes),
+        tree=_tree(scheduler, adapter, nodes, [node for _, node in slots.values()]),
         req_pool=_req_pool(scheduler, adapter, owners, held),
         reqs=[
             _req(r, adapter, waiting, running, in_batch, slot_kvs) | spec.req_fields(r)
@@ -110,9 +111,9 @@ def _slot_swa(adapter, kv) -> dict:
     return dict(swa_evicted_seqlen=adapter.swa_evicted(kv)) if adapter.swa else {}
 
 
-def _pools(scheduler, adapter, owners: list, held: dict) -> list[dict]:
+def _pools(scheduler, adapter, owners: list, held: dict, nodes: list) -> list[dict]:
     """The full pool, and the SWA pool where the pools are hybrid SWA."""
-    found = [_pool(scheduler, adapter, owners, held)]
+    found = [_pool(scheduler, adapter, owners, held, nodes)]
     if adapter.swa:
         rows = [(f"session:{sid}@row{kv.req_pool_idx}", kv, True) for sid, kv in held.items()]
         rows += [
@@ -124,7 +125,7 @@ def _pools(scheduler, adapter, owners: list, held: dict) -> list[dict]:
     return found
 
 
-def _pool(scheduler, adapter, owners: list, held: dict) -> dict:
+def _pool(scheduler, adapter, owners: list, held: dict, nodes: list) -> dict:
     """The allocator's and tree's counters, the two owner terms summed from the rows found
     (not from SGLang's own sums), and the raw census input (page ids per owner)."""
     page, table = scheduler.page_size, scheduler.req_to_token_pool.req_to_token
@@ -134,9 +135,10 @@ def _pool(scheduler, adapter, owners: list, held: dict) -> dict:
         for r in owners
     ]
     owned, referenced = row_census(table, slot_rows + req_rows, page)
-    for node_id, parent, _, value, _ in adapter.tree_nodes(scheduler):
+    for node_id, parent, _, value, _ in nodes:
         if parent >= 0 and value:
-            owned.append([f"tree:n{node_id}", [slot // page for slot in value]])
+            pages = value if page == 1 else [slot // page for slot in value]
+            owned.append([f"tree:n{node_id}", pages])
     counters = adapter.counters(scheduler)
     return dict(
         name="full",
@@ -155,9 +157,9 @@ def _private(kv, page: int) -> int:
     return -(-kv.kv_allocated_len // page) * page - kv.cache_protected_len
 
 
-def _tree(scheduler, adapter, session_locks: list) -> dict:
-    """The tree's counters and nodes; ``session_locks``: the node each slot's lock holds."""
-    nodes = adapter.tree_nodes(scheduler)
+def _tree(scheduler, adapter, nodes: list, session_locks: list) -> dict:
+    """The tree's counters and ``nodes`` (the adapter's records of them); ``session_locks``:
+    the node each slot's lock holds."""
     locks = {node_id: lock for node_id, _, _, _, lock in nodes}
     parents = {node_id: parent for node_id, parent, _, _, _ in nodes}
     inner = set(parents.values())

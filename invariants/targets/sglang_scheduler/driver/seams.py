@@ -10,6 +10,7 @@ sglang venv; imports nothing of kvspec.
 
 from __future__ import annotations
 
+import deltas
 import reader
 from reader import END, sglang_rid, trace_rid
 
@@ -40,6 +41,7 @@ class Inputs:
         self.clock = 0.0  # simulated seconds: TICK per iteration, plus advance_clock
         self.observe = True  # read views and SGLang's checks at each step
         self.retracts = reader.Retracts(scheduler)
+        self.census = deltas.CensusEncoder()  # each view's census input as what changed
         self.told = 0  # finished rids an answer has named (``finished`` keeps their order)
         adapter.record_checks(scheduler, self.findings)
         adapter.record_refusals(self.refused)
@@ -144,7 +146,8 @@ class Inputs:
 
     def _view(self, event: str, iteration: int) -> dict:
         refused = frozenset(self.refused)
-        return reader.view(self.scheduler, self.adapter, event, iteration, refused)
+        view = reader.view(self.scheduler, self.adapter, event, iteration, refused)
+        return self.census.encode(view)
 
     def counts(self, iteration: int) -> dict:
         aborted = sum(1 for r in self.finished.values() if r.get("type") == "abort")
