@@ -44,21 +44,23 @@ _SCALARS = (int, float, str, bool, type(None))
 
 @dataclass(slots=True, eq=False)
 class NodeMemo:
-    """What a tree-node rule last saw: the node tuple, its context values, whether it passed."""
+    """What a tree-node (or block) rule last saw: the tuple, its context values, whether it
+    passed."""
 
     context: CodeType  # the tuple of the rule's context values
     over_fresh: CodeType  # the rule's pass condition over the fresh views only
     full: CodeType  # the rule's pass condition over every node
+    source: CodeType  # the tuple itself (``tree.nodes``, ``blocks``)
     seen: Any = None
     values: tuple[Any, ...] | None = None
     passed: bool = False
 
     def fresh(self) -> NodeMemo:
-        return NodeMemo(self.context, self.over_fresh, self.full)
+        return NodeMemo(self.context, self.over_fresh, self.full, self.source)
 
     def passes(self, env: dict[str, Any]) -> bool:
         """Whether the rule passes (over the fresh nodes only when that is enough)."""
-        nodes, values = env["tree"].nodes, self._values(env)
+        nodes, values = eval(self.source, env), self._values(env)
         if self.passed and values is not None and values == self.values and self.seen is not None:
             if nodes is self.seen:
                 return True
@@ -77,7 +79,7 @@ class NodeMemo:
 
     def record(self, env: dict[str, Any], passed: bool) -> None:
         """After a full evaluation: remember the tuple and context it was made on."""
-        self.seen, self.values, self.passed = env["tree"].nodes, self._values(env), passed
+        self.seen, self.values, self.passed = eval(self.source, env), self._values(env), passed
 
     def _values(self, env: dict[str, Any]) -> tuple[Any, ...] | None:
         return _context_values(self.context, env)
@@ -222,10 +224,13 @@ def _term_memo(
 
 
 def node_memo(rule: Rule) -> NodeMemo | None:
-    """A memo for a rule over ``tree.nodes`` that decides each node from the node and its
+    """A memo for a rule over ``tree.nodes`` (or ``blocks``: vLLM's, kept the same way by
+    invariants/targets/vllm/blocks.py) that decides each element from the element and its
     context; None for any other rule."""
     shape = rule.shape
-    if shape is None or shape.var is None or not _is_tree_nodes(shape.iterable):
+    if shape is None or shape.var is None or shape.iterable is None:
+        return None
+    if not (_is_tree_nodes(shape.iterable) or _is_blocks(shape.iterable)):
         return None
     context = _context_chains(shape.holds, shape.var)
     if context is None:
@@ -237,7 +242,12 @@ def node_memo(rule: Rule) -> NodeMemo | None:
         compile_tree(values, f"context:{rule.id}"),
         compile_tree(over_fresh, f"fresh:{rule.id}"),
         compile_tree(shape.passes(), f"full:{rule.id}"),
+        compile_tree(_copy(shape.iterable), f"source:{rule.id}"),
     )
+
+
+def _is_blocks(tree: ast.expr) -> bool:
+    return isinstance(tree, ast.Name) and tree.id == "blocks"
 
 
 def _is_tree_nodes(tree: ast.expr | None) -> bool:

@@ -5,6 +5,9 @@ keeps every block's current ``BlockView`` and hands each view the whole tuple.
 Keeps: the views the checker reads are exactly those a full listing would give (a block's
 record is replaced whenever any field changed, and the driver compares every block at every
 view); unchanged records are the same objects, so a view costs the changes, not the pool.
+The tuple says what changed (``prior``: the tuple handed out before, ``fresh``: the records
+built since, ``gone``: those they replaced), as the tree's node tuple does: a per-block rule
+is then re-tested on the fresh records only (invariants/checking/memos.py).
 """
 
 from __future__ import annotations
@@ -16,21 +19,48 @@ from engine.view import BlockView, StateView
 from invariants.targets.views import to_state_view
 
 
+class BlockViews(tuple[BlockView, ...]):
+    """The blocks of one view, with ``prior``, ``fresh`` and ``gone`` (see above)."""
+
+    prior: tuple[BlockView, ...] | None
+    fresh: tuple[BlockView, ...]
+    gone: tuple[BlockView, ...]
+
+
 class BlockMirror:
     """One run's blocks by id (a new run — a new config op — needs a new mirror)."""
 
     def __init__(self) -> None:
         self.blocks: list[BlockView] = []
+        self.handed: BlockViews | None = None
 
     def view(self, raw: dict[str, Any]) -> StateView:
         """The driver's view with the mirror brought up to date and every block attached."""
         changes = raw.get("block_changes")
         if changes is None:
             return to_state_view(raw)
+        fresh: list[BlockView] = []
+        gone: list[BlockView] = []
+        added: set[int] = set()  # the placeholders' ids
         for row in changes:
             block = BlockView(row[0], row[1], row[2], row[3], tuple(row[4]), row[5], row[6])
             if block.id >= len(self.blocks):
-                self.blocks.extend(BlockView(i) for i in range(len(self.blocks), block.id + 1))
+                placeholders = [BlockView(i) for i in range(len(self.blocks), block.id + 1)]
+                self.blocks.extend(placeholders)
+                fresh += placeholders
+                added.update(map(id, placeholders))
+            if id(self.blocks[block.id]) not in added:
+                gone.append(self.blocks[block.id])
+            fresh.append(block)
             self.blocks[block.id] = block
         rest = {k: v for k, v in raw.items() if k != "block_changes"}
-        return replace(to_state_view(rest), blocks=tuple(self.blocks))
+        return replace(to_state_view(rest), blocks=self._hand(fresh, gone))
+
+    def _hand(self, fresh: list[BlockView], gone: list[BlockView]) -> BlockViews:
+        """The tuple of every block now, with what changed since the one handed before (a
+        block's placeholder, added and replaced in the same view, is neither)."""
+        out = BlockViews(self.blocks)
+        out.prior, out.gone = self.handed, tuple(gone)
+        out.fresh = tuple(b for b in fresh if self.blocks[b.id] is b)
+        self.handed = out
+        return out

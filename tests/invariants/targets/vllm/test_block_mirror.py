@@ -38,3 +38,33 @@ def test_a_view_without_changes_is_an_ordinary_view() -> None:
     plain = raw([])
     del plain["block_changes"]
     assert BlockMirror().view(plain).blocks == ()
+
+
+def test_each_tuple_names_what_changed_since_the_one_before() -> None:
+    """``prior`` is the tuple handed out before, ``fresh`` the records built since (a first
+    view's placeholders replaced in it are not among them), ``gone`` those they replaced: the
+    tuple is ``prior`` - ``gone`` + ``fresh``, what lets a block rule re-test only ``fresh``."""
+    mirror = BlockMirror()
+    first = mirror.view(raw([[0, 0, False, "", [], 0, True], [2, 0, True, "", [], 0, False]]))
+    blocks = first.blocks
+    assert [b.id for b in blocks.fresh] == [0, 1, 2] and blocks.gone == ()  # 1: a placeholder
+    second = mirror.view(raw([[2, 1, False, "", [], 1, False]])).blocks
+    assert second.prior is blocks and second.gone == (blocks[2],)
+    assert second.fresh == (second[2],)
+    kept = [b for b in blocks if b not in second.gone] + list(second.fresh)
+    assert sorted(map(id, kept)) == sorted(map(id, second))
+
+
+def test_a_block_rule_over_the_fresh_records_answers_as_over_all() -> None:
+    """A per-block rule is decided from the fresh records only when the last tuple passed,
+    and says what a full evaluation says: a block breaking it later is found."""
+    from invariants.checking.checker import Checker, Level
+    from invariants.checking.loader import load_catalog
+
+    rules = [r for r in load_catalog().rules if r.id == "vllm.ref_cnt_is_holders"]
+    checker, mirror = Checker(rules, Level.RECORD), BlockMirror()
+    good = [[0, 0, False, "", [], 0, True], [1, 1, False, "", [], 1, False]]
+    assert checker.check("step", mirror.view(raw(good))) == ()
+    assert checker.check("step", mirror.view(raw([[2, 0, True, "", [], 0, False]]))) == ()
+    (found,) = checker.check("step", mirror.view(raw([[1, 2, False, "", [], 1, False]])))
+    assert found.invariant == "vllm.ref_cnt_is_holders" and "block 1" in found.message
