@@ -24,16 +24,26 @@ def free_walk(pool) -> list[int]:
     return out
 
 
+_HEX: dict = {}  # a block hash (immutable bytes) -> its short hex, each computed once
+
+
+def _hex(h) -> str:
+    text = _HEX.get(h)
+    if text is None:
+        text = _HEX[h] = bytes(h).hex()[:24]
+    return text
+
+
 def _hash(block) -> str:
     h = block.block_hash
-    return "" if h is None else bytes(h).hex()[:24]
+    return "" if h is None else _hex(h)
 
 
 def _mapped(pool) -> dict[int, list[str]]:
     mapped: dict[int, list[str]] = {}
     for key, value in pool.cached_block_hash_to_block._cache.items():
         for block in [value] if hasattr(value, "block_id") else list(value.values()):
-            mapped.setdefault(block.block_id, []).append(bytes(key).hex()[:24])
+            mapped.setdefault(block.block_id, []).append(_hex(key))
     return mapped
 
 
