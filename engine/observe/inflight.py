@@ -59,7 +59,7 @@ class _Launched:
     reqs: list[Req]
     rows: np.ndarray
     ends: np.ndarray
-    kept: np.ndarray  # False once the request's result is dropped (it stays dropped)
+    kept: np.ndarray  # the watch's: False once it saw the request's result dropped
     swa: list[tuple[np.ndarray, np.ndarray]]  # SWA positions read and their slots (hybrid)
 
     def read(self, i: int) -> _Read:
@@ -141,8 +141,7 @@ class InFlightReads:
         out = []
         for i in range(len(record.reqs)):
             read = record.read(i)
-            if not record.kept[i] or not is_kept(read.req, read.row):
-                record.kept[i] = False
+            if not is_kept(read.req, read.row):  # (the watch's own mask is not consulted)
                 continue
             for pool, position, slot in self._gone(read):
                 freer = _freer(read.req, pool, position)

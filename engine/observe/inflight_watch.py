@@ -103,10 +103,10 @@ class ReadWatch:
             self.furthest[:] = 0
             freed, launched = [], None
             self._add(batches)
-        if freed:
+        if freed:  # given back before ``launched`` was: its reads are another request's
             rows = np.zeros(len(self.table), bool)
             rows[freed] = True
-            for batch in batches:
+            for batch in [b for b in batches if b is not launched]:
                 self._drop(batch, np.flatnonzero(batch.kept & rows[batch.rows]).tolist())
             self.furthest[rows] = 0
             self.spans = _spans(self.furthest)

@@ -6,6 +6,8 @@ full slots for positions 0..9 and SWA slots for 5..9. Exact slot ids are pinned.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -101,3 +103,27 @@ def test_a_finished_request_and_a_processed_batch_hold_nothing(launched) -> None
     assert reads.update([fb], None, 2, "schedule of iteration 2") == ()
     req.finished_reason = None
     assert reads.update([], None, 2, "process of iteration 2") == ()
+
+
+def test_a_row_given_back_and_handed_to_a_launched_request_is_watched(launched) -> None:
+    """r0 finishes and gives its row back; r1 takes the row and is launched before the next
+    view: the row's freeing is r0's, not r1's — a slot of r1's read freed under its batch is
+    named (the watch drops only the reads of batches launched before the row was freed)."""
+    mem, req, fb, reads = launched
+    row = int(fb.req_pool_indices[0])
+    req.finished_reason = FinishReason.of_length(1)
+    mem.allocator.free(np.arange(1, 11))
+    mem.req_to_token_pool.free(row)
+    r1 = Req("r1", list(range(4)), [0])
+    assert mem.req_to_token_pool.alloc() != row  # the other row first: the pool hands FIFO
+    r1.req_pool_idx = mem.req_to_token_pool.alloc()
+    assert r1.req_pool_idx == row
+    slots = mem.allocator.alloc(5)
+    assert slots is not None
+    mem.req_to_token_pool.write(row, 0, slots)
+    fb1 = replace(fb, reqs=[r1], out_cache_loc=slots[4:], prefix_lens=np.array([4]),
+                  seq_lens=np.array([5]))  # fmt: skip
+    assert reads.update([], fb1, 2, "forward of iteration 2") == ()
+    mem.allocator.free(slots[:1])
+    found = reads.update([fb1], None, 3, "schedule of iteration 3")
+    assert any(f"reads full slot {int(slots[0])} (position 0) for r1" in f for f in found)
