@@ -44,7 +44,7 @@ gate: $(STAMP)
 
 # what checking costs, guarded: the sim engine's full ÷ off steps, paired within rounds of one
 # run (never an absolute time), must stay at or under kvspec bench sim's --max-ratio (2.5; it
-# measures 1.8-2.0 here, 3.5-4.4 before issue 31); exit 1 naming each cell over it; ~1 min
+# measures 1.8-2.0 here, 3.1-4.3 before issue 31); exit 1 naming each cell over it; ~10 s
 bench-guard: $(STAMP)
 	$(VENV)/bin/kvspec bench sim --check --batch 8,32 --pool 65536 --modes off,full \
 		--runs 5 --steps 200 --out /dev/null
