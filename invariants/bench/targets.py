@@ -54,10 +54,21 @@ def bench_target(
     return {"machine": machine_info(), "target": name, "runs": runs, "rows": rows}
 
 
+def over_bound(result: dict[str, Any], bound: float) -> list[str]:
+    """The guard (``--check``): each spec whose checked ÷ unchecked ratio, paired within the
+    rounds of this run, exceeds ``bound``."""
+    return [
+        f"{row['spec']}: checked ÷ unchecked = {row['paired_ratio']:.2f} > {bound}"
+        for row in result["rows"]
+        if row["paired_ratio"] > bound
+    ]
+
+
 def _row(
     path: str, iterations: int, times: dict[bool, list[float]], version: str
 ) -> dict[str, Any]:
     unchecked, checked = statistics.median(times[False]), statistics.median(times[True])
+    paired = statistics.median(c / u for u, c in zip(times[False], times[True]))
     return {
         "spec": path,
         "release": version,
@@ -67,4 +78,5 @@ def _row(
         "unchecked_it_per_s": round(iterations / unchecked, 1),
         "checked_it_per_s": round(iterations / checked, 1),
         "checked_over_unchecked": round(checked / unchecked, 2),
+        "paired_ratio": round(paired, 2),  # the median of each round's ratio (the guard's)
     }

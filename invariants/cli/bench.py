@@ -71,13 +71,13 @@ def _modes(text: str, known: tuple[str, ...], check: bool) -> list[str]:
     return modes
 
 
-def _judge(err: Console, over: list[str], bound: str) -> None:
+def _judge(err: Console, over: list[str], bound: str, each: str = "cell") -> None:
     """The guard's verdict: exit 1, naming each cell over the bound."""
     for line in over:
         err.print(f"[red]over the bound[/red] {line}")
     if over:
         raise typer.Exit(1)
-    err.print(f"[green]guard passed[/green]: {bound} in every cell")
+    err.print(f"[green]guard passed[/green]: {bound} in every {each}")
 
 
 @bench_app.command("kernels")
@@ -151,21 +151,29 @@ def bench_target_command(
     runs: Annotated[int, typer.Option(min=1, help="Timed runs per spec and mode (median).")] = 3,
     target_python: TargetPython = None,
     target_version: TargetVersion = None,
+    check: CheckOption = False,
+    max_ratio: MaxRatioOption = 2.5,
     out: OutPath = None,
 ) -> None:
     """A real engine (--target): iterations/s unchecked (the driver only steps) vs checked
     (a view per step, the whole catalog) on each spec's trace, one driver, and the ratio
     (needs the target's venv)."""
-    from invariants.bench.targets import DEFAULT_SPECS, bench_target
+    from invariants.bench.targets import DEFAULT_SPECS, bench_target, over_bound
 
     name = chosen_target(target, ())
     chosen = tuple(str(p) for p in specs) if specs else DEFAULT_SPECS
     options = target_options(target_python, target_version)
     try:
-        emit_json(bench_target(name, chosen, runs, options), out)
+        result = bench_target(name, chosen, runs, options)
     except ValueError as exc:  # a spec the target cannot run
         typer.echo(f"kvspec bench target: {exc}", err=True)
         raise typer.Exit(2) from None
+    if check:
+        result["guard"] = {"max_ratio": max_ratio, "over": over_bound(result, max_ratio)}
+    emit_json(result, out)
+    if check:
+        bound = f"checked ÷ unchecked ≤ {max_ratio}"
+        _judge(Console(stderr=True), result["guard"]["over"], bound, "spec")
 
 
 @bench_app.command("serve")

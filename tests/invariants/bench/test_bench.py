@@ -153,3 +153,20 @@ def test_cli_guard_needs_both_modes() -> None:
     result = CliRunner().invoke(app, _sim_args("--modes", "full", "--check"))
     assert result.exit_code == 2
     assert "--check compares full with off" in result.output
+
+
+def test_the_target_guard_pairs_each_round_and_names_specs_over_the_bound() -> None:
+    """`kvspec bench target --check`: a spec's ratio is the median of each round's checked ÷
+    unchecked (a slow spell of the machine touches both of a round), and a spec over the bound
+    is named with it."""
+    from invariants.bench.targets import _row
+    from invariants.bench.targets import over_bound as target_over_bound
+
+    slow_round = {False: [1.0, 2.0, 1.0], True: [2.0, 4.0, 2.2]}  # the second round ran slow
+    row = _row("specs/matrix-base.yaml", 100, slow_round, "0.5.23")
+    assert row["paired_ratio"] == 2.0 and row["checked_over_unchecked"] == 2.2
+    result = {"rows": [row, {**row, "spec": "specs/radix-eviction.yaml", "paired_ratio": 1.5}]}
+    assert target_over_bound(result, 1.9) == [
+        "specs/matrix-base.yaml: checked ÷ unchecked = 2.00 > 1.9"
+    ]
+    assert target_over_bound(result, 2.0) == []
