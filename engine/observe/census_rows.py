@@ -58,9 +58,8 @@ class RowCounts:
         self.ledger = ledger if ledger is not None else new_ledger(num_pages)
         self.writes = pool.changes.subscribe()  # the rows written, from which position
         self._counted = False  # False: recount every row at the next update
-        self.dirty = np.zeros(
-            0, np.int64
-        )  # per row, the first position the last update saw written
+        # per row, the first position the last update saw written
+        self.dirty = np.zeros(0, np.int64)
         self._stamp = 0  # marks the rows listed by one update
 
     @property
