@@ -7,7 +7,7 @@ what ``tree_util.all_nodes`` returns, without a walk or a sort. A cached ``NodeV
 when a node's own viewed fields change (key/value, parent, leaf state, tombstone), ``relock``
 when its locks change (a view holds its node's own locks only, so its children's views
 stay), ``add`` and ``remove`` when it joins or leaves the tree. An unchanged tree returns
-the previous tuple; a changed one is a ``NodeViews`` tuple that also names the tuple handed
+the previous tuple; a changed one is a ``ChangedTuple`` (feed.py) that also names the tuple handed
 out before it (``prior``), the views built since (``fresh``) and the views of ``prior`` it
 no longer holds (``gone``): it is ``prior`` - ``gone`` + ``fresh``, every kept view the very
 object ``prior`` held (what lets a checker re-test only the fresh views and update sums).
@@ -25,29 +25,8 @@ from typing import Generic, cast
 
 from engine.cache.base import SlotOwner
 from engine.cache.tree_util import N, SWATreeNode, all_nodes, node_view
-from engine.mem.feed import ChangeFeed
+from engine.mem.feed import ChangedTuple, ChangeFeed
 from engine.view import NodeView
-
-
-class NodeViews(tuple[NodeView, ...]):
-    """A tuple of node views, plus ``prior`` (the registry's previous tuple), ``fresh`` (the
-    views of this tuple not in ``prior``: rebuilt or added nodes) and ``gone`` (the views of
-    ``prior`` not in this tuple: rebuilt or removed nodes)."""
-
-    prior: tuple[NodeView, ...] | None
-    fresh: tuple[NodeView, ...]
-    gone: tuple[NodeView, ...]
-
-
-def _node_views(
-    views: Iterable[NodeView],
-    prior: tuple[NodeView, ...] | None,
-    fresh: tuple[NodeView, ...],
-    gone: tuple[NodeView, ...],
-) -> NodeViews:
-    out = NodeViews(views)
-    out.prior, out.fresh, out.gone = prior, fresh, gone
-    return out
 
 
 class NodeRegistry(Generic[N]):
@@ -119,7 +98,7 @@ class NodeRegistry(Generic[N]):
             self._dirty.clear()
             self._tuple = None
         if self._tuple is None:
-            self._tuple = _node_views(
+            self._tuple = ChangedTuple.of(
                 cast("Iterable[NodeView]", self._views.values()),  # every view is built here
                 self._handed,
                 tuple(self._fresh),

@@ -10,6 +10,7 @@ as its reader keeps it (the feed holds it weakly); publishing to no log costs on
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -75,3 +76,27 @@ class ChangeFeed(Generic[T]):
             log = ref()
             if log is not None:
                 log._drop()
+
+
+class ChangedTuple(tuple[T, ...]):
+    """A tuple one reader hands out again and again, naming what changed since the one it
+    handed out before: ``prior`` (that tuple), ``fresh`` (its items not in ``prior``: rebuilt
+    or added) and ``gone`` (``prior``'s items not in it) — it is ``prior`` - ``gone`` +
+    ``fresh``, every kept item the very object ``prior`` held (what lets a checker re-test only
+    the fresh items and update sums: invariants/checking/memos.py)."""
+
+    prior: tuple[T, ...] | None
+    fresh: tuple[T, ...]
+    gone: tuple[T, ...]
+
+    @classmethod
+    def of(
+        cls,
+        items: Iterable[T],
+        prior: tuple[T, ...] | None,
+        fresh: tuple[T, ...],
+        gone: tuple[T, ...],
+    ) -> ChangedTuple[T]:
+        out = cls(items)
+        out.prior, out.fresh, out.gone = prior, fresh, gone
+        return out

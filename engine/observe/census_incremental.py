@@ -60,7 +60,7 @@ from engine.observe.census_kernels import (
     TREE_ENTRIES,
     apply_pages,
     new_ledger,
-    retally,
+    recount_free,
 )
 from engine.observe.census_rows import RowCounts, RowSpan
 from engine.view import Census
@@ -257,14 +257,8 @@ class IncrementalCensus:
         id is out of range."""
         self._free_log.take()  # what it holds is counted now
         free = self.alloc.all_free_pages().astype(np.int64, copy=False)
-        if len(free) and (int(free.min()) < 1 or int(free.max()) > self.num_pages):
+        if not recount_free(self.ledger, free):
             self._stale = True
-            return
-        self.counts[OCCUPANCY] -= self.counts[FREE]
-        self.counts[FREE] = np.bincount(free, minlength=self.num_pages + 1)
-        self.counts[OCCUPANCY] += self.counts[FREE]
-        self.totals[FREE_ENTRIES] = len(free)
-        retally(self.ledger)
 
     def _registry(self) -> NodeRegistry | None:
         registry = getattr(self.cache, "node_registry", None)

@@ -73,6 +73,21 @@ def retally(ledger: Ledger) -> None:
     totals[BLOCKED] = flagged
 
 
+def recount_free(ledger: Ledger, free: np.ndarray) -> bool:
+    """Count the free list ``free`` (ids) from scratch, every other count kept; False, moving
+    nothing, when an id is outside the ledger."""
+    counts, _, totals = ledger
+    n = counts.shape[1] - 1
+    if len(free) and (int(free.min()) < 1 or int(free.max()) > n):
+        return False
+    counts[OCCUPANCY] -= counts[FREE]
+    counts[FREE] = np.bincount(free, minlength=n + 1)
+    counts[OCCUPANCY] += counts[FREE]
+    totals[FREE_ENTRIES] = len(free)
+    retally(ledger)
+    return True
+
+
 @njit(cache=True)
 def apply_pages(pages: np.ndarray, sign: int, free: bool, ledger: Ledger) -> int:
     """One entry more (``sign`` 1) or less (-1) per listed page: the tree's, or the free list's."""

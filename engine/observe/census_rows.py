@@ -35,6 +35,7 @@ import numpy as np
 
 from engine.mem.req_to_token import ReqToTokenPool, RowWrite
 from engine.observe.census_kernels import (
+    END,
     OK,
     OWNED,
     OWNED_ENTRIES,
@@ -61,6 +62,7 @@ class RowCounts:
         # per row, the first position the last update saw written
         self.dirty = np.zeros(0, np.int64)
         self._stamp = 0  # marks the rows listed by one update
+        self._writes_seen = 0  # writes taken by no update yet, known to lie past the counted ends
 
     @property
     def own_count(self) -> np.ndarray:
@@ -74,14 +76,20 @@ class RowCounts:
     def own_entries(self) -> int:
         return int(self.ledger[2][OWNED_ENTRIES])
 
-    def counted_rows(self) -> bool:
-        """Whether the counts are kept by row (``counted[END]``: each row's counted end)."""
-        return self._counted
+    def written_where_counted(self) -> bool:
+        """Whether a row write not yet counted may lie below a counted end (True when
+        unsure); one that does not changes no count (the next update still takes it)."""
+        log, seen = self.writes, self._writes_seen
+        if log.lost or not self._counted:
+            return True
+        ends, self._writes_seen = self.counted[END], len(log.changes)
+        return any(np.any(positions < ends[rows]) for rows, positions in log.changes[seen:])
 
     def update(self, rows: Sequence[RowSpan] | np.ndarray) -> bool:
         """Bring the counts to these rows (each (row, owned from, allocated)); False when the
         rows cannot be counted (census from scratch; recounted at the next update)."""
         writes, lost = self.writes.take()
+        self._writes_seen = 0
         table = self.pool.req_to_token
         recount = lost or not self._counted
         dirty = self.dirty = self._first_writes(writes, len(table))

@@ -19,40 +19,22 @@ may have lost one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
 
 import numpy as np
 from numba import njit
 
 from engine.mem.allocator import PagedAllocator, SWAAllocator
 from engine.memory import KVMemory
-from engine.observe.census_kernels import (
-    BLOCKED,
-    END,
-    FREE,
-    FREE_ENTRIES,
-    OCCUPANCY,
-    OK,
-    apply_pages,
-    retally,
-)
+from engine.observe.census_kernels import BLOCKED, OK, apply_pages, recount_free
 from engine.observe.census_rows import RowCounts
 from engine.observe.swa_watch import SWAWatch, WatchedBatch, slots_of
+from engine.request import Req
 
 NO_SPANS = np.zeros((0, 3), np.int64)
 NONE = np.zeros(0, np.int64)
 
 
-class _Kept(Protocol):
-    @property
-    def finished_reason(self) -> object: ...
-    @property
-    def is_retracted(self) -> bool: ...
-    @property
-    def req_pool_idx(self) -> int | None: ...
-
-
-def is_kept(req: _Kept, row: int) -> bool:
+def is_kept(req: Req, row: int) -> bool:
     """Whether a launched batch's result for ``req`` will be used: still live on ``row``."""
     return req.finished_reason is None and not req.is_retracted and req.req_pool_idx == row
 
@@ -73,7 +55,6 @@ class ReadWatch:
         self.furthest = np.zeros(len(self.table), np.int64)  # per row, the end counted
         self.spans = self._counted_spans = NO_SPANS
         self.dirty = NONE  # per row, the first position written before the last follow
-        self._writes_seen = 0  # the row writes not yet counted, known to lie past the spans
 
     def may_have_lost(self, batches: Sequence[WatchedBatch], launched: WatchedBatch | None) -> bool:
         """Whether a kept read of ``batches`` (``launched``: the one followed since the last
@@ -109,9 +90,8 @@ class ReadWatch:
             for batch in [b for b in batches if b is not launched]:
                 self._drop(batch, np.flatnonzero(batch.kept & rows[batch.rows]).tolist())
             self.furthest[rows] = 0
-            self.spans = _spans(self.furthest)
-        if launched is not None:
-            self._add([launched])
+        if freed or launched is not None:
+            self._add([] if launched is None else [launched])
         if self.swa is not None:
             self.swa.follow(batches)
 
@@ -141,32 +121,17 @@ class ReadWatch:
             if apply_pages(slots_of(pages, self.ps), sign, True, self.rows.ledger) != OK:
                 self.free_log.lost = True  # recounted at the next call
                 return False
-        if self.spans is self._counted_spans and not self._written_below_spans():
+        if self.spans is self._counted_spans and not self.rows.written_where_counted():
             self.dirty = NONE
             return True  # the same rows, none written where counted: the counts stand
-        self._counted_spans, self._writes_seen = self.spans, 0
+        self._counted_spans = self.spans
         counted = self.rows.update(self.spans)
         self.dirty = self.rows.dirty
         return counted
 
-    def _written_below_spans(self) -> bool:
-        """Whether a row write not yet counted may lie below a counted end (True when
-        unsure); one that does not changes no count (the next update still takes it)."""
-        log, rows, seen = self.rows.writes, self.rows, self._writes_seen
-        if log.lost or not rows.counted_rows():
-            return True
-        ends, self._writes_seen = rows.counted[END], len(log.changes)
-        return any(np.any(positions < ends[r]) for r, positions in log.changes[seen:])
-
     def _recount_free(self) -> bool:
-        counts, _, totals = ledger = self.rows.ledger
         free = slots_of(self.full.all_free_pages().astype(np.int64, copy=False), self.ps)
-        if len(free) and int(free.max()) >= counts.shape[1]:
-            return False
-        counts[OCCUPANCY] = counts[FREE] = np.bincount(free, minlength=counts.shape[1])
-        totals[FREE_ENTRIES] = len(free)
-        retally(ledger)
-        return True
+        return recount_free(self.rows.ledger, free)
 
 
 @njit(cache=True)

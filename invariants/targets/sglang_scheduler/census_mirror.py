@@ -33,11 +33,15 @@ class _Input:
     num_pages: int
     free: list[int]
     owners: dict[str, list[Owner]]
+    arrays: dict[str, Any] | None = None  # as_arrays', built once (a copied view reuses it)
 
     def as_arrays(self) -> dict[str, Any]:
         """The input ``to_state_view`` takes (pages as arrays)."""
-        parts = {p: [[label, arr] for label, _, arr in self.owners[p]] for p in PARTS}
-        return {"num_pages": self.num_pages, "free_pages": np.asarray(self.free), **parts}
+        if self.arrays is None:
+            parts = {p: [[label, arr] for label, _, arr in self.owners[p]] for p in PARTS}
+            free = np.asarray(self.free)
+            self.arrays = {"num_pages": self.num_pages, "free_pages": free, **parts}
+        return self.arrays
 
     def as_lists(self) -> dict[str, Any]:
         """The input as the driver lists it (what cross-check compares)."""

@@ -15,16 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from engine.mem.feed import ChangedTuple
 from engine.view import BlockView, StateView
 from invariants.targets.views import to_state_view
-
-
-class BlockViews(tuple[BlockView, ...]):
-    """The blocks of one view, with ``prior``, ``fresh`` and ``gone`` (see above)."""
-
-    prior: tuple[BlockView, ...] | None
-    fresh: tuple[BlockView, ...]
-    gone: tuple[BlockView, ...]
 
 
 class BlockMirror:
@@ -32,7 +25,7 @@ class BlockMirror:
 
     def __init__(self) -> None:
         self.blocks: list[BlockView] = []
-        self.handed: BlockViews | None = None
+        self.handed: ChangedTuple[BlockView] | None = None
 
     def view(self, raw: dict[str, Any]) -> StateView:
         """The driver's view with the mirror brought up to date and every block attached."""
@@ -56,11 +49,9 @@ class BlockMirror:
         rest = {k: v for k, v in raw.items() if k != "block_changes"}
         return replace(to_state_view(rest), blocks=self._hand(fresh, gone))
 
-    def _hand(self, fresh: list[BlockView], gone: list[BlockView]) -> BlockViews:
+    def _hand(self, fresh: list[BlockView], gone: list[BlockView]) -> ChangedTuple[BlockView]:
         """The tuple of every block now, with what changed since the one handed before (a
         block's placeholder, added and replaced in the same view, is neither)."""
-        out = BlockViews(self.blocks)
-        out.prior, out.gone = self.handed, tuple(gone)
-        out.fresh = tuple(b for b in fresh if self.blocks[b.id] is b)
-        self.handed = out
-        return out
+        kept = tuple(b for b in fresh if self.blocks[b.id] is b)
+        self.handed = ChangedTuple.of(self.blocks, self.handed, kept, tuple(gone))
+        return self.handed
