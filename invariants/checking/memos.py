@@ -38,6 +38,7 @@ from typing import Any, cast
 from invariants.checking.dsl import FUNCTIONS, STATE_NAMES, compile_tree
 from invariants.checking.rule import Rule
 
+COMPREHENSIONS = (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
 FRESH = "_fresh"  # the DSL forbids names starting with "_": no rule can read or shadow it
 _SCALARS = (int, float, str, bool, type(None))
 
@@ -267,9 +268,7 @@ def _context_chains(tree: ast.expr, var: str) -> list[ast.expr] | None:
 
     def visit(node: ast.AST) -> bool:
         if not any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(node)):
-            if isinstance(node, ast.Constant) or (
-                isinstance(node, ast.Name) and node.id in FUNCTIONS
-            ):
+            if _literal(node) or (isinstance(node, ast.Name) and node.id in FUNCTIONS):
                 return True
             if _view_expression(node):
                 found.append(node)  # type: ignore[arg-type]
@@ -286,6 +285,12 @@ def _context_chains(tree: ast.expr, var: str) -> list[ast.expr] | None:
         )
 
     return found if visit(tree) else None
+
+
+def _literal(node: ast.AST) -> bool:
+    """A constant, or a display of constants (``[]``, ``(0, 1)``): the same at every event
+    (a context value must be a scalar to be compared, so a list is never one)."""
+    return all(not isinstance(part, (ast.Name, *COMPREHENSIONS)) for part in ast.walk(node))
 
 
 def _view_expression(node: ast.AST) -> bool:

@@ -30,10 +30,10 @@ from engine.view import StateView
 from invariants.explore.swarm import FEATURES, NEW_MAX, Swarm, sample_prompts, sample_weights
 from invariants.scenarios.ops import Trace
 from invariants.scenarios.spec import EngineSpec
+from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver
 from invariants.targets.registry import TargetOptions
-from invariants.targets.sglang_scheduler.census_mirror import CensusMirror
 from invariants.targets.sglang_scheduler.releases import (
     DEFAULT_VERSION,
     SUPPORTS_SEEN,

@@ -25,6 +25,7 @@ from engine.view import StateView
 from invariants.explore.swarm import NEW_MAX, Swarm, sample_prompts, sample_weights
 from invariants.scenarios.ops import CloseSession, OpenSession, Trace
 from invariants.scenarios.spec import EngineSpec
+from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
 from invariants.targets.registry import TargetOptions
@@ -107,8 +108,8 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
 
 
 def decoder() -> Callable[[dict[str, Any]], StateView]:
-    """Block records come as deltas: one mirror per run keeps the rest."""
-    return BlockMirror().view
+    """Block records and census inputs come as deltas: one mirror of each per run."""
+    return BlockMirror(CensusMirror().view).view
 
 
 def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ is then re-tested on the fresh records only (invariants/checking/memos.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -19,11 +20,15 @@ from engine.mem.feed import ChangedTuple
 from engine.view import BlockView, StateView
 from invariants.targets.views import to_state_view
 
+Decode = Callable[[dict[str, Any]], StateView]
+
 
 class BlockMirror:
-    """One run's blocks by id (a new run — a new config op — needs a new mirror)."""
+    """One run's blocks by id (a new run — a new config op — needs a new mirror); ``decode``
+    makes the rest of the view (the census mirror's, whose input comes as deltas too)."""
 
-    def __init__(self) -> None:
+    def __init__(self, decode: Decode = to_state_view) -> None:
+        self.decode = decode
         self.blocks: list[BlockView] = []
         self.handed: ChangedTuple[BlockView] | None = None
 
@@ -31,7 +36,7 @@ class BlockMirror:
         """The driver's view with the mirror brought up to date and every block attached."""
         changes = raw.get("block_changes")
         if changes is None:
-            return to_state_view(raw)
+            return self.decode(raw)
         fresh: list[BlockView] = []
         gone: list[BlockView] = []
         added: set[int] = set()  # the placeholders' ids
@@ -47,7 +52,7 @@ class BlockMirror:
             fresh.append(block)
             self.blocks[block.id] = block
         rest = {k: v for k, v in raw.items() if k != "block_changes"}
-        return replace(to_state_view(rest), blocks=self._hand(fresh, gone))
+        return replace(self.decode(rest), blocks=self._hand(fresh, gone))
 
     def _hand(self, fresh: list[BlockView], gone: list[BlockView]) -> ChangedTuple[BlockView]:
         """The tuple of every block now, with what changed since the one handed before (a

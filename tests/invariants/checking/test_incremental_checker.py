@@ -14,11 +14,14 @@ from hypothesis import strategies as st
 
 from engine.config import EngineConfig, MemoryConfig
 from engine.engine import Engine
+from engine.mem.feed import ChangedTuple
 from engine.request import SamplingParams
+from engine.view import StateView
+from engine.view_blocks import BlockView
 from invariants.checking.checker import Checker, CheckerHook, Level
 from invariants.checking.dsl import make_env
 from invariants.checking.loader import load_catalog
-from invariants.checking.memos import TermMemo
+from invariants.checking.memos import TermMemo, node_memo
 from tests.engine.observe.census_ops import OPS, apply_op
 
 CATALOG = load_catalog()
@@ -175,3 +178,26 @@ def test_checkers_of_the_same_rules_share_code_not_memory() -> None:
     assert any(m.seen is not None for m in used.memos.values())
     assert all(m.seen is None and not m.passed for m in fresh.memos.values())
     assert all(m.seen is None for m in fresh.sums) and fresh.passes == 0
+
+
+def test_a_rule_with_a_constant_display_is_decided_over_the_fresh_blocks_only() -> None:
+    """A display of constants in a rule (``[]`` in ``vllm.cached_hash_maps_to_its_block``) is
+    the same at every event, not a context value (a list could not be compared as one): the
+    rule's memo still decides a view from its fresh blocks — a fresh failing block fails it,
+    and an unchanged block is not looked at again."""
+    rule = next(r for r in CATALOG.rules if r.id == "vllm.cached_hash_maps_to_its_block")
+    memo = node_memo(rule)
+    assert memo is not None
+    cached = BlockView(1, ref_cnt=1, holders=1, hash="h1", mapped_as=("h1",))
+    first = ChangedTuple.of([cached], None, (cached,), ())
+    assert memo.passes(make_env(StateView(event="step", blocks=first)))
+    assert memo.values is not None  # the context was compared, so the memo holds
+    stale = BlockView(2, in_free_queue=True, mapped_as=("h2",))  # listed under a hash it lost
+    second = ChangedTuple.of([cached, stale], first, (stale,), ())
+    assert not memo.passes(make_env(StateView(event="step", blocks=second)))
+    fixed = BlockView(2, in_free_queue=True)
+    third = ChangedTuple.of([cached, fixed], None, (fixed,), ())
+    assert memo.passes(make_env(StateView(event="step", blocks=third)))  # a full evaluation
+    fourth = ChangedTuple.of([cached, fixed], third, (), ())
+    env = make_env(StateView(event="step", blocks=fourth))
+    assert memo.passes(env) and memo.seen is fourth

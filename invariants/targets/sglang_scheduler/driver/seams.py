@@ -10,7 +10,7 @@ sglang venv; imports nothing of kvspec.
 
 from __future__ import annotations
 
-import deltas
+import census_deltas
 import reader
 from reader import END, sglang_rid, trace_rid
 
@@ -41,7 +41,7 @@ class Inputs:
         self.clock = 0.0  # simulated seconds: TICK per iteration, plus advance_clock
         self.observe = True  # read views and SGLang's checks at each step
         self.retracts = reader.Retracts(scheduler)
-        self.census = deltas.CensusEncoder()  # each view's census input as what changed
+        self.census = census_deltas.CensusEncoder()  # each view's census input as what changed
         self.told = 0  # finished rids an answer has named (``finished`` keeps their order)
         adapter.record_checks(scheduler, self.findings)
         adapter.record_refusals(self.refused)

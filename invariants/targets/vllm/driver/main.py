@@ -26,12 +26,14 @@ each way per op:
        ``idle`` answers whether the scheduler is idle (its view the idle event's);
        ``stats`` answers {"counts", "scheduler", "drafts", "fault", "fault_fired"}.
 A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
-vLLM's free count and ref counts, the census input by block id), the block records changed
-since the run's previous view, and each request's block table per KV-cache group.
+vLLM's free count and ref counts, the census input by block id, as what changed since the
+run's previous view), the block records changed since then (records.py), and each request's
+block table per KV-cache group.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -51,10 +53,13 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 import answers  # noqa: E402
+import census_deltas  # noqa: E402
 import faults  # noqa: E402
+import records  # noqa: E402
 import spec  # noqa: E402
 import views  # noqa: E402
 import vllm  # noqa: E402
+import writes  # noqa: E402
 from stack import EOS_TOKEN_ID, build_scheduler, instrument, make_request  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
@@ -93,7 +98,10 @@ class Driver:
         self.inflight = None  # async: the scheduled step whose output is not processed yet
         self.asynchronous = bool(op.get("async_scheduling"))
         self.eos_prob = op.get("eos_prob", 0.0)
-        self.seen_blocks: dict[int, list] = {}  # block rows as last sent (views are deltas)
+        # views are deltas: the block records and the census input as last sent
+        writes.stop()  # (a run that views records vLLM's writes from here on)
+        self.records = records.Records(writes.record() if self.viewing else None)
+        self.census = census_deltas.CensusEncoder()
         k = op.get("num_speculative_tokens") or 0
         self.spec = spec.Speculation(k, op.get("accept_prob", 0.7)) if k else None
         return self._view("step")
@@ -131,7 +139,8 @@ class Driver:
             return []
         step, size = self.counts["steps"], self.block_size
         in_flight = dict(self.inflight[0].num_scheduled_tokens) if self.inflight else {}
-        return [views.state(self.sched, event, step, size, self.seen_blocks, in_flight)]
+        view = views.state(self.sched, event, step, size, self.records, in_flight)
+        return [self.census.encode(view)]
 
     def _pick(self, phase: str, pick: int) -> str | None:
         live = [r for r in self.order if r in self.sched.requests]
@@ -227,6 +236,7 @@ class Driver:
 
 def main() -> None:
     driver = Driver()
+    gc.freeze()  # the start-up heap (vLLM, torch) is never collected: vLLM's EngineCore does so
     print(json.dumps({"ready": True, "version": vllm.__version__}), file=PROTOCOL, flush=True)
     for line in sys.stdin:
         op = json.loads(line)

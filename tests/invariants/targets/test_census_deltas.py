@@ -1,4 +1,4 @@
-"""The census input sent as deltas (driver/deltas.py) and rebuilt on kvspec's side
+"""The census input sent as deltas (driverlib/census_deltas.py) and rebuilt on kvspec's side
 (census_mirror.py): whatever the driver read, kvspec takes the census of exactly that.
 
 The driver module runs in SGLang's venv and imports nothing of kvspec; it is loaded here from
@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.observe.crosscheck import CrossCheckMismatch
-from invariants.targets.sglang_scheduler.census_mirror import CensusMirror
+from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.views import to_state_view
 
-DRIVER = Path(__file__).parents[4] / "invariants/targets/sglang_scheduler/driver/deltas.py"
+DRIVER = Path(__file__).parents[3] / "invariants/targets/driverlib/census_deltas.py"
 _spec = importlib.util.spec_from_file_location("kvspec_driver_deltas", DRIVER)
 assert _spec is not None and _spec.loader is not None
 deltas = importlib.util.module_from_spec(_spec)

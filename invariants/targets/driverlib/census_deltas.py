@@ -1,9 +1,9 @@
 """The census input of each pool sent as what changed since the driver's previous view: a pool's
 free list and each owner's pages are long and mostly unchanged (a decode step appends one page
 to each running row; an allocation takes pages off the front of the free list, a free appends
-them), so a view ships the changes, not the pool. kvspec's side (census_mirror.py) rebuilds the
-exact input and takes the census from it as before. Runs inside the sglang venv; imports
-nothing of kvspec.
+them), so a view ships the changes, not the pool. kvspec's side (targets/census_mirror.py)
+rebuilds the exact input and takes the census from it as before. Shared by the drivers (SGLang's
+scheduler and server, vLLM): runs inside the engine's venv; imports nothing of kvspec.
 
 Keeps: a list ``new`` is sent as ``[s, k, tail]`` against the list ``old`` last sent, meaning
 ``new == old[s:s + k] + tail`` — any ``s``/``k`` the encoder finds is exact, the worst case

@@ -1,7 +1,7 @@
-"""One run's census inputs rebuilt from the driver's deltas (driver/deltas.py): each pool's free
-list and owner pages as the driver last read them, brought up to date by each view's
-``census_delta`` and handed to ``to_state_view`` whole — the census is then taken from them
-exactly as from a full listing.
+"""One run's census inputs rebuilt from the driver's deltas (driverlib/census_deltas.py), for
+every real target: each pool's free list and owner pages as the driver last read them, brought
+up to date by each view's ``census_delta`` and handed to ``to_state_view`` whole — the census
+is then taken from them exactly as from a full listing.
 
 Keeps: a delta applies once, in order (``seq`` one past the last; the same number again is a
 view copied into another: the same input); a gap, or a slice reaching past what was sent, is a

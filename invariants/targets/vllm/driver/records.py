@@ -1,0 +1,179 @@
+"""Each block's record as kvspec's ``BlockView`` lists it — ``[id, ref_cnt, in_free_queue, hash,
+mapped_as, holders, is_null]`` — kept across one run's views, so that a view lists only the
+records that changed (``block_changes``; kvspec's side keeps the rest, invariants/targets/vllm/
+blocks.py). Runs inside the vllm venv.
+
+Keeps: at every view a record is rebuilt for each block vLLM wrote (writes.py), each block whose
+free-queue membership or holder count changed (the free queue's walk and the block tables are
+read whole at every view and compared), and each block listed under a hash-map key vLLM wrote
+(that key re-read) — every other block's fields, and so its record, are as they were. Without a
+recording (a release lacking the hooked classes) or once the map was replaced
+(``reset_prefix_cache``), every block is read. Under ``KVSPEC_CROSSCHECK`` every view reads every
+block too and must agree: a difference is the driver's error, never a finding.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+CROSSCHECK = os.environ.get("KVSPEC_CROSSCHECK", "") not in ("", "0")
+_HEX: dict = {}  # a block hash (immutable bytes) -> its short hex, each computed once
+
+
+def hex_of(h) -> str:
+    text = _HEX.get(h)
+    if text is None:
+        text = _HEX[h] = bytes(h).hex()[:24]
+    return text
+
+
+def block_ids(entry) -> tuple[int, ...]:
+    """The blocks a hash-map entry lists (one block, or a dict of them by id)."""
+    if entry is None:
+        return ()
+    return (entry.block_id,) if hasattr(entry, "block_id") else tuple(entry)
+
+
+def read_map(hash_map) -> tuple[dict[int, set[str]], dict]:
+    """Every block's keys (short hex) in the hash map, and every key's block ids."""
+    mapped: dict[int, set[str]] = {}
+    under = {}
+    for key, entry in hash_map._cache.items():
+        under[key] = ids = block_ids(entry)
+        for b in ids:
+            mapped.setdefault(b, set()).add(hex_of(key))
+    return mapped, under
+
+
+def record(block, free: set[int], holders: dict[int, int], mapped: dict[int, set[str]]) -> list:
+    """A block's record, in BlockView's field order."""
+    h, i = block.block_hash, block.block_id
+    return [
+        i,
+        block.ref_cnt,
+        i in free,
+        "" if h is None else hex_of(h),
+        sorted(mapped.get(i, ())),
+        holders.get(i, 0),
+        block.is_null,
+    ]
+
+
+def count_holders(held: dict[str, list[int]]) -> dict[int, int]:
+    holders: dict[int, int] = {}
+    for blocks in held.values():
+        for b in blocks:
+            holders[b] = holders.get(b, 0) + 1
+    return holders
+
+
+def table_change(old: list[int], new: list[int]) -> tuple[list[int], list[int]]:
+    """(blocks added, blocks dropped) from ``old`` to ``new``, as multisets: a table grows or
+    shrinks at its end (one comparison), anything else is counted whole."""
+    if new[: len(old)] == old:
+        return new[len(old) :], []
+    if old[: len(new)] == new:
+        return [], old[len(new) :]
+    return new, old
+
+
+class Records:
+    """One run's block records as last sent, with the sets the pool's counters are sums of."""
+
+    def __init__(self, writes) -> None:
+        self.writes = writes  # writes.Writes, or None: read every block at every view
+        self.rows: dict[int, list] = {}
+        self.free: set[int] = set()
+        self.held: dict[str, list[int]] = {}  # each request's blocks as last read
+        self.holders: dict[int, int] = {}  # their count per block, kept with them
+        self.map = None  # the hash map read last (a new one: reset_prefix_cache)
+        self.mapped: dict[int, set[str]] = {}
+        self.under: dict = {}
+        self.hashed: set[int] = set()  # real (not null) blocks with a hash
+        self.in_use: set[int] = set()  # real blocks with ref_cnt > 0
+        self.null: set[int] = set()
+
+    def changes(self, pool, walk: list[int], held: dict[str, list[int]]) -> list[list]:
+        """The records that changed since the last call, in block order."""
+        free = set(walk)
+        dirty = self._dirty(pool, free, held)
+        self.free, holders = free, self.holders
+        changed, n = [], len(pool.blocks)
+        for i in sorted(dirty):
+            if not 0 <= i < n:  # the free queue's fake head and tail (block_id -1) are written too
+                continue
+            row = record(pool.blocks[i], free, holders, self.mapped)
+            if self.rows.get(i) != row:
+                self.rows[i] = row
+                self._index(row)
+                changed.append(row)
+        if CROSSCHECK:
+            self._cross_check(pool, free, holders)
+        return changed
+
+    def _dirty(self, pool, free: set[int], held: dict[str, list[int]]) -> Iterable[int]:
+        written, keys = self.writes.take() if self.writes is not None else (None, ())
+        counted = self._recount(held)
+        if written is None or pool.cached_block_hash_to_block is not self.map:
+            self.map = pool.cached_block_hash_to_block
+            self.mapped, self.under = read_map(self.map)
+            return range(len(pool.blocks))
+        return written | (free ^ self.free) | counted | self._remap(keys)
+
+    def _recount(self, held: dict[str, list[int]]) -> set[int]:
+        """Bring the holder counts up to date with the tables: the blocks whose count moved
+        (a table unchanged since the last read costs one comparison)."""
+        before, holders, moved = self.held, self.holders, set()
+        for rid in before.keys() | held.keys():
+            old, new = before.get(rid, []), held.get(rid, [])
+            if old == new:
+                continue
+            added, dropped = table_change(old, new)
+            for blocks, step in ((added, 1), (dropped, -1)):
+                for b in blocks:
+                    holders[b] = holders.get(b, 0) + step
+                    if not holders[b]:
+                        del holders[b]
+                moved.update(blocks)
+        self.held = held
+        return moved
+
+    def _remap(self, keys: Iterable) -> set[int]:
+        """Re-read the written keys: the blocks listed under them before or now."""
+        touched: set[int] = set()
+        for key in keys:
+            before, now = self.under.pop(key, ()), block_ids(self.map._cache.get(key))
+            text = hex_of(key)
+            for b in before:
+                self.mapped[b].discard(text)
+            for b in now:
+                self.mapped.setdefault(b, set()).add(text)
+            if now:
+                self.under[key] = now
+            touched.update(before, now)
+        return touched
+
+    def _index(self, row: list) -> None:
+        i, ref_cnt, _, h, _, _, is_null = row
+        for members, member in (
+            (self.null, is_null),
+            (self.hashed, bool(h) and not is_null),
+            (self.in_use, ref_cnt > 0 and not is_null),
+        ):
+            if member:
+                members.add(i)
+            else:
+                members.discard(i)
+
+    def _cross_check(self, pool, free: set[int], holders: dict[int, int]) -> None:
+        mapped, _ = read_map(pool.cached_block_hash_to_block)
+        if count_holders(self.held) != holders:
+            raise AssertionError("holder counts kept incrementally differ from the tables'")
+        full = {b.block_id: record(b, free, holders, mapped) for b in pool.blocks}
+        if full != self.rows:
+            wrong = sorted(
+                i for i in full.keys() | self.rows.keys() if full.get(i) != self.rows.get(i)
+            )
+            wrong = [(i, full.get(i), self.rows.get(i)) for i in wrong[:4]]  # (id, full, kept)
+            raise AssertionError(f"block records read incrementally differ at blocks {wrong}")

@@ -1,0 +1,82 @@
+"""vLLM's own writes to its blocks and to its hash map, recorded as they happen, so that a view
+re-reads only the blocks whose record may have changed (records.py). Runs inside the vllm venv.
+
+Keeps: every write vLLM makes to a block's fields goes through the block's ``__setattr__``
+(``KVCacheBlock`` is a plain dataclass: vLLM writes its fields by assignment, the free queue's
+links included), and every change to the hash map through ``BlockHashToBlockMap.insert`` and
+``pop`` (the only writers of its ``_cache``) — so a block none of them touched holds the record
+it held. What a view derives from elsewhere (the free queue's walk, the block tables) records.py
+compares whole. Installed only while a run views: the unchecked mode times vLLM as shipped. A
+release without these classes is read in full at every view, as before.
+"""
+
+from __future__ import annotations
+
+_SET = object.__setattr__
+
+
+class Writes:
+    """What vLLM wrote since the last ``take``: block ids, and hash-map keys."""
+
+    def __init__(self) -> None:
+        self.blocks: set[int] = set()
+        self.keys: set = set()
+
+    def take(self) -> tuple[set[int], set]:
+        """The writes so far, and a fresh start."""
+        taken = self.blocks, self.keys
+        self.blocks, self.keys = set(), set()
+        return taken
+
+
+_ACTIVE: list[Writes] = []  # the recording run's (one at a time: one scheduler per driver)
+_PATCHED: dict[tuple[type, str], object] = {}  # (class, name) -> what it held
+
+
+def _block_setattr(block, name: str, value) -> None:
+    _SET(block, name, value)
+    if _ACTIVE:
+        _ACTIVE[0].blocks.add(block.block_id)  # block_id: the first field __init__ sets
+
+
+def _map_insert(self, key, block) -> None:
+    _PATCHED[(type(self), "insert")](self, key, block)  # type: ignore[operator]
+    if _ACTIVE:
+        _ACTIVE[0].keys.add(key)
+
+
+def _map_pop(self, key, block_id):
+    popped = _PATCHED[(type(self), "pop")](self, key, block_id)  # type: ignore[operator]
+    if _ACTIVE:
+        _ACTIVE[0].keys.add(key)
+    return popped
+
+
+def record() -> Writes | None:
+    """Start recording (None: this release lacks the classes; read everything)."""
+    stop()
+    try:
+        from vllm.v1.core.block_pool import BlockHashToBlockMap
+        from vllm.v1.core.kv_cache_utils import KVCacheBlock
+    except ImportError:
+        return None
+    for cls, name, hook in (
+        (KVCacheBlock, "__setattr__", _block_setattr),
+        (BlockHashToBlockMap, "insert", _map_insert),
+        (BlockHashToBlockMap, "pop", _map_pop),
+    ):
+        _PATCHED[(cls, name)] = cls.__dict__.get(name)
+        setattr(cls, name, hook)
+    _ACTIVE.append(Writes())
+    return _ACTIVE[0]
+
+
+def stop() -> None:
+    """Stop recording and put the classes back as vLLM defined them."""
+    _ACTIVE.clear()
+    for (cls, name), original in _PATCHED.items():
+        if original is None:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, original)
+    _PATCHED.clear()
