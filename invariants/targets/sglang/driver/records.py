@@ -13,12 +13,15 @@ from __future__ import annotations
 
 
 def row_census(table, rows: list, page: int) -> tuple[list, list]:
-    """(owned, referenced): per ``(label, kv)`` row, the pages it owns and all it reads."""
+    """(owned, referenced): per ``(label, kv)`` row, the pages it owns and all it reads (the
+    table read once, as an array: a torch op per row costs more than the row)."""
     owned, referenced = [], []
+    array = table.detach().to("cpu").numpy()
     for label, kv in rows:
-        row = table[int(kv.req_pool_idx), : kv.kv_allocated_len].to("cpu").long()
-        owned.append([label, (row[kv.cache_protected_len :] // page).tolist()])
-        referenced.append([label, (row // page).tolist()])
+        row = array[int(kv.req_pool_idx), : kv.kv_allocated_len]
+        pages = (row if page == 1 else row // page).tolist()
+        owned.append([label, pages[kv.cache_protected_len :]])
+        referenced.append([label, pages])
     return owned, referenced
 
 

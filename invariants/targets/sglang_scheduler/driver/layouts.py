@@ -12,8 +12,12 @@ of kvspec.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from reader import live_requests, trace_rid
+
+CROSSCHECK = os.environ.get("KVSPEC_CROSSCHECK", "") not in ("", "0")
 
 
 class SplitRecord:
@@ -140,17 +144,53 @@ def tree_nodes(scheduler) -> list:
     if root is None:
         return []
     unified = hasattr(root, "component_data")
-    found, stack = [], [root]
+    found, stack, values = [], [root], NodeValues.now
     while stack:
         node = stack.pop()
         data = node.component_data[0] if unified else node
-        value = [] if data.value is None else torch.as_tensor(data.value).long().tolist()
+        value = values.slots(data.value)
         parent = -1 if node.parent is None else node.parent.id
         key_len = 0 if node.key is None else len(node.key)
         lock = data.full_lock_ref if hasattr(data, "full_lock_ref") else data.lock_ref  # SWA
         found.append((node.id, parent, key_len, value, lock))
         stack.extend(node.children.values())
+    values.forget_the_rest()
     return found
+
+
+class NodeValues:
+    """The slots of each node value tensor read at the last view, by the tensor: SGLang gives
+    a node a new value tensor when it changes it (a split slices, an eviction drops), never
+    writes one in place — so a tensor already read reads the same, and a view converts only
+    the values that are new (under ``KVSPEC_CROSSCHECK`` every value is read again and must
+    agree)."""
+
+    now: NodeValues
+
+    def __init__(self) -> None:
+        self.kept: dict[int, tuple[object, list[int]]] = {}  # id(tensor) -> (tensor, slots)
+        self.seen: dict[int, tuple[object, list[int]]] = {}
+
+    def slots(self, value) -> list[int]:
+        if value is None:
+            return []
+        if not isinstance(value, torch.Tensor):  # (a list could change in place: read it)
+            return torch.as_tensor(value).long().tolist()
+        key = id(value)
+        entry = self.kept.get(key) or self.seen.get(key)
+        if entry is None or entry[0] is not value:
+            entry = (value, torch.as_tensor(value).long().tolist())
+        elif CROSSCHECK and entry[1] != torch.as_tensor(value).long().tolist():
+            raise AssertionError(f"a node value tensor changed in place: {entry[1][:8]}...")
+        self.seen[key] = entry  # (the tensor kept alive: its id is not reused while here)
+        return entry[1]
+
+    def forget_the_rest(self) -> None:
+        """Keep only the values this view read."""
+        self.kept, self.seen = self.seen, {}
+
+
+NodeValues.now = NodeValues()
 
 
 def fill_len(req, source: str) -> int:

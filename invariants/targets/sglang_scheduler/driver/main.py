@@ -63,6 +63,7 @@ import release_probes  # noqa: E402
 import seams  # noqa: E402
 import sglang  # noqa: E402
 import torch  # noqa: E402
+import wire  # noqa: E402
 
 
 class Driver:
@@ -75,7 +76,7 @@ class Driver:
         self.stepping, self.iterations = False, 0
 
     def write(self, **answer) -> None:
-        self.out.write(json.dumps(answer) + "\n")
+        self.out.write(wire.line(answer) + "\n")
         self.out.flush()
 
     def configure(self, cfg: dict) -> None:
@@ -122,7 +123,7 @@ def read_ops():
 
 
 def say(**answer) -> None:
-    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.write(wire.line(answer) + "\n")
     sys.stdout.flush()
 
 
@@ -156,12 +157,22 @@ def banner():
     return adapter, release_probes.banner(version, module, probes)
 
 
+def preload() -> None:
+    """Import what every trace's Scheduler imports (the model registry imports every model
+    class: ~2 s) once, here, so each forked child inherits it instead of importing it again."""
+    try:
+        importlib.import_module("sglang.srt.models.registry")
+    except Exception:  # noqa: BLE001 (a release without it: each child imports what it needs)
+        pass
+
+
 def main() -> None:
     torch.set_num_threads(1)  # tiny tensors; and a forked child must not inherit a thread pool
     adapter, said = banner()
     say(**said)
     if adapter is None:
         return
+    preload()
     for op in read_ops():
         if op.get("op") != "config":
             say(error=f"op {op.get('op')!r} before a config")

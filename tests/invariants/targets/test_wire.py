@@ -1,0 +1,60 @@
+"""A driver's answer line (driverlib/wire.py) reads back as the same values whichever encoder
+wrote it: json here, orjson in SGLang's venv (where it is installed, as SGLang depends on it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from invariants.targets.sglang.adapter import sglang_python
+
+DRIVERLIB = Path(__file__).parents[3] / "invariants/targets/driverlib"
+ANSWER = {
+    "views": [{"pools": [{"name": "full", "census_delta": {"seq": 3, "free_pages": [0, 2, [7]]}}]}],
+    "result": None,
+    "counts": {1: 2, "r1": (3, 4)},  # int keys become strings; tuples lists
+    "ratio": 0.75,
+    "ok": True,
+}
+SCRIPT = f"""
+import json, sys
+sys.path.insert(0, {str(DRIVERLIB)!r})
+import wire
+answer = json.loads(sys.stdin.read(), object_hook=lambda d: {{(int(k) if k == "1" else k): v for k, v in d.items()}})
+print(wire.orjson is not None)
+print(wire.line(answer))
+"""
+
+
+def _expected() -> object:
+    return json.loads(json.dumps(ANSWER))
+
+
+def test_the_json_line_reads_back_as_json_writes_it() -> None:
+    """Without orjson (kvspec's venv, vLLM's) the line is json's own."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kvspec_wire", DRIVERLIB / "wire.py")
+    assert spec is not None and spec.loader is not None
+    wire = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wire)
+    assert json.loads(wire.line(ANSWER)) == _expected()
+
+
+@pytest.mark.sglang
+def test_orjson_in_sglangs_venv_writes_the_same_values() -> None:
+    """In SGLang's venv orjson writes it, and it reads back the same."""
+    out = subprocess.run(
+        [str(sglang_python()), "-c", SCRIPT],
+        input=json.dumps(ANSWER),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    used, line = out.stdout.splitlines()
+    assert used == "True"
+    assert json.loads(line) == _expected()
