@@ -3,6 +3,7 @@ wrote it: json here, orjson in SGLang's venv (where it is installed, as SGLang d
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -23,7 +24,9 @@ SCRIPT = f"""
 import json, sys
 sys.path.insert(0, {str(DRIVERLIB)!r})
 import wire
-answer = json.loads(sys.stdin.read(), object_hook=lambda d: {{(int(k) if k == "1" else k): v for k, v in d.items()}})
+def int_keys(d):
+    return {{(int(k) if k == "1" else k): v for k, v in d.items()}}
+answer = json.loads(sys.stdin.read(), object_hook=int_keys)
 print(wire.orjson is not None)
 print(wire.line(answer))
 """
@@ -35,8 +38,6 @@ def _expected() -> object:
 
 def test_the_json_line_reads_back_as_json_writes_it() -> None:
     """Without orjson (kvspec's venv, vLLM's) the line is json's own."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("kvspec_wire", DRIVERLIB / "wire.py")
     assert spec is not None and spec.loader is not None
     wire = importlib.util.module_from_spec(spec)
