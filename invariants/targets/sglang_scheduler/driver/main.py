@@ -162,7 +162,7 @@ def preload() -> None:
     class: ~2 s) once, here, so each forked child inherits it instead of importing it again."""
     try:
         importlib.import_module("sglang.srt.models.registry")
-    except Exception:  # noqa: BLE001 (a release without it: each child imports what it needs)
+    except Exception:  # a release without it: each child imports what it needs
         pass
 
 
