@@ -31,6 +31,7 @@ class Writes:
 
 _ACTIVE: list[Writes] = []  # the recording run's (one at a time: one scheduler per driver)
 _PATCHED: dict[tuple[type, str], object] = {}  # (class, name) -> what it held
+_ORIGINAL: dict = {}  # the hash map's writers as vLLM defined them, by name
 
 
 def _block_setattr(block, name: str, value) -> None:
@@ -40,32 +41,35 @@ def _block_setattr(block, name: str, value) -> None:
 
 
 def _map_insert(self, key, block) -> None:
-    _PATCHED[(type(self), "insert")](self, key, block)  # type: ignore[operator]
+    _ORIGINAL["insert"](self, key, block)
     if _ACTIVE:
         _ACTIVE[0].keys.add(key)
 
 
 def _map_pop(self, key, block_id):
-    popped = _PATCHED[(type(self), "pop")](self, key, block_id)  # type: ignore[operator]
+    popped = _ORIGINAL["pop"](self, key, block_id)
     if _ACTIVE:
         _ACTIVE[0].keys.add(key)
     return popped
 
 
 def record() -> Writes | None:
-    """Start recording (None: this release lacks the classes; read everything)."""
+    """Start recording (None: this release lacks the classes or the map's two writers; read
+    everything)."""
     stop()
     try:
         from vllm.v1.core.block_pool import BlockHashToBlockMap
         from vllm.v1.core.kv_cache_utils import KVCacheBlock
     except ImportError:
         return None
+    if not all(callable(BlockHashToBlockMap.__dict__.get(name)) for name in ("insert", "pop")):
+        return None  # the map is written some other way here: read it whole
     for cls, name, hook in (
         (KVCacheBlock, "__setattr__", _block_setattr),
         (BlockHashToBlockMap, "insert", _map_insert),
         (BlockHashToBlockMap, "pop", _map_pop),
     ):
-        _PATCHED[(cls, name)] = cls.__dict__.get(name)
+        _PATCHED[(cls, name)] = _ORIGINAL[name] = cls.__dict__.get(name)
         setattr(cls, name, hook)
     _ACTIVE.append(Writes())
     return _ACTIVE[0]
