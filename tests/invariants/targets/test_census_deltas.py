@@ -53,6 +53,7 @@ def test_an_append_and_a_front_take_ship_only_the_change() -> None:
     gained one at the back sends the offset, the run kept and the new page."""
     assert deltas.list_delta([4, 5, 6], [4, 5, 6, 9]) == [0, 3, [9]]
     assert deltas.list_delta([1, 2, 3, 4, 5], [3, 4, 5, 8]) == [2, 3, [8]]
+    assert deltas.list_delta([7, 7, 3], [7, 7, 3]) == [0, 3, []]  # unchanged: nothing sent
 
 
 @given(st.lists(st.tuples(pages, owners, owners), min_size=1, max_size=6))
