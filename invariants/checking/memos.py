@@ -36,9 +36,9 @@ from types import CodeType
 from typing import Any, cast
 
 from invariants.checking.dsl import FUNCTIONS, STATE_NAMES, compile_tree
+from invariants.checking.fusion import COMPREHENSIONS
 from invariants.checking.rule import Rule
 
-COMPREHENSIONS = (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
 FRESH = "_fresh"  # the DSL forbids names starting with "_": no rule can read or shadow it
 _SCALARS = (int, float, str, bool, type(None))
 

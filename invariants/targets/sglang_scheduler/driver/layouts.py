@@ -144,7 +144,7 @@ def tree_nodes(scheduler) -> list:
     if root is None:
         return []
     unified = hasattr(root, "component_data")
-    found, stack, values = [], [root], NodeValues.now
+    found, stack, values = [], [root], NODE_VALUES
     while stack:
         node = stack.pop()
         data = node.component_data[0] if unified else node
@@ -164,8 +164,6 @@ class NodeValues:
     writes one in place — so a tensor already read reads the same, and a view converts only
     the values that are new (under ``KVSPEC_CROSSCHECK`` every value is read again and must
     agree)."""
-
-    now: NodeValues
 
     def __init__(self) -> None:
         self.kept: dict[int, tuple[object, list[int]]] = {}  # id(tensor) -> (tensor, slots)
@@ -190,7 +188,7 @@ class NodeValues:
         self.kept, self.seen = self.seen, {}
 
 
-NodeValues.now = NodeValues()
+NODE_VALUES = NodeValues()  # (one scheduler per trace's child)
 
 
 def fill_len(req, source: str) -> int:

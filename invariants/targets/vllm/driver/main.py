@@ -59,6 +59,7 @@ import records  # noqa: E402
 import spec  # noqa: E402
 import views  # noqa: E402
 import vllm  # noqa: E402
+import wire  # noqa: E402
 import writes  # noqa: E402
 from stack import EOS_TOKEN_ID, build_scheduler, instrument, make_request  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
@@ -237,7 +238,7 @@ class Driver:
 def main() -> None:
     driver = Driver()
     gc.freeze()  # the start-up heap (vLLM, torch) is never collected: vLLM's EngineCore does so
-    print(json.dumps({"ready": True, "version": vllm.__version__}), file=PROTOCOL, flush=True)
+    print(wire.line({"ready": True, "version": vllm.__version__}), file=PROTOCOL, flush=True)
     for line in sys.stdin:
         op = json.loads(line)
         driver.result = None
@@ -246,7 +247,7 @@ def main() -> None:
             answer = {"views": produced, "result": driver.result}
         except Exception as exc:  # the op's failure is the answer; the driver goes on
             answer = answers.failure(exc, (HERE, DRIVERLIB), "vllm")
-        print(json.dumps(answer), file=PROTOCOL, flush=True)
+        print(wire.line(answer), file=PROTOCOL, flush=True)
 
 
 if __name__ == "__main__":

@@ -99,10 +99,8 @@ class Records:
         free = set(walk)
         dirty = self._dirty(pool, free, held)
         self.free, holders = free, self.holders
-        changed, n = [], len(pool.blocks)
+        changed = []
         for i in sorted(dirty):
-            if not 0 <= i < n:  # the free queue's fake head and tail (block_id -1) are written too
-                continue
             row = record(pool.blocks[i], free, holders, self.mapped)
             if self.rows.get(i) != row:
                 self.rows[i] = row
@@ -119,6 +117,7 @@ class Records:
             self.map = pool.cached_block_hash_to_block
             self.mapped, self.under = read_map(self.map)
             return range(len(pool.blocks))
+        written.discard(-1)  # the free queue's fake head and tail (block_id -1) are written too
         return written | (free ^ self.free) | counted | self._remap(keys)
 
     def _recount(self, held: dict[str, list[int]]) -> set[int]:

@@ -30,8 +30,7 @@ class Writes:
 
 
 _ACTIVE: list[Writes] = []  # the recording run's (one at a time: one scheduler per driver)
-_PATCHED: dict[tuple[type, str], object] = {}  # (class, name) -> what it held
-_ORIGINAL: dict = {}  # the hash map's writers as vLLM defined them, by name
+_ORIGINAL: dict[str, tuple[type, object]] = {}  # a hooked name -> (its class, what it held)
 
 
 def _block_setattr(block, name: str, value) -> None:
@@ -41,13 +40,13 @@ def _block_setattr(block, name: str, value) -> None:
 
 
 def _map_insert(self, key, block) -> None:
-    _ORIGINAL["insert"](self, key, block)
+    _ORIGINAL["insert"][1](self, key, block)  # type: ignore[operator]
     if _ACTIVE:
         _ACTIVE[0].keys.add(key)
 
 
 def _map_pop(self, key, block_id):
-    popped = _ORIGINAL["pop"](self, key, block_id)
+    popped = _ORIGINAL["pop"][1](self, key, block_id)  # type: ignore[operator]
     if _ACTIVE:
         _ACTIVE[0].keys.add(key)
     return popped
@@ -69,7 +68,7 @@ def record() -> Writes | None:
         (BlockHashToBlockMap, "insert", _map_insert),
         (BlockHashToBlockMap, "pop", _map_pop),
     ):
-        _PATCHED[(cls, name)] = _ORIGINAL[name] = cls.__dict__.get(name)
+        _ORIGINAL[name] = (cls, cls.__dict__.get(name))
         setattr(cls, name, hook)
     _ACTIVE.append(Writes())
     return _ACTIVE[0]
@@ -78,9 +77,9 @@ def record() -> Writes | None:
 def stop() -> None:
     """Stop recording and put the classes back as vLLM defined them."""
     _ACTIVE.clear()
-    for (cls, name), original in _PATCHED.items():
+    for name, (cls, original) in _ORIGINAL.items():
         if original is None:
             delattr(cls, name)
         else:
             setattr(cls, name, original)
-    _PATCHED.clear()
+    _ORIGINAL.clear()
