@@ -80,6 +80,13 @@ class KVMemory:
         cache = self.streaming.inner if self.streaming is not None else self.tree_cache
         return getattr(cache, "session_refs", None)
 
+    def taken_tokens(self) -> tuple[int, ...]:
+        """Per pool (full, then SWA), every page its allocator ever handed out, in tokens."""
+        alloc = self.allocator
+        if isinstance(alloc, SWAAllocator):
+            return alloc.full.taken_tokens, alloc.swa.taken_tokens
+        return (alloc.taken_tokens,)
+
     def admittable_size(self) -> int:
         """Tokens an admission may count on: free plus evictable, in the tighter pool."""
         cache, alloc = self.tree_cache, self.allocator

@@ -222,6 +222,10 @@ class SchedView:
     # overlap: reads of a launched, unprocessed batch, for a request whose result is kept,
     # whose slot is now free or unmapped (engine/observe/inflight.py), each named in words
     inflight_freed: tuple[str, ...] = ()
+    # what this iteration's batch was decided on (the adder's charges plus the decode check it
+    # passed, in tokens) and what preparing it took from each pool (engine/sched/estimate.py)
+    estimated_tokens: int = 0
+    allocated_tokens: tuple[int, ...] = ()  # full, then SWA; () where no estimate is kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ class PagedAllocator:
         self.strict, self.name = strict, name  # name: the pool's, in errors ("full", "swa")
         self._offsets = np.arange(page_size, dtype=np.int64)
         self.changes: ChangeFeed[PageChange] = ChangeFeed()
+        self.taken_tokens = 0  # every page ever taken, in tokens (sched/estimate.py reads it)
         self.clear()
 
     def clear(self) -> None:
@@ -84,6 +85,7 @@ class PagedAllocator:
                 return None
         pages, self.free_pages = self.free_pages[:count], self.free_pages[count:]
         self._is_free[pages] = False
+        self.taken_tokens += count * self.page_size
         if count:
             self.changes.publish((pages, TAKEN))
         return pages

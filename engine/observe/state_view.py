@@ -142,6 +142,8 @@ class StateViews:
             wedged=(wedged := sched.stats.wedged_at == sched.stats.iterations),
             waiting_rids=tuple(r.rid for r in sched.waiting_queue[:8]) if wedged else (),
             inflight_freed=self._inflight_freed(event) if sched.overlap else (),
+            estimated_tokens=sched.estimate.estimated,
+            allocated_tokens=sched.estimate.allocated(),
         )
 
     def _inflight_freed(self, event: str) -> tuple[str, ...]:

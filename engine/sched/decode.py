@@ -20,6 +20,7 @@ from typing import Protocol
 from engine.memory import KVMemory
 from engine.model.runner import ForwardBatch, ForwardOutput, ModelRunner
 from engine.request import Release, Req
+from engine.sched.estimate import AllocEstimate
 from engine.sched.forward import decode_forward
 
 
@@ -62,11 +63,17 @@ class DecodePolicy(Protocol):
         ...
 
 
-def decode_fits(mem: KVMemory, policy: DecodePolicy, reqs: Sequence[Req]) -> bool:
-    """Evict as needed; whether the next decode step of ``reqs`` fits (``check_decode_mem``)."""
+def decode_fits(
+    mem: KVMemory, policy: DecodePolicy, reqs: Sequence[Req], estimate: AllocEstimate | None = None
+) -> bool:
+    """Evict as needed; whether the next decode step of ``reqs`` fits (``check_decode_mem``).
+    A check that passes is the decode estimate the step runs on (``estimate.decode``)."""
     need = policy.decode_tokens(reqs)
     mem.evict_for(need)
-    return mem.allocator.available_size() >= need
+    fits = mem.allocator.available_size() >= need
+    if fits and estimate is not None:
+        estimate.decode = need
+    return fits
 
 
 class PlainDecode:

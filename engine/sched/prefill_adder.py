@@ -60,6 +60,7 @@ class PrefillAdder:
         self.deferred = False  # the in-flight chunk could not continue this round
         self.log_hit_tokens = 0
         self.log_input_tokens = 0
+        self.charged_tokens = 0  # what the admitted prompts may allocate (sched/estimate.py)
 
     def _running_headroom(self, req: Req) -> float:
         remaining = req.sampling_params.max_new_tokens - len(req.output_ids)
@@ -93,6 +94,7 @@ class PrefillAdder:
         extend = paging.ceil_align(extend_input_len, self.page_size)
         self.rem_total_token_offset += extend + max_new_tokens + self.page_size
         self.cur_rem_token_offset += extend + self.page_size
+        self.charged_tokens += extend + self.page_size
         self.rem_input_tokens -= extend
         if self.rem_chunk_tokens is not None:
             self.rem_chunk_tokens -= extend

@@ -23,6 +23,7 @@ from engine.memory import KVMemory
 from engine.request import Req
 from engine.sched.batch import ScheduleBatch
 from engine.sched.decode import DecodePolicy, decode_fits
+from engine.sched.estimate import AllocEstimate
 from engine.view import ReleasedView
 
 
@@ -51,18 +52,20 @@ def retract_decode(
     retract_decode_steps: int,
     released: list[ReleasedView] | None = None,
     reclaim: Callable[[], bool] = lambda: False,
+    estimate: AllocEstimate | None = None,
 ) -> RetractResult:
     """Retract at least one request (if more than one runs), then more until the next decode
     step of the rest (as ``policy`` sizes it) fits; the batch keeps the survivors in
     victim-sort order. Each release is recorded in ``released`` (when given). When the last
     request alone does not fit, ``reclaim`` frees memory nothing runs on (idle session
-    slots: engine/sched/wedge.py) while it can; SGLang raises there."""
+    slots: engine/sched/wedge.py) while it can; SGLang raises there. ``estimate`` takes the
+    decode check the survivors pass (sched/estimate.py)."""
     log: list[ReleasedView] = [] if released is None else released
     order = retract_order(batch.reqs)
     retracted: list[Req] = []
 
     def rest_fits() -> bool:
-        return decode_fits(mem, policy, [batch.reqs[i] for i in order])
+        return decode_fits(mem, policy, [batch.reqs[i] for i in order], estimate)
 
     first_iter = True
     while first_iter or not rest_fits():

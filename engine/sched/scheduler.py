@@ -37,6 +37,7 @@ from engine.model.runner import ForwardOutput
 from engine.request import FinishReason, Req
 from engine.sched.batch import ScheduleBatch
 from engine.sched.decode import DecodePolicy, decode_fits
+from engine.sched.estimate import AllocEstimate
 from engine.sched.prefill_adder import AddReqResult, PrefillAdder
 from engine.sched.retract import release_kv, retract_decode
 from engine.sched.stats import SchedulerError, SchedulerStats, StepOutcome, count_batch
@@ -67,6 +68,7 @@ class Scheduler:
         self.new_token_ratio = config.init_new_token_ratio
         self.forward_ct = 0
         self.wedge = WedgeBreaker()  # pinned sessions cannot wedge the loop (wedge.py)
+        self.estimate = AllocEstimate(mem)  # what this iteration's batch was decided on
         self.stats = SchedulerStats()
 
     # ---- requests in and out ----
@@ -120,6 +122,7 @@ class Scheduler:
         nothing left to process."""
         self.stats.iterations += 1  # every event of this iteration carries its number
         self.released = []
+        self.estimate.begin()
         batch = self.get_next_batch_to_run()
         self.cur_batch = batch
         processed = False
@@ -209,15 +212,12 @@ class Scheduler:
         self.running_batch = self.update_running_batch(self.running_batch)
         return None if self.running_batch.is_empty() else self.running_batch
 
-    def _num_allocatable_reqs(self, running_bs: int) -> int:
-        return self.config.running_limit - running_bs
-
     def get_new_batch_prefill(self) -> ScheduleBatch | None:
         running = self.running_batch
         if (running.batch_is_full or not self.waiting_queue) and self.chunked_req is None:
             return None
         running_bs = running.batch_size()
-        if self._num_allocatable_reqs(running_bs) <= 0 and self.chunked_req is None:
+        if self.config.running_limit - running_bs <= 0 and self.chunked_req is None:
             running.batch_is_full = True
             return None
         adder = self._make_adder(running_bs)
@@ -247,6 +247,7 @@ class Scheduler:
             r.sampling_params.max_new_tokens == 0 for r in can_run
         )
         new_batch.prepare_for_extend(self.mem)
+        self.estimate.prefill = adder.charged_tokens
         self._maybe_mix(new_batch)
         return new_batch
 
@@ -267,7 +268,7 @@ class Scheduler:
         """Offer the waiting requests in queue order (FCFS) until a budget runs out."""
         running = self.running_batch
         for req in self.waiting_queue:
-            if len(adder.can_run_list) >= self._num_allocatable_reqs(running.batch_size()):
+            if len(adder.can_run_list) >= self.config.running_limit - running.batch_size():
                 running.batch_is_full = True
             if running.batch_is_full:
                 break
@@ -289,7 +290,7 @@ class Scheduler:
             return
         running.filter_batch()
         if not running.is_empty():
-            if not decode_fits(self.mem, self.policy, running.reqs):
+            if not decode_fits(self.mem, self.policy, running.reqs, self.estimate):
                 return
             running.prepare_for_decode(self.policy, self.last_tokens)
             new_batch.mix_with_running(running)
@@ -305,10 +306,10 @@ class Scheduler:
             batch.batch_is_full = False
             return batch
         forced = cfg.test_retract and self.forward_ct % cfg.test_retract_interval == 0
-        if not decode_fits(self.mem, self.policy, batch.reqs) or forced:
+        if not decode_fits(self.mem, self.policy, batch.reqs, self.estimate) or forced:
             steps, reclaim = cfg.retract_decode_steps, partial(reclaim_slot, self)
             retracted, self.new_token_ratio = retract_decode(
-                batch, self.mem, self.policy, steps, self.released, reclaim=reclaim
+                batch, self.mem, self.policy, steps, self.released, reclaim, self.estimate
             )
             self.stats.retract_rounds += bool(retracted)
             self.stats.retracted_reqs += len(retracted)
@@ -377,8 +378,7 @@ class Scheduler:
             found = list(dict.fromkeys(found))
         listed = [self.running_batch.reqs]
         for batch in (self.cur_batch, self.last_batch, *(q for q, _ in self.result_queue)):
-            # a list equal to one already taken adds nothing (a decode step's batch is the
-            # running batch, and the overlap queue holds a copy of it)
+            # a list equal to one taken adds nothing (a decode batch's is the running batch's)
             if batch is not None and batch.reqs not in listed:
                 listed.append(batch.reqs)
                 if more := list(dict.fromkeys([r for r in batch.reqs if r not in seen])):
