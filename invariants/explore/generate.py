@@ -40,10 +40,10 @@ from invariants.scenarios.ops import (
     WaitFor,
 )
 from invariants.scenarios.scenario import with_penalties
+from invariants.scenarios.trace_run import drain_budget
 
 PHASES: tuple[AbortPhase, ...] = get_args(AbortPhase)
 WAIT_STEPS = 48  # a client awaiting its streaming turn (counts fully against the step budget)
-DRAIN_FLOOR = 2_000  # the drain budget: this many steps plus a few per token still owed
 OVERLONG_PROB = 0.03
 BOS_PROB = 0.25  # turns that open with the tokenizer's BOS
 CONTINUE_PROB = 0.125  # streaming turns that only say "continue" (with BOS_PROB's: a quarter)
@@ -73,9 +73,8 @@ def with_drain(safety: list[Op]) -> list[Op]:
             open_sids[op.sid] = None
         elif isinstance(op, CloseSession):
             open_sids.pop(op.sid, None)
-    owed = sum(len(op.input_ids) + op.max_new_tokens for op in safety if isinstance(op, Submit))
     closes = [CloseSession(sid=sid) for sid in open_sids]
-    return [*safety, *closes, Idle(max_steps=DRAIN_FLOOR + 4 * owed), FlushCache()]
+    return [*safety, *closes, Idle(max_steps=drain_budget(safety)), FlushCache()]
 
 
 def scheduled(ops: list[Op]) -> int:

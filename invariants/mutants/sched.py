@@ -10,11 +10,13 @@ Keeps: each buggy body is the fixed function with exactly the pre-fix behaviour 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from engine.mem import paging
 from engine.request import Req
-from engine.sched import retract
+from engine.sched import retract, wedge
+from engine.sched.decode import PlainDecode
 from engine.sched.scheduler import Scheduler
 from invariants.mutants.base import Mutant, ids, swap
 
@@ -63,6 +65,23 @@ def slide_on_next_length(
     return REAL_EVICT_CURSOR(swa_evicted_len, protected_len, seq_len + 1, window, ps)
 
 
+def decode_pages_floored(self: PlainDecode, reqs: Sequence[Req]) -> int:
+    """The decode estimate one page short at the exact page boundary (the reuse-aware
+    scheduler of TensorRT-LLM once was): the pages the next token needs counted as
+    ``(len + 1) // ps - len // ps`` — floor for ceil — so a page is charged when the token
+    fills one, not when it opens one. At page size 1 nothing changes."""
+    ps = self.mem.page_size
+    return sum(ps * ((r.kv_allocated_len + 1) // ps - r.kv_allocated_len // ps) for r in reqs)
+
+
+def reclaim_claimed(s: Any) -> bool:
+    """A wedge breaker that reports a relief it did not make (#27024's wedge behind a breaker
+    that only says it acted): no slot is reclaimed, yet every wedged iteration counts as
+    progress, so the engine's own stall bound (two empty iterations) never trips and the
+    scheduler spins with every turn waiting."""
+    return s.mem.streaming is not None and bool(s.waiting_queue)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "retract-inserts-kv",
@@ -103,5 +122,21 @@ MUTANTS: tuple[Mutant, ...] = (
         lambda: swap(paging, "swa_evict_cursor", slide_on_next_length),
         "overlap-swa-slide-next-length.yaml",
         ids("sched.inflight_reads_held"),
+    ),
+    Mutant(
+        "decode-estimate-page-short",
+        "issue 32 item 3 (TensorRT-LLM's reuse-aware scheduler, one page short)",
+        "the decode estimate counts a page when the next token fills one, not when it opens one",
+        lambda: swap(PlainDecode, "decode_tokens", decode_pages_floored),
+        "decode-estimate-page-short.yaml",
+        ids("sched.allocation_within_estimate"),
+    ),
+    Mutant(
+        "wedge-relief-claimed",
+        "sglang#27024 (issue 32 item 2: a stalled run named in bounded time)",
+        "the wedge breaker counts a relief without reclaiming a slot: the scheduler spins",
+        lambda: swap(wedge, "reclaim_slot", reclaim_claimed),
+        "wedge-relief-claimed.yaml",
+        ids("engine.stall"),
     ),
 )

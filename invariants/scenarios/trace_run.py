@@ -41,8 +41,9 @@ from invariants.scenarios.ops import (
     WaitFor,
     op_label,
 )
+from invariants.scenarios.watchdog import ProgressWatch
 
-DRAIN_STEPS = 200_000  # the drain after the last op: far beyond any spec's length
+DRAIN_FLOOR = 2_000  # a drain's budget: this many steps plus a few per token still owed
 Status = Literal["ok", "noop", "skipped", "rejected", "incomplete"]
 
 
@@ -167,6 +168,13 @@ def run_trace(
     )
 
 
+def drain_budget(ops: Sequence[Op]) -> int:
+    """The steps a drain may take: ``DRAIN_FLOOR`` plus four per token the trace's requests
+    may owe (prompt and new tokens), whatever the ops before it left undone."""
+    owed = sum(len(op.input_ids) + op.max_new_tokens for op in ops if isinstance(op, Submit))
+    return DRAIN_FLOOR + 4 * owed
+
+
 class _Interpreter:
     """The engine, the checker, and the state the ops are interpreted against."""
 
@@ -183,7 +191,7 @@ class _Interpreter:
         self.engine = Engine(
             trace.engine.engine_config(trace.seed),
             clock=SimClock(),
-            observers=[CheckerHook(checker), *observers],
+            observers=[CheckerHook(checker), *observers, ProgressWatch(self._where)],
         )
         self.used: set[str] = set()
         self.responses: dict[str, Response] = {}
@@ -213,8 +221,7 @@ class _Interpreter:
                 if self.checker.level > Level.OFF:
                     check_crash(self.checker, self.engine, exc)
                 self._collect()
-                where = op_label(ops[self.index]) if self.index < len(ops) else "the drain"
-                self.error = f"{type(exc).__name__}: {exc} (op #{self.index}: {where})"
+                self.error = f"{type(exc).__name__}: {exc} ({self._where()})"
                 self.error_traceback = traceback.format_exc()
                 return self.index
             if result is not None:
@@ -222,6 +229,12 @@ class _Interpreter:
             if self._collect() and self.checker.level >= Level.STRICT:
                 return self.index
         return None
+
+    def _where(self) -> str:
+        """The op running now: ``op #i: label`` (the drain after the last)."""
+        ops = self.trace.ops
+        label = op_label(ops[self.index]) if self.index < len(ops) else "the drain"
+        return f"op #{self.index}: {label}"
 
     def _collect(self) -> bool:
         """Tag the checker's new violations with the current op and take the finished
@@ -250,11 +263,12 @@ class _Interpreter:
         return OpResult(self.index, status, detail)
 
     def drain(self) -> None:
-        """Step to idle, then once more if a deferred close waits for the next reap."""
-        engine = self.engine
-        engine.run_until_idle(DRAIN_STEPS)
+        """Step to idle (within ``drain_budget``), then once more if a deferred close waits
+        for the next reap."""
+        engine, budget = self.engine, drain_budget(self.trace.ops)
+        engine.run_until_idle(budget)
         if not engine.is_idle():
-            raise DrainStuck(f"not idle after {DRAIN_STEPS} drain steps")
+            raise DrainStuck(f"not idle after {budget} drain steps")
         if any(s.close_on_finish for s in engine.sessions.sessions.values()):
             engine.step()
 

@@ -24,7 +24,7 @@ from invariants.targets.ops import op_message, output_rng, with_outputs
 from invariants.targets.outcome import EngineFinding, TargetStats, crash_record
 from invariants.targets.views import to_state_view
 
-DRAIN_STEPS = 200_000  # kvspec's runner's drain budget (scenarios/trace_run.py)
+DRAIN_STEPS = 200_000  # a real engine's drain budget (kvspec's own: trace_run.drain_budget)
 CRASH = "crash"
 
 

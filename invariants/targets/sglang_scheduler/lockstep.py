@@ -31,8 +31,8 @@ from invariants.checking.loader import Catalog
 from invariants.scenarios.ops import Abort, Op, OpenSession, Step, Submit, Trace, WaitFor, op_label
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import Spec
-from invariants.scenarios.trace_run import DRAIN_STEPS, _Interpreter
-from invariants.targets.drive import Stepper
+from invariants.scenarios.trace_run import _Interpreter
+from invariants.targets.drive import DRAIN_STEPS, Stepper
 from invariants.targets.driver import DriverError, LineDriver
 from invariants.targets.sglang.gaps import GAPS
 from invariants.targets.sglang.gaps import declared as bucket_gap
