@@ -107,6 +107,10 @@ class SessionAPI:
             )
 
         ids = [int(t) for t in input_ids]
+        if not ids:  # SGLang's GenerateReqInput refuses it before any session or memory (400)
+            req = make(ids)
+            req.set_finish_with_abort("input_ids cannot be empty.", 400)
+            return req
         if session_params is None:
             return self._tagged(make(ids), session_id)
         params = SessionParams.of(session_params)

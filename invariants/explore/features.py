@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from engine.request import Req
-from invariants.scenarios.ops import Abort
+from invariants.scenarios.ops import Abort, CloseSession, OpenSession, Submit
 from invariants.scenarios.trace_run import TraceOutcome
 
 # goal -> (the feature that meets it, what it means); the first six are the original goals
@@ -44,6 +44,14 @@ REQUIRED: dict[str, tuple[str, str]] = {
     ),
     "spec_v2_sessions": ("schedule:spec_v2:stream", "EAGLE v2 ran a streaming turn"),
     "swa_evict_sessions": ("step:swa_evict:stream", "a streaming turn slid its SWA window"),
+    "session_radix": (
+        "schedule:session:radix",
+        "a session turn ran with session tags over the radix tree",
+    ),
+    "turn_one_token": ("schedule:turn:append_one", "a turn appended a single token"),
+    "turn_exact_page": ("schedule:turn:append_page", "a turn appended exactly a page (ps > 1)"),
+    "turn_empty": ("submit:turn:empty_refused", "a turn with no new tokens was refused (400)"),
+    "close_before_turn": ("session:close:before_turn", "a session closed before its first turn"),
 }
 
 
@@ -79,9 +87,12 @@ class FeatureProbe:
             add(f"schedule:{kind}{flags}|{ctx}")
             if kind == "stream" and sched.policy.spec_mode == "v2":
                 add("schedule:spec_v2:stream")
+            if kind == "session" and engine.mem.session_refs is not None:
+                add("schedule:session:radix")
             record = engine.sessions.records.get(req)
             if record is not None and record.turn > 1:  # the appended input's boundaries
                 add(f"schedule:{kind}:append_{_size(record.appended)}|{ctx}")
+                add(f"schedule:turn:append_{_page_size_class(record.appended, engine)}")
 
     def _step(self, engine: Any) -> None:
         sched, add = engine.scheduler, self.features.add
@@ -129,6 +140,12 @@ def _size(n: int) -> str:
     return "empty" if n == 0 else "one" if n == 1 else "few" if n < 8 else "many"
 
 
+def _page_size_class(n: int, engine: Any) -> str:
+    """one (a token), page (exactly a page, at page size > 1), other."""
+    ps = engine.config.memory.page_size
+    return "one" if n == 1 else "page" if ps > 1 and n == ps else "other"
+
+
 def _flags(engine: Any, req: Req, batch: Any) -> str:
     """``:restored`` (a turn reusing its slot's KV), ``:chunked``, ``:resumed`` (after a
     retract), in that order."""
@@ -144,13 +161,23 @@ def _flags(engine: Any, req: Req, batch: Any) -> str:
 
 
 def outcome_features(outcome: TraceOutcome) -> set[str]:
-    """What the run's record says beyond the probe: each abort's phase, stats goals."""
+    """What the run's record says beyond the probe: each abort's phase, an empty turn
+    refused, a session closed before its first turn, stats goals."""
     ops, stats, found = outcome.trace.ops, outcome.stats, set[str]()
+    turned: set[str] = set()  # sessions that had a turn since they opened
     for result in outcome.results:
         op = ops[result.index] if result.index < len(ops) else None
         if isinstance(op, Abort) and result.status == "ok":
             found.add(f"abort:{op.phase or 'rid'}")
             found.add("abort:any_phase")
+        elif isinstance(op, OpenSession):
+            turned.discard(op.sid)
+        elif isinstance(op, Submit) and op.session is not None:
+            turned.add(op.session.id)
+            if not op.input_ids and result.status == "rejected":
+                found.add("submit:turn:empty_refused")
+        elif isinstance(op, CloseSession) and result.status == "ok" and op.sid not in turned:
+            found.add("session:close:before_turn")
     if stats.evicted_tokens > 0:
         found.add("stats:evicted")
     if any(stats.spec_accept_hist[:-1]):  # a verify accepted fewer than all drafts

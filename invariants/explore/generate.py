@@ -48,6 +48,9 @@ OVERLONG_PROB = 0.03
 BOS_PROB = 0.25  # turns that open with the tokenizer's BOS
 CONTINUE_PROB = 0.125  # streaming turns that only say "continue" (with BOS_PROB's: a quarter)
 SETTLE_PROB = 0.6  # streaming turns that first wait for the session's last one
+BOUNDARY_PROB = 0.15  # turns whose new input is a boundary length instead (_boundary_input)
+EMPTY_PROMPT_PROB = 0.01  # plain prompts sent empty (refused, 400, as SGLang does)
+CLOSE_AT_ONCE_PROB = 0.1  # sessions closed right after they open, before any turn
 
 
 def generate_trace(seed: int, steps: int, swarm: Swarm | None = None) -> Trace:
@@ -140,7 +143,7 @@ class _Generator:
         if kind == "advance_clock":
             return [AdvanceClock(seconds=float(rng.choice([0.5, 5.0, 30.0])))]
         if not self.sessions or (kind == "open_session" and len(self.sessions) < MAX_OPEN_SESSIONS):
-            return [self._open()]
+            return self._open_maybe_close()
         sid = list(self.sessions)[int(rng.integers(len(self.sessions)))]
         if kind == "close_session":
             del self.sessions[sid]
@@ -154,6 +157,15 @@ class _Generator:
         if kind == "wait_turn":
             ops.append(WaitFor(rids=[turn.rid], max_steps=WAIT_STEPS))
         return ops
+
+    def _open_maybe_close(self) -> list[Op]:
+        """An open; now and then the close right after it (a session that never had a turn),
+        drawn from the session id alone so that the seed's other draws stay as they were."""
+        opened = self._open()
+        if _own_rng(opened.sid, 8).random() >= CLOSE_AT_ONCE_PROB:
+            return [opened]
+        del self.sessions[opened.sid]
+        return [opened, CloseSession(sid=opened.sid)]
 
     def _open(self) -> OpenSession:
         sid = f"{self.prefix}s{self.num_sessions}"
@@ -177,6 +189,7 @@ class _Generator:
                 *head[: int(rng.integers(0, len(head) + 1))],
                 *rng.integers(0, 256, int(rng.integers(1, shape.suffix_max))).tolist(),
             ]
+        ids = self._boundary_input(rid, ids, sid is not None)
         session = None if sid is None else self._session_ref(sid)
         if sid is not None:
             self.last_turn[sid] = rid
@@ -211,6 +224,20 @@ class _Generator:
             ids = [BOS_ID] if rng.random() < 1 / 2 else [BOS_ID, *ids]
         return ids
 
+    def _boundary_input(self, rid: str, ids: list[int], turn: bool) -> list[int]:
+        """``ids``, or (drawn from the rid alone: the seed's other draws stay as they were) a
+        boundary length in their place: a turn of 0 or 1 tokens or of a page and either side
+        of it, a plain prompt of 0 (an empty input is refused, 400)."""
+        rng = _own_rng(rid, 7)
+        if not turn:
+            return [] if rng.random() < EMPTY_PROMPT_PROB else ids
+        if rng.random() >= BOUNDARY_PROB:
+            return ids
+        ps = self.swarm.engine.page_size
+        sizes = [0, 1] + [n for n in (ps - 1, ps, ps + 1) if 1 < n <= self.swarm.prompts.suffix_max]
+        n = sizes[int(rng.integers(len(sizes)))]
+        return rng.integers(0, 256, n).tolist()
+
     def _session_ref(self, sid: str) -> SessionRef:
         """Streaming turns append; plain-session turns name their parent, now and then with
         SGLang's offset / replace / drop_previous_output (some of which it rejects)."""
@@ -235,3 +262,8 @@ class _Generator:
         return Abort(
             phase=PHASES[int(self.rng.integers(len(PHASES)))], pick=int(self.rng.integers(64))
         )
+
+
+def _own_rng(name: str, stream: int) -> np.random.Generator:
+    """A draw of its own for one request or session (its name and a stream number)."""
+    return np.random.default_rng([*name.encode(), stream])

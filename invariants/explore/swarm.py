@@ -56,6 +56,9 @@ MIN_CONTEXT = 64  # the shortest context limit a seed runs with
 MAX_OPEN_SESSIONS = 3  # idle session slots pin KV: more would starve admission in small pools
 CALM_PROB = 0.15  # seeds with no fault ops at all: only traffic
 FEATURE_OFF_PROB = 0.3
+SESSION_RADIX_PROB = 0.35  # of the seeds whose cache allows session tags (radix, no SWA)
+RETRACT_INTERVALS = (1, 2, 3, 5)  # forwards between forced retracts (SGLang's default: 3)
+RUNNING_CAP_PROB = 0.25  # seeds with a max_running_requests below their request rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,8 @@ class Swarm:
             return "+" if on else "-"
 
         return (
-            f"ps{e.page_size} {e.cache} pool{e.max_total_tokens} overlap{sign(e.enable_overlap)} "
+            f"ps{e.page_size} {e.cache}{'+tags' if e.session_radix_cache else ''} "
+            f"pool{e.max_total_tokens} overlap{sign(e.enable_overlap)} "
             f"swa{sign(e.swa_tokens)} eagle{sign(e.speculative)} ops[{','.join(on)}]"
         )
 
@@ -110,7 +114,9 @@ def sample_axes(rng: np.random.Generator, tiny: bool = False) -> dict[str, Any]:
 def sample_swarm(seed: int) -> Swarm:
     """The configuration of ``seed`` (its own sub-streams: engine, weights, prompts)."""
     tiny = bool(np.random.default_rng([seed, 4]).random() < TINY_SHARE)
-    engine = sample_engine(np.random.default_rng([seed, 0]), tiny)
+    engine = sample_options(
+        sample_engine(np.random.default_rng([seed, 0]), tiny), np.random.default_rng([seed, 6])
+    )
     weights = sample_weights(np.random.default_rng([seed, 1]))
     if not engine.enable_streaming_session and np.random.default_rng([seed, 2]).random() < 0.5:
         weights = {k: (0.0 if k in FEATURES["sessions"] else w) for k, w in weights.items()}
@@ -157,6 +163,20 @@ def sample_engine(rng: np.random.Generator, tiny: bool = False) -> EngineSpec:
             "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2),
         }
     return EngineSpec.model_validate(fit_pools(fields))
+
+
+def sample_options(engine: EngineSpec, rng: np.random.Generator) -> EngineSpec:
+    """The options no matrix axis names, from a draw of their own (a seed's configuration
+    drawn before they were is otherwise unchanged): session tags over the radix tree where the
+    cache allows them (--enable-session-radix-cache), the forced retract's interval, a running
+    request cap from one request up. Every draw is taken whether used or not."""
+    radix, interval = rng.random() < SESSION_RADIX_PROB, rng.choice(RETRACT_INTERVALS)
+    capped, cap = rng.random() < RUNNING_CAP_PROB, int(rng.integers(1, engine.max_num_reqs + 1))
+    fields = engine.model_dump()
+    fields["session_radix_cache"] = radix and engine.cache == "radix" and not engine.swa_tokens
+    fields["test_retract_interval"] = int(interval) if engine.test_retract else 3
+    fields["max_running_requests"] = cap if capped else None
+    return EngineSpec.model_validate(fields)
 
 
 def fit_pools(fields: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,19 @@ def late_turn_tags(self: SessionRefs, session_id: str, generation: int, leaf: Tr
     self._advance(session_id, leaf)
 
 
+def root_becomes_frontier(self: SessionRefs, session_id: str, leaf: TreeNode) -> None:
+    """A turn whose insert cached nothing (shorter than a page: it ends at the root) makes the
+    root a frontier of its session: the root is tagged and counts a pair no eviction can
+    ever release."""
+    if leaf.id in self.frontiers.get(session_id, {}):  # fix: leaf is self.root or ...
+        return
+    above = self._nearest_frontier_above(session_id, leaf)
+    self._add_path(leaf, above, +1)
+    self._mark(session_id, leaf)
+    if above is not None:
+        self._unmark(session_id, above)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "session-radix-split-drops-refs",
@@ -57,5 +70,13 @@ MUTANTS: tuple[Mutant, ...] = (
         lambda: swap(SessionRefs, "register", late_turn_tags),
         "session-radix-tags.yaml",
         ids("session.closed_tags_nothing"),
+    ),
+    Mutant(
+        "session-radix-root-frontier",
+        "issue 32 item 1 (a turn shorter than a page inserts nothing)",
+        "a turn whose insert ends at the root makes the root its session's frontier",
+        lambda: swap(SessionRefs, "_advance", root_becomes_frontier),
+        "session-radix-root-frontier.yaml",
+        ids("tree.session_tags_on_cached_nodes"),
     ),
 )

@@ -46,7 +46,7 @@ class Submit(_Strict):
 
     op: Literal["submit"] = "submit"
     rid: str = Field(min_length=1)
-    input_ids: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    input_ids: list[Annotated[int, Field(ge=0)]]  # empty: refused (400), as SGLang does
     max_new_tokens: int = Field(ge=1)
     session: SessionRef | None = None
     return_logprob: bool = False

@@ -49,6 +49,8 @@ class Stepper:
             if op.rid in self.used:  # kvspec skips a reused rid
                 return []
             self.used.add(op.rid)
+            if not op.input_ids:  # refused (400) before any scheduler sees it, as kvspec does
+                return []
             message = message if self.rng is None else with_outputs(message, self.rng)
         return [self.driver.ask(message)]
 

@@ -107,6 +107,29 @@ def test_prompt_over_the_length_limit_is_aborted_before_memory() -> None:
     )
 
 
+def test_an_empty_input_is_refused_before_any_session_or_memory() -> None:
+    """No input tokens — a plain prompt or a session's turn — finishes at once with status
+    400 ("input_ids cannot be empty.", SGLang's GenerateReqInput), nothing generated, and the
+    session's history and the pools untouched: the next turn continues as if it never came."""
+    engine = _engine()
+    sid = engine.open_session(1000, "s")
+    first = engine.submit(_prompt(0, 6), session_params={"id": sid})
+    engine.run_until_idle()
+    engine.pop_result(first)
+    for params in (None, {"id": sid, "rid": first}):
+        result = engine.pop_result(engine.submit([], session_params=params))
+        assert (result.finish_reason.status_code, result.finish_reason.message) == (
+            400,
+            "input_ids cannot be empty.",
+        )
+        assert result.completion_tokens == 0 and result.prompt_tokens == 0
+    view = engine.state_view("step")
+    assert not view.req_pool.rows_in_use and not view.reqs
+    nxt = engine.submit([7, 8], session_params={"id": sid, "rid": first})
+    engine.run_until_idle()
+    assert engine.pop_result(nxt).prompt_tokens > 2  # the history came with it
+
+
 def test_abort_of_a_waiting_request_finishes_it_at_once() -> None:
     engine = _engine()
     rid = engine.submit(_prompt(0, 30))
