@@ -3,7 +3,9 @@
 Keeps: the trace means on a real engine what it means on kvspec's runner
 (``scenarios/trace_run.py``) — a reused rid is skipped, a ``wait_for`` that runs out of steps
 lets the trace go on (a client stops waiting; no failure), a drain that does not reach idle
-is the run's error (``not idle after``: liveness); every view is checked as it arrives, and
+is the run's error (``not idle after``: liveness), and a wait or drain in which requests are
+owed but none finishes for ``STALL_STEPS`` steps is a stall — the ``crash`` event,
+``engine.stall``, after its steps' views are checked; every view is checked as it arrives, and
 under ``stop_at_first`` no op runs after the first violating view (every invariant of that
 view is evaluated). A crash in the engine's own code is checked as the ``crash`` event, as
 kvspec's engine's crashes are; a refused op is the run's error, named with its op.
@@ -25,7 +27,39 @@ from invariants.targets.outcome import EngineFinding, TargetStats, crash_record
 from invariants.targets.views import to_state_view
 
 DRAIN_STEPS = 200_000  # a real engine's drain budget (kvspec's own: trace_run.drain_budget)
+STALL_STEPS = 4_096  # steps with requests unfinished and none finishing: a stall
+STALL_CHECK = 256  # steps between asks of which sent requests are unfinished
 CRASH = "crash"
+
+
+class Stalled(DriverError):
+    """Work was owed and no request finished for ``STALL_STEPS`` steps of a wait or the drain;
+    ``answers`` are the steps it took (checked before the stall is reported)."""
+
+    def __init__(self, message: str, answers: list[Answer]) -> None:
+        super().__init__(message)
+        self.answers = answers
+
+
+class _Progress:
+    """Which sent requests are unfinished, asked every ``STALL_CHECK`` steps of one wait or
+    drain: a stall when that set is non-empty and has not moved for ``STALL_STEPS``."""
+
+    def __init__(self, stepper: Stepper) -> None:
+        self.stepper, self.left, self.since = stepper, tuple[str, ...](), 0
+
+    def check(self, step: int, answers: list[Answer]) -> None:
+        """Raise ``Stalled`` (with ``answers``) once the unfinished set has sat still."""
+        if (step + 1) % STALL_CHECK:
+            return
+        left = tuple(self.stepper.unfinished(self.stepper.sent))
+        if left != self.left or not left:
+            self.left, self.since = left, step
+        elif step - self.since >= STALL_STEPS:
+            names = ", ".join(left[:8]) + (f" +{len(left) - 8}" if len(left) > 8 else "")
+            raise Stalled(
+                f"no request finished in {step - self.since} steps: unfinished {names}", answers
+            )
 
 
 class Stepper:
@@ -33,7 +67,7 @@ class Stepper:
     (a step's: the views of the state it left, and the engine's own checkers' ``findings``)."""
 
     def __init__(self, driver: LineDriver, seed: int, draws_outputs: bool) -> None:
-        self.driver, self.used = driver, set[str]()
+        self.driver, self.used, self.sent = driver, set[str](), list[str]()
         self.rng = output_rng(seed) if draws_outputs else None
         self.steps = 0
 
@@ -51,6 +85,7 @@ class Stepper:
             self.used.add(op.rid)
             if not op.input_ids:  # refused (400) before any scheduler sees it, as kvspec does
                 return []
+            self.sent.append(op.rid)
             message = message if self.rng is None else with_outputs(message, self.rng)
         return [self.driver.ask(message)]
 
@@ -64,22 +99,29 @@ class Stepper:
         answer = self.driver.ask({"op": "idle"})
         return answer if answer["result"] else None
 
+    def unfinished(self, rids: list[str]) -> list[str]:
+        return list(self.driver.ask({"op": "unfinished", "rids": rids})["result"])
+
     def wait_for(self, rids: list[str], max_steps: int) -> list[Answer]:
         answers: list[Answer] = []
-        for _ in range(max_steps):
-            if not self.driver.ask({"op": "unfinished", "rids": rids})["result"]:
+        progress = _Progress(self)
+        for step in range(max_steps):
+            if not self.unfinished(rids):
                 break
             answers.append(self.step())
+            progress.check(step, answers)
         return answers
 
     def drain(self, max_steps: int = DRAIN_STEPS) -> list[Answer]:
         """Step to idle; the last answer is the idle one."""
         answers: list[Answer] = []
-        for _ in range(max_steps):
+        progress = _Progress(self)
+        for step in range(max_steps):
             idle = self.idle()
             if idle is not None:
                 return [*answers, idle]
             answers.append(self.step())
+            progress.check(step, answers)
         raise DriverError(f"not idle after {max_steps} steps")
 
 
@@ -173,6 +215,11 @@ def _run_ops(stepper: Stepper, trace: Trace, check: _Checked, drive: Drive) -> i
         drive.stopped_at = index
         try:
             answers = stepper.drain() if op is None else stepper.apply(op)
+        except Stalled as exc:
+            if check(exc.answers):
+                return index
+            stall = {"kind": "stall", "error": "Stalled", "message": str(exc)}
+            raise EngineCrash(f"{_where(index, op)}: {exc}", stall) from None
         except EngineCrash as exc:
             raise EngineCrash(f"{_where(index, op)}: {exc}", exc.crash) from None
         except DriverError as exc:

@@ -174,9 +174,9 @@ def shown_counters(stats: TargetStats) -> dict[str, int]:
 def crash_record(crash: dict[str, Any]) -> CrashView:
     """A driver's crash record (``error``, ``message``, ``site``) as the crash view's entry:
     every real-engine crash is an ``exception`` (kvspec cannot tell an engine's accounting
-    error from another by its class)."""
+    error from another by its class), but a stall the stepper saw (``kind``: stall)."""
     site = crash.get("site", "")
     message = crash.get("message", "")
     if "line" in crash:
         message += f" [raised at {crash['line']}]"
-    return CrashView("exception", crash.get("error", ""), message, site=site)
+    return CrashView(crash.get("kind", "exception"), crash.get("error", ""), message, site=site)

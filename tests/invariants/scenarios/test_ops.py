@@ -89,7 +89,7 @@ def test_bad_trace_file_names_file_and_field(tmp_path: Path) -> None:
         json.dumps(
             {
                 "version": 1,
-                "ops": [{"op": "submit", "rid": "a", "input_ids": [], "max_new_tokens": 1}],
+                "ops": [{"op": "submit", "rid": "a", "input_ids": [-1], "max_new_tokens": 1}],
             }
         )
     )
