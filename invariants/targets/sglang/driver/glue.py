@@ -267,9 +267,7 @@ class Glue:
             extend = len(req.full_untruncated_fill_ids) - req.prefix_len
             need = ceil_to(extend, page) + self._owed(req)
             if need > room or (new and extend > budget):
-                if not new and not self.running:
-                    raise RuntimeError(f"pool too small for request {req.rid} ({need} tokens)")
-                break
+                break  # nothing running and the head cannot fit: it waits, as SGLang's does
             self.waiting.pop(0)
             req.extend_end = len(req.full_untruncated_fill_ids)
             req.lock = cache.lock(req.last_node)  # what PrefillAdder does
