@@ -17,7 +17,7 @@ trace (the count is of iterations, never of time).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.engine import SchedulerStall
@@ -69,9 +69,13 @@ def progress_count(engine: Any) -> tuple[int, int]:
 
 
 def _rids(reqs: list[Any]) -> str:
-    names = [r.rid for r in reqs[:NAMED]]
-    more = f" +{len(reqs) - NAMED}" if len(reqs) > NAMED else ""
-    return f"{len(reqs)} [{', '.join(names)}{more}]"
+    return f"{len(reqs)} [{named([r.rid for r in reqs])}]"
 
 
-__all__ = ["STALL_ITERATIONS", "ProgressWatch", "progress_count"]
+def named(rids: Sequence[str]) -> str:
+    """The first ``NAMED`` ids, comma-separated, and how many more (a stall's message)."""
+    more = f" +{len(rids) - NAMED}" if len(rids) > NAMED else ""
+    return ", ".join(rids[:NAMED]) + more
+
+
+__all__ = ["STALL_ITERATIONS", "ProgressWatch", "named", "progress_count"]

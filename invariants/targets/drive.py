@@ -21,6 +21,7 @@ from typing import Any
 from engine.view import CrashView, StateView
 from invariants.checking.checker import Checker
 from invariants.scenarios.ops import Idle, Op, Step, Submit, Trace, WaitFor, op_label
+from invariants.scenarios.watchdog import named
 from invariants.targets.driver import Answer, DriverError, EngineCrash, LineDriver
 from invariants.targets.ops import op_message, output_rng, with_outputs
 from invariants.targets.outcome import EngineFinding, TargetStats, crash_record
@@ -56,9 +57,9 @@ class _Progress:
         if left != self.left or not left:
             self.left, self.since = left, step
         elif step - self.since >= STALL_STEPS:
-            names = ", ".join(left[:8]) + (f" +{len(left) - 8}" if len(left) > 8 else "")
             raise Stalled(
-                f"no request finished in {step - self.since} steps: unfinished {names}", answers
+                f"no request finished in {step - self.since} steps: unfinished {named(left)}",
+                answers,
             )
 
 
