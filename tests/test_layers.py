@@ -31,12 +31,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("=invariants", "invariants.checking", "invariants.terminal", "invariants.machine"),
     ("invariants.checked_server",),  # `kvspec serve`'s app: an engine with the checker attached
     ("invariants.scenarios",),  # specs → op traces → checked runs
+    ("invariants.fleet",),  # workers (local, Ray actors) and the journal that survives a kill
     ("invariants.explore",),  # seeds, coverage, shrinking, replay on kvspec's engine
     # the real engines: the engine-neutral core, then one folder per engine, then the registry's
     # users (the core reaches a folder only through registry.Target.adapter(), at run time)
     ("invariants.targets", "invariants.targets.driverlib"),
     ("invariants.targets.sglang", "invariants.targets.sglang_scheduler", "invariants.targets.vllm"),
     ("invariants.targets.sglang_server",),  # the real server over the scheduler target's venvs
+    ("invariants.campaigns",),  # `kvspec campaign`: targets × releases × budgets, one table
     ("invariants.bench",),  # speed: kvspec's engine, the kernels, the real targets
     ("invariants.report", "invariants.mutants"),  # report → target rows; mutants → explore
     ("invariants.cli",),

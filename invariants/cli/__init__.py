@@ -27,6 +27,7 @@ from invariants.cli import (  # noqa: F401 - registers the commands
     targets,
 )
 from invariants.cli.app import app
+from invariants.fleet import FleetError, JournalError
 from invariants.scenarios.ops import TraceError
 from invariants.scenarios.spec import SpecError
 from invariants.targets.driver import AdapterDrift, TargetUnavailable
@@ -42,6 +43,8 @@ USER_ERRORS = (
     TargetUnavailable,
     AdapterDrift,
     UnknownTarget,
+    JournalError,
+    FleetError,
 )
 
 

@@ -27,7 +27,7 @@ from invariants.cli.app import (
     target_options,
     use_crosscheck,
 )
-from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, explore
+from invariants.explore import DEFAULT_SEEDS, DEFAULT_STEPS, FAILURE_DIR, ExploreReport, explore
 from invariants.explore.report import print_report, write_report_json
 from invariants.targets.explore import DEFAULT_SEEDS as REAL_SEEDS
 from invariants.targets.explore import DEFAULT_STEPS as REAL_STEPS
@@ -55,8 +55,35 @@ Steps = Annotated[
         f"a real target: {REAL_STEPS}).",
     ),
 ]
-Workers = Annotated[int, typer.Option(min=1, help="Worker processes (results stay in seed order).")]
-Out = Annotated[Path, typer.Option(help="Where shrunk failing traces are written.")]
+Workers = Annotated[
+    int,
+    typer.Option(min=1, help="Worker processes, or Ray actors (default on Ray: one per CPU)."),
+]
+Out = Annotated[
+    Path, typer.Option(help="Where the journal, the report and the failing traces are written.")
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        help="Run on Ray actors: a cluster's address, auto, or local (a fresh local instance; "
+        "needs the kvspec[ray] extra)."
+    ),
+]
+Deterministic = Annotated[
+    bool | None,
+    typer.Option(
+        "--deterministic/--streamed",
+        help="Generations behind a barrier, the same report for any workers (default), or "
+        "runs issued as others finish from the corpus as it stands (default on Ray).",
+    ),
+]
+Resume = Annotated[
+    Path | None,
+    typer.Option(
+        help="Continue the campaign journaled in this folder where it stopped (its seeds, "
+        "steps and target come from its journal; finished runs are not run again)."
+    ),
+]
 
 explore_app = typer.Typer(
     **PLAIN_HELP, help="Seed-driven simulation (engine), or one memory-layer cell (memory)."
@@ -83,53 +110,81 @@ def explore_engine(
         Path | None, typer.Option("--json", help="The campaign's JSON (default: OUT/report.json).")
     ] = None,
     crosscheck: CrossCheck = False,
+    ray_address: RayAddress = None,
+    deterministic: Deterministic = None,
+    resume: Resume = None,
 ) -> None:
     """Run a coverage-guided campaign of SEEDS runs (half fresh seeds — each a swarm
     configuration and a generated trace — then mutants of the runs that reached a new
     (event, feature) pair or engine arc), each checked at every event; shrink each distinct
-    failure, write it to OUT, print its replay command and what the campaign reached."""
+    failure, write it to OUT, print its replay command and what the campaign reached. Every
+    result is journaled in OUT as it arrives: a killed campaign continues with --resume OUT."""
     if ctx.invoked_subcommand is not None:
         return
     use_crosscheck(crosscheck)
+    fleet = (workers, ray_address)
+    if resume is not None:
+        raise typer.Exit(_resume(resume, fleet, coverage))
     target = chosen_target(target, ("kvspec", *EXPLORED))
     if target != "kvspec":
-        runs = (seeds or REAL_SEEDS, steps or REAL_STEPS, seed_start, workers)
+        runs = (seeds or REAL_SEEDS, steps or REAL_STEPS, seed_start, fail_fast)
         options = target_options(target_python, target_version)
-        raise typer.Exit(_explore_real(target, runs, out, fail_fast, options))
+        raise typer.Exit(_explore_real(target, runs, out, fleet, options))
     seeds, steps = seeds or DEFAULT_SEEDS, steps or DEFAULT_STEPS
     report = explore(
-        seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out
-    )
-    print_report(report, steps, workers, echo=typer.echo)
-    typer.echo(f"wrote {write_report_json(report, steps, json_out or out / 'report.json')}")
+        seeds, steps, seed_start=seed_start, workers=workers, fail_fast=fail_fast, out_dir=out,
+        ray_address=ray_address, deterministic=deterministic,
+    )  # fmt: skip
+    raise typer.Exit(_engine_verdict(report, steps, json_out or out / "report.json", coverage))
+
+
+def _engine_verdict(report: ExploreReport, steps: int, json_out: Path, coverage: bool) -> int:
+    """The engine explorer's report printed and written: 1 failing, 3 a goal unmet, else 0."""
+    print_report(report, steps, echo=typer.echo)
+    typer.echo(f"wrote {write_report_json(report, steps, json_out)}")
     if report.failed:
-        raise typer.Exit(1)
-    raise typer.Exit(UNMET_COVERAGE if coverage and report.unmet else 0)
+        return 1
+    return UNMET_COVERAGE if coverage and report.unmet else 0
+
+
+def _resume(out: Path, fleet: tuple[int, str | None], coverage: bool) -> int:
+    """Continue the campaign (the engine's or a real target's) journaled in ``out``."""
+    from invariants.explore import resume
+    from invariants.fleet import Journal
+    from invariants.targets.streamed import resume_real
+    from invariants.targets.text import explore_lines, target_flags
+
+    header = Journal.resume(out).header
+    if header["kind"] == "explore":
+        report = resume(out, *fleet)
+        return _engine_verdict(report, header["steps"], out / "report.json", coverage)
+    real = resume_real(out, *fleet)
+    flags = target_flags(real.target, target_options(header["python"], header["version"]))
+    for line in explore_lines(real, header["steps"], flags):
+        typer.echo(line)
+    return 1 if real.failed else 0
 
 
 def _explore_real(
     name: str,
-    runs: tuple[int, int, int, int],
+    runs: tuple[int, int, int, bool],
     out: Path,
-    fail_fast: bool,
+    fleet: tuple[int, str | None],
     options: TargetOptions,
 ) -> int:
-    """A real engine's exploration (``runs``: seeds, steps, first seed, workers): 0 clean,
+    """A real engine's exploration (``runs``: seeds, steps, first seed, fail fast): 0 clean,
     1 a failing seed (no venv: kvspec's main says so, exit 2)."""
-    from invariants.targets.explore import RealTarget, explore_real
+    from invariants.targets.explore import RealTarget
+    from invariants.targets.streamed import explore_real
     from invariants.targets.text import explore_lines, target_flags
 
-    seeds, steps, seed_start, workers = runs
+    seeds, steps, seed_start, fail_fast = runs
+    workers, ray_address = fleet
     report = explore_real(
-        RealTarget(name, options),
-        seeds,
-        steps,
-        seed_start=seed_start,
-        workers=workers,
-        fail_fast=fail_fast,
-        out_dir=out,
-    )
-    for line in explore_lines(report, steps, workers, target_flags(name, options)):
+        RealTarget(name, options), seeds, steps, seed_start=seed_start, workers=workers,
+        fail_fast=fail_fast, out_dir=out, ray_address=ray_address,
+    )  # fmt: skip
+    for line in explore_lines(report, steps, target_flags(name, options)):
         typer.echo(line)
     return 1 if report.failed else 0
 

@@ -7,9 +7,10 @@ written as a JSON trace that `kvspec replay` reproduces. Modules: swarm.py (per-
 configuration and op mix), generate.py (the trace: safety → drain → idle), features.py
 ((event, feature) pairs and the `sometimes` goals), branches.py (the engine arcs a run
 executed), mutate.py (mutants of a kept trace), campaign.py (fresh seeds, then generations of
-mutants; the corpus), ddmin.py (`shrink`), explorer.py (the campaign on workers, findings),
-parallel.py (the workers' spawn pool), replay.py (first violation and the state-view diff),
-report.py (the printed report and its JSON).
+mutants; the corpus), ddmin.py (`shrink`), explorer.py (a run, a shrink, a finding),
+streamed.py (the campaign on a fleet of workers, journaled as it goes: `--resume`),
+parallel.py (a spawn pool for the report's and the gate's work), replay.py (first violation
+and the state-view diff), report.py (the printed report and its JSON).
 """
 
 from invariants.explore.ddmin import shrink
@@ -19,13 +20,13 @@ from invariants.explore.explorer import (
     FAILURE_DIR,
     ExploreReport,
     Finding,
-    explore,
     fails_like,
     failure_key,
     run_seed,
 )
 from invariants.explore.generate import generate_trace
 from invariants.explore.replay import Replay, replay, view_diff
+from invariants.explore.streamed import explore, resume
 
 __all__ = [
     "DEFAULT_SEEDS",
@@ -39,6 +40,7 @@ __all__ = [
     "failure_key",
     "generate_trace",
     "replay",
+    "resume",
     "run_seed",
     "shrink",
     "view_diff",

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +68,16 @@ class RunResult:
     @property
     def goals(self) -> frozenset[str]:
         return goals_of(self.features)
+
+    def record(self) -> dict[str, Any]:
+        """The result as a journal record (JSON)."""
+        record = {f.name: getattr(self, f.name) for f in fields(self)}
+        return record | {"features": sorted(self.features), "arcs": sorted(self.arcs)}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> RunResult:
+        sets = {"features": frozenset(record["features"]), "arcs": frozenset(record["arcs"])}
+        return cls(**(record | sets))
 
 
 def failure_key(outcome: TraceOutcome) -> str | None:
@@ -159,6 +170,11 @@ class Campaign:
     @property
     def done(self) -> bool:
         return self.issued >= self.budget
+
+    def next_one(self) -> Run:
+        """One run, drawn from the corpus as it stands now (the streamed mode: no barrier;
+        the campaign then depends on the order results arrived in)."""
+        return self._next_run(np.random.default_rng([self.seed_start, self.issued, 1]))
 
     def next_generation(self) -> list[Run]:
         """The next runs (fresh seeds, then mutants); call after taking every earlier result."""

@@ -11,18 +11,15 @@ key, so it cannot slide to another bug.
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from invariants.checking.loader import Catalog, shipped_catalog
-from invariants.explore.campaign import Campaign, Run, RunResult, failure_key, run_one
-from invariants.explore.ddmin import SHRINK_BUDGET, shrink_counted
+from invariants.explore.campaign import Run, RunResult, failure_key, run_one
+from invariants.explore.ddmin import shrink_counted
 from invariants.explore.features import REQUIRED
-from invariants.explore.parallel import spawn_pool
 from invariants.scenarios.ops import Trace
 from invariants.scenarios.trace_run import TraceOutcome, run_trace
 
@@ -61,6 +58,14 @@ class Finding:
     shrink_runs: int
     name: str = ""
 
+    def record(self) -> dict[str, Any]:
+        """The finding as a journal record (JSON)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"path": str(self.path)}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Finding:
+        return cls(**(record | {"path": Path(record["path"])}))
+
 
 @dataclass(slots=True)
 class ExploreReport:
@@ -70,6 +75,8 @@ class ExploreReport:
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
     corpus: int = 0  # runs kept for reaching something new
+    infra: list[str] = field(default_factory=list)  # runs no worker could finish, and why
+    where: str = "this process"  # the fleet it ran on
 
     @property
     def failed(self) -> list[RunResult]:
@@ -97,71 +104,17 @@ class ExploreReport:
         return frozenset().union(*(r.arcs for r in self.results))
 
 
-def explore(
-    seeds: int = DEFAULT_SEEDS,
-    steps: int = DEFAULT_STEPS,
-    *,
-    seed_start: int = 0,
-    workers: int = 1,
-    fail_fast: bool = False,
-    out_dir: Path = FAILURE_DIR,
-    max_shrunk: int = MAX_SHRUNK,
-    shrink_budget: int = SHRINK_BUDGET,
-) -> ExploreReport:
-    """Run a campaign of ``seeds`` runs from ``seed_start`` (``workers`` processes), then
-    shrink the first failing run of each distinct failure key (at most ``max_shrunk``) into
-    ``out_dir``."""
-    start = time.perf_counter()
-    campaign = Campaign(seeds, steps, seed_start)
-    report = ExploreReport()
-    for result in campaign_results(campaign, workers):
-        report.results.append(result)
-        if fail_fast and result.failure is not None:
-            break
-    keys: set[str] = set()
-    for result in report.failed:
-        if result.failure not in keys and len(keys) < max_shrunk and result.failure != "config":
-            keys.add(result.failure)  # type: ignore[arg-type]
-            trace = campaign.trace_of(result.index)
-            report.findings.append(shrink_run(result, trace, out_dir, shrink_budget))
-    report.corpus = len(campaign.corpus)
-    report.seconds = time.perf_counter() - start
-    return report
-
-
-def campaign_results(campaign: Campaign, workers: int) -> Iterator[RunResult]:
-    """Every run's result in run order, generation by generation (each generation's results
-    taken into the campaign before the next is drawn), on one pool of ``workers``."""
-    work = functools.partial(run_one, steps=campaign.steps)
-    with ExitStack() as stack:
-        pool = stack.enter_context(spawn_pool(workers)) if workers > 1 else None
-        while not campaign.done:
-            runs = campaign.next_generation()
-            results = list(pool.map(work, runs) if pool is not None else map(work, runs))
-            campaign.take(results)
-            yield from results
-
-
-def shrink_run(
-    result: RunResult, trace: Trace, out_dir: Path, budget: int = SHRINK_BUDGET
-) -> Finding:
-    """Shrink the failing ``trace`` of ``result`` and write it as ``seed-<n>[-m<i>].json``."""
-    assert result.failure is not None
+def shrink_failing(arg: tuple[Trace, str, int]) -> tuple[Trace, int, int]:
+    """A fleet task: the failing ``trace`` cut after its first violation and shrunk keeping
+    its failure ``key`` (at most ``budget`` runs) → (small trace, runs, ops before)."""
+    trace, key, budget = arg
     outcome = check_trace(trace)
     if outcome.stopped_at is not None and outcome.stopped_at < len(trace.ops):
         trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])  # later ops never ran
-    small, runs = shrink_counted(trace, fails_like(result.failure), budget=budget)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = result.name.replace(" ", "-")
-    path = out_dir / f"{stem}.json"
-    small.model_copy(update={"name": f"explore-{stem}-shrunk"}).save(path)
-    return Finding(
-        result.seed,
-        result.failure,
-        result.detail,
-        path,
-        result.ops,
-        len(small.ops),
-        runs,
-        result.name,
-    )
+    small, runs = shrink_counted(trace, fails_like(key), budget=budget)
+    return small, runs, len(trace.ops)
+
+
+def run_task(arg: tuple[Run, int]) -> RunResult:
+    """A fleet task: one campaign run (``run_one`` of (run, steps))."""
+    return run_one(*arg)

@@ -16,12 +16,13 @@ from typing import Any
 
 from invariants.explore.explorer import ExploreReport
 from invariants.explore.features import REQUIRED
+from invariants.fleet import write_atomic
 
 Echo = Callable[[str], None]
 MAX_LISTED = 20  # failing runs listed one by one
 
 
-def print_report(report: ExploreReport, steps: int, workers: int, echo: Echo = print) -> None:
+def print_report(report: ExploreReport, steps: int, echo: Echo = print) -> None:
     """The whole report, in run order."""
     failed = report.failed
     for r in failed[:MAX_LISTED]:
@@ -30,9 +31,11 @@ def print_report(report: ExploreReport, steps: int, workers: int, echo: Echo = p
         echo(f"... {len(failed) - MAX_LISTED} more failing runs")
     runs = len(report.results)
     echo(
-        f"explored {runs} runs x {steps} steps in {report.seconds:.1f} s ({workers} worker"
-        f"{'s' if workers > 1 else ''}): {len(failed)} failing"
+        f"explored {runs} runs x {steps} steps in {report.seconds:.1f} s ({report.where}): "
+        f"{len(failed)} failing"
     )
+    for why in report.infra:
+        echo(f"infrastructure error (not a finding): {why}")
     echo(
         f"reached {len(report.features)} (event, feature) pairs and {len(report.arcs)} engine "
         f"arcs; {report.corpus} runs kept for reaching something new"
@@ -69,6 +72,8 @@ def report_json(report: ExploreReport, steps: int) -> dict[str, Any]:
         "runs": len(report.results),
         "steps": steps,
         "seconds": round(report.seconds, 2),
+        "where": report.where,
+        "infra": report.infra,
         "failing": [
             {"run": r.name, "label": r.label, "failure": r.failure, "detail": r.detail}
             for r in report.failed
@@ -90,6 +95,4 @@ def report_json(report: ExploreReport, steps: int) -> dict[str, Any]:
 
 
 def write_report_json(report: ExploreReport, steps: int, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report_json(report, steps), indent=2) + "\n", encoding="utf-8")
-    return path
+    return write_atomic(path, json.dumps(report_json(report, steps), indent=2) + "\n")

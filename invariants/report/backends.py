@@ -10,16 +10,15 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from types import ModuleType
 
+from invariants.fleet import FleetError, import_ray
 from invariants.report.cells import ReportCell, run_cell
 from invariants.report.model import CellResult
 
 Progress = Callable[[CellResult], None]  # called as each cell finishes
 
 
-class BackendError(RuntimeError):
-    """A backend cannot run (Ray not installed, cluster unreachable)."""
+BackendError = FleetError  # a backend cannot run (Ray not installed, cluster unreachable)
 
 
 def run_cells(
@@ -78,14 +77,3 @@ def run_on_ray(
     finally:
         if started_here:
             ray.shutdown()
-
-
-def import_ray() -> ModuleType:
-    """The ray module, or a clear error naming the extra that provides it."""
-    try:
-        import ray
-    except ImportError:
-        raise BackendError(
-            "--ray-address needs Ray, which is not installed: pip install 'kvspec[ray]'"
-        ) from None
-    return ray

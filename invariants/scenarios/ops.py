@@ -173,15 +173,18 @@ class Trace(_Strict):
     ops: list[Op] = []
 
     def save(self, path: str | Path) -> None:
-        """Write the trace as JSON (one op per line, so diffs and reviews read well)."""
+        """Write the trace as JSON (``text``)."""
+        Path(path).write_text(self.text(), encoding="utf-8")
+
+    def text(self) -> str:
+        """The trace as JSON, one op per line (so diffs and reviews read well)."""
         head = self.model_dump(mode="json", exclude={"ops"})
         ops = ",\n".join(
             "    " + json.dumps(OP_ADAPTER.dump_python(op, mode="json")) for op in self.ops
         )
-        text = json.dumps(head, indent=2)[:-2] + (
+        return json.dumps(head, indent=2)[:-2] + (
             ',\n  "ops": [\n' + ops + "\n  ]\n}\n" if ops else ',\n  "ops": []\n}\n'
         )
-        Path(path).write_text(text, encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> Trace:

@@ -16,18 +16,15 @@ and the exception's class); shrinking keeps the key.
 
 from __future__ import annotations
 
-import functools
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from engine.errors import ConfigError
 from invariants.checking.loader import shipped_catalog
 from invariants.explore.ddmin import shrink_counted
 from invariants.explore.explorer import Finding  # the engine explorer's: a shrunk failure
 from invariants.explore.generate import generate_trace
-from invariants.explore.parallel import map_in_order
 from invariants.scenarios.ops import Trace
 from invariants.targets.driver import LineDriver
 from invariants.targets.outcome import TargetOutcome
@@ -139,62 +136,29 @@ class ExploreReport:
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
     first_failure_s: float | None = None  # from the start to the first failing seed's result
+    infra: list[str] = field(default_factory=list)  # seeds no worker could finish, and why
+    where: str = "this process"
 
     @property
     def failed(self) -> list[SeedRun]:
         return [r for r in self.results if r.key is not None and r.key != "config"]
 
 
-def explore_real(
-    target: RealTarget,
-    seeds: int = DEFAULT_SEEDS,
-    steps: int = DEFAULT_STEPS,
-    *,
-    seed_start: int = 0,
-    workers: int = 1,
-    fail_fast: bool = False,
-    out_dir: Path = Path("explore-failures"),
-    max_shrunk: int = 3,
-    shrink_budget: int = SHRINK_BUDGET,
-) -> ExploreReport:
-    """Seeds ``seed_start …`` on ``target``, then each distinct failure key's first seed shrunk
-    into ``out_dir`` (at most ``max_shrunk``); ``TargetUnavailable`` before any seed runs
-    when no driver starts."""
-    start = time.perf_counter()
-    report = ExploreReport(target.name, driver_for(target.name, target.options).version)
-    run = functools.partial(run_seed, steps=steps, target=target)
-    for result in map_in_order(run, range(seed_start, seed_start + seeds), workers):
-        report.results.append(result)
-        if result in report.failed and report.first_failure_s is None:
-            report.first_failure_s = time.perf_counter() - start
-            if fail_fast:
-                break
-    keys: set[str] = set()
-    for result in report.failed:
-        if result.key not in keys and len(keys) < max_shrunk:
-            keys.add(str(result.key))
-            report.findings.append(shrink_seed(target, result, steps, out_dir, shrink_budget))
-    report.seconds = time.perf_counter() - start
-    return report
+def seed_task(arg: tuple[int, int, RealTarget]) -> SeedRun:
+    """A fleet task: ``run_seed`` of (seed, steps, target)."""
+    return run_seed(*arg)
 
 
-def shrink_seed(
-    target: RealTarget, result: SeedRun, steps: int, out_dir: Path, budget: int = SHRINK_BUDGET
-) -> Finding:
-    """The failing trace of ``result``'s seed, shrunk (same key), as ``<target>-seed-<n>.json``:
-    on the target's faster twin where the key holds there too (the result confirmed here),
-    else here, within the target's own shrink budget."""
-    trace = target.trace(result.seed, steps)
+def shrink_task(arg: tuple[RealTarget, int, str, int, int]) -> tuple[Trace, int, int]:
+    """A fleet task: the failing trace of a seed (target, seed, key, steps, budget), cut after
+    its first failure and shrunk keeping its key → (small trace, runs, ops before)."""
+    target, seed, key, steps, budget = arg
+    trace = target.trace(seed, steps)
     outcome = target.run(trace)
     if outcome.stopped_at is not None and outcome.stopped_at < len(trace.ops):
         trace = trace.with_ops(trace.ops[: outcome.stopped_at + 1])  # later ops never ran
-    small, runs = _shrunk(target, trace, str(result.key), budget)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{target.name}-seed-{result.seed}.json"
-    small.model_copy(update={"name": f"{target.name}-seed-{result.seed}-shrunk"}).save(path)
-    return Finding(
-        result.seed, str(result.key), result.detail, path, len(trace.ops), len(small.ops), runs
-    )
+    small, runs = _shrunk(target, trace, key, budget)
+    return small, runs, len(trace.ops)
 
 
 def _shrunk(target: RealTarget, trace: Trace, key: str, budget: int) -> tuple[Trace, int]:

@@ -49,7 +49,7 @@ def unsupported_line(name: str, outcome: TargetOutcome) -> str:
     return f"{name}: not supported by the {outcome.target} target: {'; '.join(outcome.unsupported)}"
 
 
-def explore_lines(report: ExploreReport, steps: int, workers: int, flags: str) -> list[str]:
+def explore_lines(report: ExploreReport, steps: int, flags: str) -> list[str]:
     """An exploration: the failing seeds, the verdict line, each shrunk finding with its
     replay command."""
     entry = registered(report.target)
@@ -57,9 +57,10 @@ def explore_lines(report: ExploreReport, steps: int, workers: int, flags: str) -
     first = "" if report.first_failure_s is None else f"; first at {report.first_failure_s:.1f}s"
     lines.append(
         f"explored {len(report.results)} seeds x {steps} steps on {entry.engine} "
-        f"{report.version} ({entry.runs}) in {report.seconds:.1f}s ({workers} workers): "
+        f"{report.version} ({entry.runs}) in {report.seconds:.1f}s ({report.where}): "
         f"{len(report.failed)} failing{first}"
     )
+    lines += [f"infrastructure error (not a finding): {why}" for why in report.infra]
     lines += [
         f"finding {f.key} (seed {f.seed}): shrunk {f.original_ops} -> {f.shrunk_ops} ops in "
         f"{f.shrink_runs} runs\n  replay: kvspec replay {f.path} {flags}"

@@ -23,12 +23,13 @@ from invariants.scenarios.matrix import default_spec_paths
 from invariants.scenarios.ops import Trace
 from invariants.scenarios.spec import load_spec
 from invariants.targets.driver import AdapterDrift, LineDriver, TargetUnavailable
-from invariants.targets.explore import RealTarget, explore_real, failure_key
+from invariants.targets.explore import RealTarget, failure_key
 from invariants.targets.outcome import TargetOutcome, disagreements
 from invariants.targets.registry import TargetOptions, target
 from invariants.targets.run import run_spec, run_trace
 from invariants.targets.sglang_scheduler.bisect import finding_name
 from invariants.targets.sglang_scheduler.releases import ROOT, SchedulerDriver, installed_versions
+from invariants.targets.streamed import explore_real
 
 TARGET = target("sglang-scheduler")
 PAGES = re.compile(r"pages?\b[^\[]*\[([\d, ]+)\]")  # the census's "... pages ...: [3, 7]"

@@ -91,8 +91,9 @@ def test_specs_vllm_cannot_express_are_said_unsupported() -> None:
 def test_the_explorer_runs_seeds_and_a_failing_trace_replays(tmp_path) -> None:
     """`kvspec explore --target vllm`: seeds of drawn configurations (SWA groups among them)
     run clean on 0.33.0, and a seed's trace replays to the same verdict."""
-    from invariants.targets.explore import RealTarget, explore_real
+    from invariants.targets.explore import RealTarget
     from invariants.targets.replay import replay_on
+    from invariants.targets.streamed import explore_real
     from invariants.targets.vllm.adapter import swarm
 
     explored = RealTarget("vllm")
