@@ -15,10 +15,12 @@ import typer
 import yaml
 
 from engine.errors import ConfigError
+from invariants.campaigns.config import CampaignError
 from invariants.checking.loader import CatalogError
 from invariants.cli import (  # noqa: F401 - registers the commands
     bench,
     bugs,
+    campaign,
     catalog,
     explore,
     report,
@@ -45,6 +47,7 @@ USER_ERRORS = (
     UnknownTarget,
     JournalError,
     FleetError,
+    CampaignError,
 )
 
 

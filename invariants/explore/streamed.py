@@ -212,7 +212,25 @@ def explore(
     actors at ``ray_address``), journaled in ``out_dir``; shrink the first failing run of each
     distinct failure key (at most ``max_shrunk``) into ``out_dir``. ``deterministic`` (default:
     unless on Ray): generations with a barrier, the same report for any number of workers."""
-    header = {
+    on_ray = ray_address is not None
+    header = explore_header(
+        seeds, steps, seed_start, fail_fast, max_shrunk, shrink_budget,
+        not on_ray if deterministic is None else deterministic,
+    )  # fmt: skip
+    return run_journaled(Journal.start(out_dir, header), workers, ray_address)
+
+
+def explore_header(
+    seeds: int = DEFAULT_SEEDS,
+    steps: int = DEFAULT_STEPS,
+    seed_start: int = 0,
+    fail_fast: bool = False,
+    max_shrunk: int = MAX_SHRUNK,
+    shrink_budget: int = SHRINK_BUDGET,
+    deterministic: bool = True,
+) -> dict[str, object]:
+    """What the journal says the campaign is (all a resume needs)."""
+    return {
         "kind": "explore",
         "seeds": seeds,
         "steps": steps,
@@ -220,9 +238,8 @@ def explore(
         "fail_fast": fail_fast,
         "max_shrunk": max_shrunk,
         "shrink_budget": shrink_budget,
-        "deterministic": ray_address is None if deterministic is None else deterministic,
+        "deterministic": deterministic,
     }
-    return run_journaled(Journal.start(out_dir, header), workers, ray_address)
 
 
 def resume(out_dir: Path, workers: int = 1, ray_address: str | None = None) -> ExploreReport:

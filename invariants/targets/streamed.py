@@ -49,7 +49,21 @@ def explore_real(
     ``ray_address``), journaled in ``out_dir``; each distinct failure key's first seed shrunk
     there (at most ``max_shrunk``); ``TargetUnavailable`` before any seed runs when no driver
     starts."""
-    header = {
+    header = real_header(target, seeds, steps, seed_start, fail_fast, max_shrunk, shrink_budget)
+    return _journaled(Journal.start(out_dir, header), workers, ray_address)
+
+
+def real_header(
+    target: RealTarget,
+    seeds: int = DEFAULT_SEEDS,
+    steps: int = DEFAULT_STEPS,
+    seed_start: int = 0,
+    fail_fast: bool = False,
+    max_shrunk: int = 3,
+    shrink_budget: int = SHRINK_BUDGET,
+) -> dict[str, object]:
+    """What the journal says the exploration is (all a resume needs)."""
+    return {
         "kind": "explore-real",
         "target": target.name,
         "python": target.options.python,
@@ -61,7 +75,6 @@ def explore_real(
         "max_shrunk": max_shrunk,
         "shrink_budget": shrink_budget,
     }
-    return _journaled(Journal.start(out_dir, header), workers, ray_address)
 
 
 def resume_real(out_dir: Path, workers: int = 1, ray_address: str | None = None) -> ExploreReport:
