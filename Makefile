@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# the CPU wheel that these machines provide; an unpinned torch pulls CUDA packages
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# ray: `--ray-address` (explore, campaign, report) and its tests on a local cluster
+	$(PY) -m pip install --quiet -e '.[dev,ray]'
 	touch $(STAMP)
 
 # every spec × its matrix cells and the memory-layer cells, one worker per CPU; prints the table,

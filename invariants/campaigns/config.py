@@ -30,7 +30,6 @@ from invariants.targets.explore import DEFAULT_SEEDS as REAL_SEEDS
 from invariants.targets.explore import DEFAULT_STEPS as REAL_STEPS
 from invariants.targets.registry import NAMES, TargetOptions
 from invariants.targets.registry import target as registered
-from invariants.targets.sglang_scheduler.releases import installed_versions
 
 ENGINE = "kvspec"  # kvspec's own engine: the coverage-guided explorer
 
@@ -124,9 +123,9 @@ def expand(spec: CampaignSpec, job: JobSpec) -> list[Job]:
         raise CampaignError("releases and python are exclusive: one names the interpreter")
     releases: list[str | None] = [None]
     if job.releases == "installed":
-        releases = list(installed_versions())
+        releases = list(registered(job.target).installed_releases())
         if not releases:
-            raise CampaignError("releases: installed, but none is built: make sglang-env")
+            raise CampaignError(f"releases: installed, but no release of {job.target} is built")
     elif job.releases is not None:
         releases = list(job.releases)
     engine = job.target == ENGINE

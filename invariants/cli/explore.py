@@ -85,6 +85,13 @@ Resume = Annotated[
     ),
 ]
 
+SeedStart = Annotated[int, typer.Option(min=0, help="The first seed.")]
+FailFast = Annotated[bool, typer.Option(help="Stop at the first failing seed.")]
+Coverage = Annotated[bool, typer.Option(help="Exit 3 if a sometimes goal was never met.")]
+JsonOut = Annotated[
+    Path | None, typer.Option("--json", help="The campaign's JSON (default: OUT/report.json).")
+]
+
 explore_app = typer.Typer(
     **PLAIN_HELP, help="Seed-driven simulation (engine), or one memory-layer cell (memory)."
 )
@@ -96,19 +103,15 @@ def explore_engine(
     ctx: typer.Context,
     seeds: Seeds = None,
     steps: Steps = None,
-    seed_start: Annotated[int, typer.Option(min=0, help="The first seed.")] = 0,
+    seed_start: SeedStart = 0,
     workers: Workers = 1,
     out: Out = FAILURE_DIR,
-    fail_fast: Annotated[bool, typer.Option(help="Stop at the first failing seed.")] = False,
-    coverage: Annotated[
-        bool, typer.Option(help="Exit 3 if a sometimes goal was never met.")
-    ] = True,
+    fail_fast: FailFast = False,
+    coverage: Coverage = True,
     target: TargetOption = "kvspec",
     target_version: TargetVersion = None,
     target_python: TargetPython = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="The campaign's JSON (default: OUT/report.json).")
-    ] = None,
+    json_out: JsonOut = None,
     crosscheck: CrossCheck = False,
     ray_address: RayAddress = None,
     deterministic: Deterministic = None,

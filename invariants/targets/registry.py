@@ -95,6 +95,13 @@ class Target:
         """The adapter module, imported on first use (the CLI's help stays fast)."""
         return cast("Adapter", importlib.import_module(self.adapter_module))
 
+    def installed_releases(self) -> list[str]:
+        """The releases built here, oldest first (a target with one venv per release; its
+        adapter's ``installed_releases``), else none."""
+        if not self.releases:
+            return []
+        return list(getattr(self.adapter(), "installed_releases", list)())
+
     @property
     def title(self) -> str:
         return f"{self.engine} ({self.runs})"

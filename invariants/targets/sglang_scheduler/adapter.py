@@ -38,6 +38,7 @@ from invariants.targets.sglang_scheduler.releases import (
     DEFAULT_VERSION,
     SUPPORTS_SEEN,
     SchedulerDriver,
+    installed_versions,
 )
 
 EOS_ID = 257  # the driver's model config (driver/model/config.json) and kvspec's tokenizer
@@ -49,6 +50,11 @@ UNSUPPORTED_OPS = {
 
 def open_driver(options: TargetOptions) -> LineDriver:
     return SchedulerDriver(options.version, options.python)
+
+
+def installed_releases() -> list[str]:
+    """The releases whose venv is built here, oldest first."""
+    return installed_versions()
 
 
 def release_supports(version: str | None = None) -> frozenset[str] | None:

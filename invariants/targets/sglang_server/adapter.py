@@ -88,6 +88,9 @@ class ServerDriver(SchedulerDriver):
             line.sent.append((line.iterations, {**op, **picked}))
 
 
+installed_releases = scheduler.installed_releases  # the scheduler target's venvs
+
+
 def open_driver(options: TargetOptions) -> LineDriver:
     return ServerDriver(options.version, options.python)
 
