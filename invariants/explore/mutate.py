@@ -84,7 +84,10 @@ def mutate_engine(engine: EngineSpec, rng: np.random.Generator) -> EngineSpec:
         fields["enable_streaming_session"] = not fields["enable_streaming_session"]
     else:  # the pool: halved or doubled, the floors still apply
         fields["max_total_tokens"] = int(fields["max_total_tokens"] * rng.choice([0.5, 2.0]))
-    return EngineSpec.model_validate(fit_pools(fields))
+    fields = fit_pools(fields)  # sizes the SWA pool of an engine made hybrid
+    radix = fields["cache"] == "radix" and not fields["swa_tokens"]  # as swarm.sample_options
+    fields["session_radix_cache"] = fields["session_radix_cache"] and radix
+    return EngineSpec.model_validate(fields)
 
 
 def _drop(ops: Ops, rng: np.random.Generator) -> Ops:

@@ -1,6 +1,6 @@
-"""The explorer's process pool (``kvspec explore --workers``): seeds mapped over spawned
-workers, results in seed order. (The report's cells use their own spawn pool,
-invariants/report/backends.py, which hands each result over as it finishes.)
+"""A spawn pool for work mapped in order (the gate's units, `kvspec sglang seed-bugs`' seeds).
+The explorers run on a fleet instead (invariants/fleet/: workers that survive, a journal);
+the report's cells use their own pool (invariants/report/backends.py).
 
 Keeps: every pool starts its workers with ``spawn`` — a fresh interpreter that imports what
 it needs — never ``fork``, which copies a parent holding threads (a server, torch's pools)

@@ -14,8 +14,6 @@ from typing import Any
 
 from invariants.fleet.workers import Done, Fleet, FleetError, Task, TaskFailed, import_ray
 
-LOCAL = "local"  # a fresh Ray instance in this process's machine, as `kvspec report` takes it
-
 
 class FleetActor:
     """A Ray actor's body: runs tasks; its process's caches outlive each task."""
@@ -36,8 +34,8 @@ class RayActors(Fleet):
         self.started_here = not self.ray.is_initialized()
         if self.started_here:
             try:
-                where = None if address == LOCAL else address
-                self.ray.init(address=where, log_to_driver=False, include_dashboard=False)
+                # "local": Ray's own word for a fresh instance, even beside a running cluster
+                self.ray.init(address=address, log_to_driver=False, include_dashboard=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise FleetError(f"--ray-address {address}: {exc}") from None
         cpus = int(self.ray.cluster_resources().get("CPU", 1))

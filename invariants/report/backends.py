@@ -62,7 +62,7 @@ def run_on_ray(
     ray = import_ray()
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=None if address == "local" else address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False)  # "local": a fresh instance
     try:
         remote = ray.remote(run_cell)
         refs = [remote.remote(cell, level) for cell in cells]

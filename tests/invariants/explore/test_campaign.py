@@ -83,6 +83,21 @@ def test_a_configuration_mutation_redraws_one_knob_and_refits_the_pools():
         assert e.max_total_tokens % e.page_size == 0 and e.context_len >= 64
 
 
+def test_a_mutant_engine_is_one_the_engine_accepts():
+    """Session tags over the radix tree need the radix cache without SWA: a mutation to the
+    chunk cache or to SWA drops them (found by a streamed campaign on Ray: seed 34 m134 was
+    refused as a configuration)."""
+    engine = next(
+        e
+        for e in (generate_trace(seed, STEPS).engine for seed in range(50))
+        if e.cache == "radix" and not e.swa_tokens
+    ).model_copy(update={"session_radix_cache": True})
+    rng = np.random.default_rng(0)
+    for mutant in [mutate_engine(engine, rng) for _ in range(200)]:
+        mutant.engine_config(0)  # raises ConfigError on a refused configuration
+        assert mutant.session_radix_cache == (mutant.cache == "radix" and not mutant.swa_tokens)
+
+
 def test_renamed_ops_keep_their_references():
     """Splicing renames a stretch's requests and sessions, and what refers to them."""
     ops = [

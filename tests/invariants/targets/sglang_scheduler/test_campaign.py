@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from invariants.fleet import Journal
-from invariants.targets.explore import RealTarget
-from invariants.targets.registry import TargetOptions
+from invariants.campaigns.run import run_campaign
+from invariants.campaigns.table import campaign_json
+from invariants.fleet import InProcess, Journal
+from invariants.fleet.ray_actors import RayActors
 from invariants.targets.sglang_scheduler.releases import installed_versions
-from invariants.targets.streamed import explore_real
 
 pytestmark = pytest.mark.sglang
 RELEASE = "0.5.10.post1"
@@ -32,27 +32,35 @@ def _release() -> None:
         pytest.skip(f"sglang {RELEASE}: make sglang-env SGLANG_VERSION={RELEASE}")
 
 
-def failures(report) -> list[tuple[int, str | None]]:
-    return [(r.seed, r.key) for r in report.results]
-
-
-def test_ray_finds_what_the_local_run_finds(tmp_path: Path) -> None:
-    """Same seeds, a local Ray cluster (2 CPUs, an actor per CPU holding its driver): the
-    same results seed by seed, and the same shrunk finding."""
+def test_a_campaign_on_ray_finds_what_the_local_run_finds(tmp_path: Path) -> None:
+    """The same campaign in this process and on a local Ray cluster (2 CPUs on loopback, an
+    actor per CPU holding its driver): the same table — runs, failures, findings, releases."""
     ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'kvspec[ray]'")
-    target = RealTarget("sglang-scheduler", TargetOptions(version=RELEASE))
-    kw = {"max_shrunk": 1, "shrink_budget": 8}
-    local = explore_real(target, 4, 120, out_dir=tmp_path / "local", **kw)
+    config = write_config(tmp_path)
+    local = run_campaign(config, tmp_path / "local", InProcess(), lambda r: None)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        on_ray = explore_real(target, 4, 120, out_dir=tmp_path / "ray", ray_address="local", **kw)
+        with RayActors("local") as actors:
+            on_ray = run_campaign(config, tmp_path / "ray", actors, lambda r: None)
+            assert actors.size == 2
     finally:
         ray.shutdown()
-    assert on_ray.where.startswith("2 Ray actors")
-    assert failures(on_ray) == failures(local) and local.failed
-    assert [(f.seed, f.key, f.shrunk_ops) for f in on_ray.findings] == [
-        (f.seed, f.key, f.shrunk_ops) for f in local.findings
-    ]
+    as_json = [campaign_json("c", "", r) for r in (local, on_ray)]
+    for data, out in zip(as_json, ("local", "ray"), strict=True):
+        for job in data["jobs"]:
+            job.pop("seconds")
+        for finding in data["findings"]:
+            finding["replay"] = finding["replay"].replace(str(tmp_path / out), "OUT")
+    assert as_json[0] == as_json[1] and as_json[0]["findings"]
+
+
+def write_config(tmp_path: Path) -> Path:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"name: c\nsteps: 100\njobs:\n  - target: sglang-scheduler\n"
+        f"    releases: [{RELEASE}]\n    seeds: 4\n"
+    )
+    return config
 
 
 def table(out: Path) -> dict:
@@ -67,11 +75,7 @@ def table(out: Path) -> dict:
 
 def test_a_killed_campaign_resumes_to_the_same_table(tmp_path: Path) -> None:
     """SIGKILL once the job has journaled two seeds; --resume OUT → the uninterrupted table."""
-    config = tmp_path / "c.yaml"
-    config.write_text(
-        f"name: c\nsteps: 100\njobs:\n  - target: sglang-scheduler\n"
-        f"    releases: [{RELEASE}]\n    seeds: 4\n"
-    )
+    config = write_config(tmp_path)
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"
     proc = subprocess.Popen([*KVSPEC, "campaign", str(config), "--out", str(stopped)])
     journal = stopped / f"sglang-scheduler-{RELEASE}" / "journal.jsonl"
