@@ -157,7 +157,7 @@ def _resume(out: Path, fleet: tuple[int, str | None], coverage: bool) -> int:
     from invariants.targets.streamed import resume_real
     from invariants.targets.text import explore_lines, target_flags
 
-    header = Journal.resume(out).header
+    header = Journal.read(out).header
     if header["kind"] == "explore":
         report = resume(out, *fleet)
         return _engine_verdict(report, header["steps"], out / "report.json", coverage)

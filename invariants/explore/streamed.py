@@ -46,6 +46,7 @@ class Exploration:
         self.done = {r["index"]: RunResult.from_record(r) for r in journal.of("run")}
         self.report.findings = [Finding.from_record(f) for f in journal.of("finding")]
         self.report.infra = [i["why"] for i in journal.of("infra")]
+        self.lost = {i["index"] for i in journal.of("infra")}  # stays an infra error on resume
         self.keys = {f.key for f in self.report.findings}  # shrunk, or being shrunk
         self.shrinking: dict[str, RunResult] = {}
         self.runs_out, self.stopping = 0, False
@@ -104,18 +105,21 @@ class Exploration:
         issued and unfinished are run again as they were drawn."""
         campaign = self.campaign
         mutants = {r["index"]: _run_of(r) for r in self.journal.of("issued")}
-        campaign.issued = 1 + max([*self.done, *mutants], default=-1)
+        campaign.issued = 1 + max([*self.done, *mutants, *self.lost], default=-1)
         for index in range(campaign.issued):
             campaign.runs[index] = mutants.get(index, Run(index, campaign.seed_start + index))
         for result in self.done.values():  # the journal's order: the order they arrived
             campaign.take([result])
             self._take(result)
         for index in range(campaign.issued):
-            if index not in self.done:
+            if index not in self.done and index not in self.lost:
                 self._issue(campaign.runs[index])
 
     def _issue(self, run: Run) -> None:
         """Hand ``run`` to the fleet, or take its journaled result (a resume)."""
+        if run.index in self.lost:
+            self.arrived[run.index] = None
+            return
         if run.index in self.done:
             earlier = self.done[run.index]
             assert earlier.name == run.name, f"journal: {earlier.name}, campaign: {run.name}"

@@ -61,7 +61,7 @@ def test_in_process_runs_in_order() -> None:
 def fleet(request: pytest.FixtureRequest):
     if request.param == "ray":
         ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'kvspec[ray]'")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors can't import tests
         made: Fleet = RayActors("local", 2)
     else:

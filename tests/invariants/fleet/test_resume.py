@@ -18,14 +18,14 @@ import pytest
 
 from invariants.explore import explore
 from invariants.explore.streamed import Exploration, explore_header
-from invariants.fleet import Done, InProcess, Journal, write_atomic
+from invariants.fleet import Done, InProcess, Journal, JournalError, write_atomic
 
 KVSPEC = [sys.executable, "-m", "invariants.cli"]
 SEEDS, STEPS = 40, 60
 
 
 def runs_in(out: Path) -> list[dict]:
-    return Journal.resume(out, "explore").of("run")
+    return Journal.read(out, "explore").of("run")
 
 
 def killed_after(args: list[str], out: Path, runs: int) -> int:
@@ -71,10 +71,10 @@ def test_a_killed_streamed_campaign_runs_its_budget_once(tmp_path: Path) -> None
     out = tmp_path / "streamed"
     args = ["--seeds", str(SEEDS), "--steps", str(STEPS), "--no-coverage", "--streamed"]
     killed_after([*args, "--workers", "2", "--out", str(out)], out, 24)
-    issued = {r["index"]: r["trace"] for r in Journal.resume(out).of("issued")}
+    issued = {r["index"]: r["trace"] for r in Journal.read(out).of("issued")}
     resumed = [*KVSPEC, "explore", "--resume", str(out), "--no-coverage", "--workers", "2"]
     subprocess.run(resumed, check=True, capture_output=True)
-    journal = Journal.resume(out)
+    journal = Journal.read(out)
     assert sorted(r["index"] for r in journal.of("run")) == list(range(SEEDS))
     again = {r["index"]: r["trace"] for r in journal.of("issued")}
     assert all(again[i] == trace for i, trace in issued.items())
@@ -87,16 +87,16 @@ def test_a_torn_last_line_is_dropped(tmp_path: Path) -> None:
     journal.append({"run": {"index": 0}})
     with journal.path.open("a") as file:
         file.write('{"run": {"ind')
-    assert Journal.resume(tmp_path, "explore").of("run") == [{"index": 0}]
+    assert Journal.read(tmp_path, "explore").of("run") == [{"index": 0}]
     write_atomic(tmp_path / "x.json", "{}")
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".x.json")] == []
 
 
 def test_ray_deterministic_mode_reports_what_the_local_run_reports(tmp_path: Path) -> None:
     """A local Ray cluster on loopback (2 CPUs), --deterministic: the same runs, failures,
     coverage and corpus as one local process for the same seeds."""
     ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'kvspec[ray]'")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         on_ray = explore(
             24, STEPS, out_dir=tmp_path / "ray", ray_address="local", deterministic=True
@@ -130,4 +130,23 @@ def test_a_run_no_worker_could_finish_is_an_infra_error(tmp_path: Path) -> None:
     assert report.infra == ["seed 3: its worker died 2 times (exit code -9)"]
     assert [r.index for r in report.results] == [0, 1, 2, 4, 5, 6, 7] and not report.failed
     assert json.loads((tmp_path / "report.json").read_text())["infra"] == report.infra
-    assert Journal.resume(tmp_path).of("infra")[0]["index"] == 3
+    assert Journal.read(tmp_path).of("infra")[0]["index"] == 3
+    again = Exploration(Journal.resume(tmp_path), InProcess()).run()  # read back, not rerun
+    assert again.infra == report.infra and [r.index for r in again.results] == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_one_campaign_writes_a_folder_at_a_time(tmp_path: Path) -> None:
+    """A second campaign on a folder another process is writing is refused, naming it; the
+    lock goes with the process that held it (a SIGKILL frees it)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from invariants.fleet.journal import lock_folder; lock_folder(Path(sys.argv[1])); "
+         "print('held', flush=True); time.sleep(60)", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with pytest.raises(JournalError, match="another campaign is writing there"):
+        Journal.start(tmp_path, {"kind": "explore"})
+    holder.kill()
+    holder.wait()
+    Journal.start(tmp_path, {"kind": "explore"}).release()

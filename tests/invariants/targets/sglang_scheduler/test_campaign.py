@@ -38,7 +38,7 @@ def test_a_campaign_on_ray_finds_what_the_local_run_finds(tmp_path: Path) -> Non
     ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'kvspec[ray]'")
     config = write_config(tmp_path)
     local = run_campaign(config, tmp_path / "local", InProcess(), lambda r: None)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with RayActors("local") as actors:
             on_ray = run_campaign(config, tmp_path / "ray", actors, lambda r: None)
@@ -80,7 +80,7 @@ def test_a_killed_campaign_resumes_to_the_same_table(tmp_path: Path) -> None:
     proc = subprocess.Popen([*KVSPEC, "campaign", str(config), "--out", str(stopped)])
     journal = stopped / f"sglang-scheduler-{RELEASE}" / "journal.jsonl"
     while proc.poll() is None:
-        if journal.is_file() and len(Journal.resume(journal.parent).of("seed")) >= 2:
+        if journal.is_file() and len(Journal.read(journal.parent).of("seed")) >= 2:
             os.kill(proc.pid, signal.SIGKILL)
         time.sleep(0.1)
     assert proc.returncode == -signal.SIGKILL
