@@ -28,7 +28,7 @@ from invariants.explore.explorer import (
     shrink_failing,
 )
 from invariants.explore.report import write_report_json
-from invariants.fleet import Done, Fleet, Journal, Task, open_fleet, write_atomic
+from invariants.fleet import Done, Fleet, Journal, JournalError, Task, open_fleet, write_atomic
 from invariants.scenarios.ops import Trace
 
 REPORT_EVERY_S = 2.0  # the streamed report.json is rewritten at most this often (and at the end)
@@ -122,7 +122,11 @@ class Exploration:
             return
         if run.index in self.done:
             earlier = self.done[run.index]
-            assert earlier.name == run.name, f"journal: {earlier.name}, campaign: {run.name}"
+            if earlier.name != run.name:  # the journal of another kvspec's campaign
+                raise JournalError(
+                    f"{self.journal.path}: run {run.index} was {earlier.name}, is {run.name} "
+                    "now: this kvspec draws another campaign; start it afresh"
+                )
             self.arrived[run.index] = earlier
             return
         self.runs_out += 1
