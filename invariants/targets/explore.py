@@ -35,16 +35,22 @@ from invariants.targets.run import run_trace
 DEFAULT_SEEDS, DEFAULT_STEPS = 40, 200
 SHRINK_BUDGET = 120  # real-engine runs per shrink (each ~0.3–1.5 s: an engine is built)
 ERROR_CLASS = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b")
-_DRIVERS: dict[tuple[str, TargetOptions], LineDriver] = {}  # per worker process
+_DRIVERS: dict[tuple[str, TargetOptions], LineDriver] = {}  # per worker process, oldest first
+KEPT_DRIVERS = 2  # a target and the twin it shrinks on; a campaign's next release closes one
 
 
 def driver_for(name: str, options: TargetOptions) -> LineDriver:
     """This process's driver for a target and its options (started once, reused by every
-    trace: each trace's config op builds a fresh engine)."""
+    trace: each trace's config op builds a fresh engine). A worker of a campaign over many
+    releases keeps the last ``KEPT_DRIVERS`` it used, never one engine per release."""
     key = (name, options)
-    if key not in _DRIVERS or _DRIVERS[key].proc.poll() is not None:
-        _DRIVERS[key] = registered(name).adapter().open_driver(options)
-    return _DRIVERS[key]
+    driver = _DRIVERS.pop(key, None)
+    if driver is None or driver.proc.poll() is not None:
+        while len(_DRIVERS) >= KEPT_DRIVERS:
+            _DRIVERS.pop(next(iter(_DRIVERS))).close()
+        driver = registered(name).adapter().open_driver(options)
+    _DRIVERS[key] = driver  # the most recently used last
+    return driver
 
 
 @dataclass(frozen=True, slots=True)

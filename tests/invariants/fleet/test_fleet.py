@@ -98,3 +98,33 @@ def test_a_task_that_raises_is_reraised(fleet: Fleet) -> None:
     """A Python exception is kvspec's bug, not a worker's death: re-raised here, named."""
     with pytest.raises(TaskFailed, match="planted"):
         finish(fleet, [Task(("raise", 0), raises, None)])
+
+
+class FakeDriver:
+    """What driver_for needs of a driver: a live process, and close()."""
+
+    def __init__(self, options: object, closed: list) -> None:
+        self.options, self.closed = options, closed
+        self.proc = type("Proc", (), {"poll": staticmethod(lambda: None)})()
+
+    def close(self) -> None:
+        self.closed.append(self.options)
+
+
+def test_a_worker_keeps_two_drivers_not_one_per_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A campaign over many releases: each worker keeps the two drivers it used last (a target
+    and its shrink twin), closing the oldest, so it never holds one engine per release."""
+    from invariants.targets import explore as real
+    from invariants.targets.registry import TargetOptions
+
+    closed: list = []
+    adapter = type("Adapter", (), {"open_driver": staticmethod(lambda o: FakeDriver(o, closed))})
+    entry = type("Entry", (), {"adapter": staticmethod(lambda: adapter)})
+    monkeypatch.setattr(real, "registered", lambda name: entry)
+    monkeypatch.setattr(real, "_DRIVERS", {})
+    releases = [TargetOptions(version=v) for v in ("a", "b", "c")]
+    first = real.driver_for("t", releases[0])
+    real.driver_for("t", releases[1])
+    assert real.driver_for("t", releases[0]) is first and closed == []  # reused, most recent
+    real.driver_for("t", releases[2])
+    assert closed == [releases[1]] and len(real._DRIVERS) == 2
