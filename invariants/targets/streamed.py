@@ -150,7 +150,7 @@ class SeedStream:
 
     def _take(self, result: SeedRun, fleet: Fleet) -> None:
         self.report.results.append(result)
-        if result not in self.report.failed:
+        if result.key in (None, "config"):  # clean, or a configuration the engine refuses
             return
         if self.report.first_failure_s is None:
             self.report.first_failure_s = time.perf_counter() - self.start
