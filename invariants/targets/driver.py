@@ -70,8 +70,8 @@ class LineDriver:
             text=True,
             bufsize=1,
             cwd=script.parent,
-            # the engine's str hashes pinned (0 unless told): vLLM 0.33.0's prefix-cache hashes
-            # follow them, and a seed's verdict with them (seed 6 fails under 0, 1, 3; not 2, 4)
+            # str hashes pinned (0 unless told): vLLM's block hashes start from them and every
+            # set a driver walks is ordered by them — one seed, one run on every machine
             env=os.environ | {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")},
         )
         self.banner = self._read("startup")

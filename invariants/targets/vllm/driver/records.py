@@ -139,15 +139,20 @@ class Records:
         return moved
 
     def _remap(self, keys: Iterable) -> set[int]:
-        """Re-read the written keys: the blocks listed under them before or now."""
+        """Re-read the written keys: the blocks listed under them before or now. Every key's
+        old listing is dropped before any new one is added: two keys can share a short hex
+        (the same hash in two KV groups), and a block moved from one to the other within a
+        step must keep it whatever order the keys come in."""
+        listings = [
+            (key, self.under.pop(key, ()), block_ids(self.map._cache.get(key))) for key in keys
+        ]
         touched: set[int] = set()
-        for key in keys:
-            before, now = self.under.pop(key, ()), block_ids(self.map._cache.get(key))
-            text = hex_of(key)
+        for key, before, _ in listings:
             for b in before:
-                self.mapped[b].discard(text)
+                self.mapped[b].discard(hex_of(key))
+        for key, before, now in listings:
             for b in now:
-                self.mapped.setdefault(b, set()).add(text)
+                self.mapped.setdefault(b, set()).add(hex_of(key))
             if now:
                 self.under[key] = now
             touched.update(before, now)
