@@ -22,7 +22,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from invariants.checking.checker import Level
 from invariants.checking.loader import lint, shipped_catalog
-from invariants.report.backends import import_ray, run_cells
+from invariants.fleet import import_ray
+from invariants.report.backends import run_cells
 from invariants.report.cells import ReportCell, default_specs, memory_report_cells, spec_cells
 from invariants.report.console import print_report, report_verdict
 from invariants.report.files import write_report
