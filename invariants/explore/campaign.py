@@ -214,6 +214,13 @@ class Campaign:
             if added and result.failure is None:
                 self.corpus.append(Entry(self.trace_of(result.index), result.seed, added))
 
+    def restore(self, mutants: dict[int, Run], known: Iterable[int]) -> None:
+        """The schedule of a streamed campaign read back from its journal: every index up to
+        the highest ``known`` issued, as the fresh seed it was unless it was a mutant."""
+        self.issued = 1 + max([*known, *mutants], default=-1)
+        for index in range(self.issued):
+            self.runs[index] = mutants.get(index, Run(index, self.seed_start + index))
+
     def trace_of(self, index: int) -> Trace:
         run = self.runs[index]
         return run.trace if run.trace is not None else generate_trace(run.seed, self.steps)

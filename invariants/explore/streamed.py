@@ -105,9 +105,7 @@ class Exploration:
         issued and unfinished are run again as they were drawn."""
         campaign = self.campaign
         mutants = {r["index"]: _run_of(r) for r in self.journal.of("issued")}
-        campaign.issued = 1 + max([*self.done, *mutants, *self.lost], default=-1)
-        for index in range(campaign.issued):
-            campaign.runs[index] = mutants.get(index, Run(index, campaign.seed_start + index))
+        campaign.restore(mutants, [*self.done, *self.lost])
         for result in self.done.values():  # the journal's order: the order they arrived
             campaign.take([result])
             self._take(result)

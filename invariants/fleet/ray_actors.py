@@ -9,7 +9,6 @@ once (``Fleet.died``); every node needs kvspec installed in the same environment
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from invariants.fleet.workers import Done, Fleet, FleetError, Task, TaskFailed, import_ray
@@ -20,9 +19,6 @@ class FleetActor:
 
     def run(self, task: Task) -> Any:
         return task.fn(task.arg)
-
-    def pid(self) -> int:
-        return os.getpid()
 
 
 class RayActors(Fleet):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from invariants.explore.explorer import Finding
@@ -135,7 +136,7 @@ class SeedStream:
             self.report.infra.append(why)
             self.done[name] = None
         else:
-            self.journal.append({"seed": _record(done.result)})
+            self.journal.append({"seed": asdict(done.result)})
             self.done[name] = done.result
         self._consider(fleet)
 
@@ -185,10 +186,6 @@ class SeedStream:
             self.written, self.report.seconds = now, now - self.start
             text = json.dumps(report_json(self.report, self.h["steps"]), indent=2) + "\n"
             write_atomic(self.out / "report.json", text)
-
-
-def _record(result: SeedRun) -> dict[str, object]:
-    return {f: getattr(result, f) for f in SeedRun.__dataclass_fields__}
 
 
 def report_json(report: ExploreReport, steps: int) -> dict[str, object]:
