@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, NamedTuple
 
-from engine.view_blocks import BlockTableView, BlockView
+from engine.view_blocks import BlockTableView, BlockView, InFlightView
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +322,7 @@ class StateView:
     crash: tuple[CrashView, ...] = ()  # at the crash event: what the engine raised
     blocks: tuple[BlockView, ...] = ()  # a block-pool target's blocks (vllm), by id
     block_tables: tuple[BlockTableView, ...] = ()  # its requests' tables, per KV-cache group
+    in_flight_blocks: tuple[InFlightView, ...] = ()  # what its unprocessed step reads (async)
 
 
 # The costly parts of a view, built only for events whose rules read them: the census of
@@ -362,6 +363,7 @@ VIEW_TYPES: tuple[type, ...] = (
     CrashView,
     BlockView,
     BlockTableView,
+    InFlightView,
     StateView,
 )
 

@@ -38,3 +38,17 @@ class BlockTableView(NamedTuple):
     block_size: int = 1
     num_blocks: int = 0
     null_blocks: tuple[int, ...] = ()
+
+
+class InFlightView(NamedTuple):
+    """What the step scheduled but not yet processed (async scheduling) reads or writes for
+    one request: its blocks over every KV-cache group (the null block left out), whether the
+    request still owns them (``live``: not finished, not preempted since the step was
+    scheduled) and whether the engine fences frees behind the step (``fenced``: vLLM's
+    ``defer_block_free``, on with a consumer KV connector, whose loads are not ordered with
+    the step's writes)."""
+
+    rid: str = ""
+    blocks: tuple[int, ...] = ()
+    live: bool = False
+    fenced: bool = False

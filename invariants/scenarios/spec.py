@@ -26,6 +26,26 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Rate = float  # a probability, validated by Field(ge=0, le=1)
+
+
+class KVConnectorSpec(_Strict):
+    """vLLM's KV-connector API on (the vllm target only), driven by its seeded connector
+    (invariants/targets/vllm/driver/connector.py): a consumer matches external tokens and
+    loads them (async loads, deferred lookups, load failures), a producer sends a finished
+    request's blocks before they are freed; ``kv_both`` does both. Every choice is a coin of
+    ``seed``; a transfer takes 1 to ``max_delay`` steps."""
+
+    role: Literal["kv_consumer", "kv_producer", "kv_both"] = "kv_consumer"
+    seed: int = 0
+    hit_prob: Rate = Field(0.5, ge=0, le=1)  # a lookup matches external tokens
+    async_prob: Rate = Field(0.5, ge=0, le=1)  # a match loads asynchronously
+    fail_prob: Rate = Field(0.1, ge=0, le=1)  # a load fails (its tokens are recomputed)
+    defer_prob: Rate = Field(0.2, ge=0, le=1)  # a lookup answers "not yet" once or twice
+    send_prob: Rate = Field(0.5, ge=0, le=1)  # a finished request's blocks are sent first
+    max_delay: int = Field(3, ge=1, le=16)
+
+
 class EngineSpec(_Strict):
     """Engine knobs (SGLang's server-argument names where one exists)."""
 
@@ -48,6 +68,7 @@ class EngineSpec(_Strict):
     model: Literal["sim", "tiny"] = "sim"
     tiny: dict[str, Any] = {}  # TinyConfig fields (engine/config/model.py)
     speculative: dict[str, Any] | None = None  # SpecConfig fields (engine/config/speculative.py)
+    kv_connector: KVConnectorSpec | None = None  # vLLM's KV connectors (the vllm target only)
 
     def engine_config(self, seed: int) -> EngineConfig:
         memory = MemoryConfig(

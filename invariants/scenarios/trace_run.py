@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Literal
 
 from engine.engine import Engine
+from engine.errors import ConfigError
 from engine.hooks import Observer, SimClock
 from engine.observe.crosscheck import CrossCheckMismatch
 from engine.sched.sessions import SessionError
@@ -188,6 +189,8 @@ class _Interpreter:
         self.trace = trace
         self.before_op = before_op
         self.checker = checker
+        if trace.engine.kv_connector is not None:  # kvspec's engine has no connector API
+            raise ConfigError("engine.kv_connector: vLLM's KV-connector API (the vllm target only)")
         self.engine = Engine(
             trace.engine.engine_config(trace.seed),
             clock=SimClock(),

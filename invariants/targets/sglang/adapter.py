@@ -72,6 +72,9 @@ def unsupported_engine(engine: EngineSpec) -> list[str]:
         "enable_mixed_chunk": engine.enable_mixed_chunk,
         "model: tiny": engine.model != "sim",
         "eos_prob > 0 (lengths would be the model's)": engine.eos_prob > 0,
+        "kv_connector (vLLM's KV-connector API: the vllm target only)": (
+            engine.kv_connector is not None
+        ),
     }
     return [name for name, on in checks.items() if on]
 

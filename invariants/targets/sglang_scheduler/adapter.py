@@ -85,6 +85,9 @@ def unsupported_engine(engine: EngineSpec, version: str | None = None) -> list[s
             mla and supports is not None and "mla" not in supports
         ),
         "model: tiny (the target's forward is the fake worker)": engine.model != "sim" and not mla,
+        "kv_connector (vLLM's KV-connector API: the vllm target only)": (
+            engine.kv_connector is not None
+        ),
     }
     return [name for name, on in checks.items() if on]
 

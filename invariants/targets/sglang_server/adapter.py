@@ -105,6 +105,9 @@ def unsupported(trace: Trace, version: str | None = None) -> list[str]:
         is not None,
         "tiny.attention=mla (the server target builds no MLA pools yet)": scheduler.is_mla(engine),
         "model: tiny (the target's forward is the fake worker)": engine.model != "sim",
+        "kv_connector (vLLM's KV-connector API: the vllm target only)": (
+            engine.kv_connector is not None
+        ),
     }
     ops = sorted({UNSUPPORTED_OPS[op.op] for op in trace.ops if op.op in UNSUPPORTED_OPS})
     return [name for name, on in checks.items() if on] + ops

@@ -24,7 +24,7 @@ from engine.mem import paging
 from engine.view import StateView
 from invariants.explore.swarm import NEW_MAX, Swarm, sample_prompts, sample_weights
 from invariants.scenarios.ops import CloseSession, OpenSession, Trace
-from invariants.scenarios.spec import EngineSpec
+from invariants.scenarios.spec import EngineSpec, KVConnectorSpec
 from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
@@ -70,9 +70,6 @@ def unsupported(trace: Trace, version: str | None = None) -> list[str]:
             isinstance(op, OpenSession | CloseSession) or getattr(op, "session", None)
             for op in trace.ops
         ),
-        "speculative with overlap (vLLM's async spec decoding is not driven)": (
-            e.speculative is not None and e.enable_overlap
-        ),
         "model: tiny": e.model != "sim",
         "test_retract": e.test_retract,
     }
@@ -85,7 +82,8 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
     size (plus vLLM's null block), its batch limits, prefix caching for the radix cache (the
     chunk cache: none). A hybrid SWA spec becomes a full and a sliding-window KV-cache group
     over one block pool as large as kvspec's two pools together (vLLM pools all groups'
-    blocks); overlap is async scheduling; EAGLE is vLLM's EAGLE with as many drafts."""
+    blocks); overlap is async scheduling; EAGLE is vLLM's EAGLE with as many drafts; a KV
+    connector is the driver's seeded one."""
     engine = trace.engine
     tokens = engine.max_total_tokens + (engine.swa_tokens or 0)
     drafts = (engine.speculative or {}).get("num_steps", 3) if engine.speculative else 0
@@ -102,6 +100,7 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
         "max_num_batched_tokens": engine.chunked_prefill_size or 8192,
         "max_model_len": engine.context_len,
         "prefix_caching": engine.cache == "radix",
+        "connector": engine.kv_connector.model_dump() if engine.kv_connector else None,
         "fault": fault,
         "views": observe,
     }
@@ -120,22 +119,28 @@ def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:
     found = [f"scheduler: {details['scheduler']}", f"preemptions: {drive.stats.preempted}"]
     if details.get("drafts"):
         found.append("drafts accepted: {} of {} verified".format(*details["drafts"]))
+    if details.get("connector"):
+        found.append("connector: " + ", ".join(f"{k} {v}" for k, v in details["connector"].items()))
+        found.append(f"block owners: {', '.join(details['owners'])}")
     if details.get("fault"):
         found.append(f"fault fired on blocks {details['fault_fired']}")
     return tuple(found)
 
 
-def engine(rng: np.random.Generator) -> EngineSpec:
+def engine(rng: np.random.Generator, extra: np.random.Generator) -> EngineSpec:
     """A configuration the vllm target runs: a small pool under pressure (preemption), any
     block size, a token budget that chunks long prompts, prefix caching (off in some), EOS
     drawn in half; a third add a sliding-window KV-cache group beside the full one; half
-    schedule asynchronously (kvspec's overlap), a third of the others verify EAGLE drafts."""
+    schedule asynchronously (kvspec's overlap), a third of either kind verify EAGLE drafts;
+    a third run a KV connector (``extra``: the later draws, so earlier seeds keep theirs)."""
     ps = int(rng.choice([1, 4, 16, 16]))
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
     swa, overlap = rng.random() < 1 / 3, bool(rng.random() < 0.5)
     drafts = int(rng.integers(1, 5)) if not overlap and rng.random() < 1 / 3 else 0
+    if overlap and extra.random() < 1 / 3:
+        drafts = int(extra.integers(1, 5))
     speculative = {
-        "version": 1,
+        "version": 2 if overlap else 1,  # kvspec's EAGLE under overlap is its v2
         "num_steps": drafts,
         "num_draft_tokens": drafts + 1,
         "accept_prob": round(float(rng.uniform(0.3, 0.9)), 2),
@@ -152,13 +157,28 @@ def engine(rng: np.random.Generator) -> EngineSpec:
         enable_overlap=overlap,
         eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
         cache="chunk" if rng.random() < 0.15 else "radix",  # chunk: no prefix caching
+        kv_connector=connector(extra) if extra.random() < 1 / 3 else None,
     )
+
+
+def connector(rng: np.random.Generator) -> KVConnectorSpec:
+    """A seeded connector: a consumer, a producer or both, at drawn rates."""
+    rates = {k: round(float(rng.uniform(0.05, 0.8)), 2) for k in CONNECTOR_RATES}
+    return KVConnectorSpec(
+        role=str(rng.choice(["kv_consumer", "kv_producer", "kv_both"])),
+        seed=int(rng.integers(0, 2**31)),
+        max_delay=int(rng.integers(1, 5)),
+        **rates,
+    )
+
+
+CONNECTOR_RATES = ("hit_prob", "async_prob", "fail_prob", "defer_prob", "send_prob")
 
 
 def swarm(seed: int) -> Swarm:
     """The configuration and op mix of ``seed`` on vLLM (no session or retract op); with EOS
     drawn, a third of the requests honour it (the penalized ones: a minimum length too)."""
-    drawn = engine(np.random.default_rng([seed, 20]))
+    drawn = engine(np.random.default_rng([seed, 20]), np.random.default_rng([seed, 23]))
     weights = sample_weights(np.random.default_rng([seed, 21]))
     weights = {k: (0.0 if k in NOT_DRIVEN else w) for k, w in weights.items()}
     prompts = sample_prompts(np.random.default_rng([seed, 22]), drawn)
@@ -172,8 +192,10 @@ def label(swarm: Swarm) -> str:
     window = f" window{e.sliding_window}" if e.swa_tokens else ""
     drafts = f" drafts{e.speculative['num_steps']}" if e.speculative else ""
     mode = "async" if e.enable_overlap else "sync"
+    kv = e.kv_connector
+    xfer = f" {kv.role}(seed{kv.seed})" if kv else ""
     return (
         f"block{e.page_size} pool{e.max_total_tokens}{window} budget{e.chunked_prefill_size} "
-        f"seqs{e.max_num_reqs} {mode}{drafts}{'' if e.cache == 'radix' else ' nocache'} "
+        f"seqs{e.max_num_reqs} {mode}{drafts}{xfer}{'' if e.cache == 'radix' else ' nocache'} "
         f"eos{e.eos_prob} ops[{','.join(ops)}]"
     )

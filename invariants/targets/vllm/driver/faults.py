@@ -7,7 +7,11 @@ forward in flight or the next still reads them; one block could stay clear of ev
 vLLM frees on the processed-token basis, a step behind under async scheduling); and, from
 ``step`` on at every allocation, ``spec_unreserved`` reserves no slots for a request's draft
 tokens — neither the scheduled drafts' nor EAGLE's lookahead — so a verify computes tokens
-its table has no block for (``fired`` names the requests)."""
+its table has no block for (``fired`` names the requests); ``early_deferred_free`` frees a
+finished or preempted request's blocks at once though a consumer connector fences them
+behind the step in flight (vLLM's ``deferred_frees``); ``spec_rehome`` moves a request's
+tail block to a fresh one after a verify rejected drafts, freeing the old one while the
+step in flight (async scheduling) still writes it."""
 
 from __future__ import annotations
 
@@ -34,6 +38,11 @@ def install(spec: dict | None, sched) -> Fault | None:
         return fault
     if fault.kind == "spec_unreserved":
         _spec_unreserved(sched.kv_cache_manager, fault)
+        return fault
+    if fault.kind in ("early_deferred_free", "spec_rehome"):
+        {"early_deferred_free": _early_deferred_free, "spec_rehome": _spec_rehome}[fault.kind](
+            sched, fault
+        )
         return fault
     patch = {"skip_free": _skip_free, "double_free": _double_free, "unpinned_hit": _unpinned}
     patch[fault.kind](pool, fault)
@@ -116,3 +125,53 @@ def _unpinned(pool, fault: Fault) -> None:
         return real(blocks)
 
     pool.touch = touch
+
+
+def _early_deferred_free(sched, fault: Fault) -> None:
+    real = sched._free_request_blocks
+
+    def free_request_blocks(request) -> None:
+        if not fault.armed or sched._request_blocks_can_be_freed(request):
+            return real(request)
+        fault.armed = False
+        ids = sched.kv_cache_manager.get_block_ids(request.request_id)
+        fault.fired.extend(b for group in ids for b in group)
+        sched.kv_cache_manager.free(request)  # fix: defer them behind the step in flight
+
+    sched._free_request_blocks = free_request_blocks
+
+
+def _spec_rehome(sched, fault: Fault) -> None:
+    real = sched.update_from_output
+
+    def update_from_output(out, model_out):
+        drafts = out.scheduled_spec_decode_tokens
+        rejected = [
+            rid
+            for rid, tokens in zip(model_out.req_ids, model_out.sampled_token_ids)
+            if drafts.get(rid) and len(tokens) <= len(drafts[rid])
+        ]
+        result = real(out, model_out)
+        for rid in rejected if fault.armed else ():
+            _rehome_tail(sched, rid, fault)
+        return result
+
+    sched.update_from_output = update_from_output
+
+
+def _rehome_tail(sched, rid: str, fault: Fault) -> None:
+    """Put a fresh block where ``rid``'s last computed token lies; free the old one."""
+    request, pool = sched.requests.get(rid), sched.kv_cache_manager.block_pool
+    if request is None or request.is_finished() or pool.get_num_free_blocks() < 1:
+        return
+    manager = sched.kv_cache_manager.coordinator.single_type_managers[0]
+    table = manager.req_to_blocks.get(rid, [])
+    i = (request.num_computed_tokens - 1) // manager.block_size
+    if not 0 <= i < len(table) or table[i].is_null or table[i].ref_cnt != 1:
+        return
+    old, table[i] = table[i], pool.get_new_blocks(1)[0]
+    if old.block_hash is not None:
+        return  # (a cached block: not this fault's)
+    pool.free_blocks([old])  # fix: the step in flight writes it; keep it
+    fault.armed = False
+    fault.fired.append(old.block_id)

@@ -6,16 +6,19 @@ tokens samples its next token from the op's seeded ``output_ids`` (a partial pre
 samples nothing, as the GPU runner discards it; ``eos_prob`` makes it EOS now and then, never
 before the request's ``min_new_tokens`` — vLLM's ``min_tokens``, which its sampler enforces),
 which ends a request that does not ignore EOS; with ``num_speculative_tokens`` each step
-also proposes drafts and a verify accepts a seeded prefix of them (spec.py). Under
-``async_scheduling`` (the
-AsyncScheduler) a step's output is processed after the next step is scheduled, as vLLM's
-engine core does and its tests drive it: one step is always in flight. Protocol, one line
-each way per op:
+also proposes drafts and a verify accepts a seeded prefix of them (spec.py; under async
+scheduling vLLM puts placeholders where the drafts go and the runner fills them); with a
+``connector`` the runner's output also reports the seeded connector's transfers. Under
+``async_scheduling`` (the AsyncScheduler) a step's output is processed after the next step
+is scheduled, as vLLM's engine core does and its tests drive it: one step is always in
+flight (what it reads goes into the view: views.step_reads). The engine is idle once vLLM's
+``has_requests()`` is false and nothing is in flight. Protocol, one line each way per op:
 
   in:  {"op": "config", "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
         "max_model_len", "prefix_caching", "sliding_window": null | W, "async_scheduling",
-        "num_speculative_tokens", "accept_prob", "eos_prob",
-        "fault": null | {"kind", "step"}, "views"?: false}
+        "num_speculative_tokens", "accept_prob", "eos_prob", "connector": null | {"role",
+        "seed", rates, "max_delay"} (connector.py), "fault": null | {"kind", "step"},
+        "views"?: false}
        {"op": "submit", "rid", "input_ids", "max_new_tokens", "output_ids", "ignore_eos",
         "min_new_tokens"}
        {"op": "abort", "rid"} | {"op": "abort", "rid": null, "phase", "pick"}
@@ -24,7 +27,8 @@ each way per op:
   out: {"views": [...], "result": ...} or {"error", "drift", "crash"?, "where"?, "trace"}
        (driverlib/answers.py); the first line is a banner {"ready": true, "version": VERSION}.
        ``idle`` answers whether the scheduler is idle (its view the idle event's);
-       ``stats`` answers {"counts", "scheduler", "drafts", "fault", "fault_fired"}.
+       ``stats`` answers {"counts", "scheduler", "drafts", "connector", "owners", "fault",
+       "fault_fired"} (``owners``: the kinds of block owner the views listed).
 A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
 vLLM's free count and ref counts, the census input by block id, as what changed since the
 run's previous view), the block records changed since then (records.py), and each request's
@@ -94,6 +98,8 @@ class Driver:
         self.sched = build_scheduler(op, self.model_dir)
         self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
         instrument(self.sched, self.counts, self.block_size)
+        self.connector = self.sched.connector  # the seeded connector (connector.py) or None
+        self.owners: set[str] = set()  # the kinds of block owner the views have listed
         self.fault = faults.install(op.get("fault"), self.sched)
         self.viewing = op.get("views", True)  # False: the scheduler alone (its speed, unchecked)
         self.inflight = None  # async: the scheduled step whose output is not processed yet
@@ -139,8 +145,9 @@ class Driver:
         if not self.viewing:
             return []
         step, size = self.counts["steps"], self.block_size
-        in_flight = dict(self.inflight[0].num_scheduled_tokens) if self.inflight else {}
-        view = views.state(self.sched, event, step, size, self.records, in_flight)
+        reads = self.inflight[2] if self.inflight else []
+        view = views.state(self.sched, event, step, size, self.records, reads)
+        self.owners.update(o.split(":")[0] for o, _ in view["pools"][0]["census_input"]["owned"])
         return [self.census.encode(view)]
 
     def _pick(self, phase: str, pick: int) -> str | None:
@@ -156,21 +163,38 @@ class Driver:
         return chosen[pick % len(chosen)] if chosen else None
 
     def step(self, op: dict) -> list[dict]:
-        self.counts["steps"] += 1
+        step = self.counts["steps"] = self.counts["steps"] + 1
         if self.fault is not None:
-            self.fault.at_step(self.counts["steps"])
+            self.fault.at_step(step)
+        if self.connector is not None:
+            self.connector.now = step
+        if self.asynchronous and not self.sched.has_requests():  # the engine core's batch
+            done, self.inflight = self.inflight, None  # queue drains: nothing new to schedule
+            if done is not None:
+                self.sched.update_from_output(*done[:2])
+            self._count_finished()
+            return self._view("step")
         out = self.sched.schedule()
         self.counts["preempted"] += len(getattr(out, "preempted_req_ids", ()) or ())
-        done = (out, self._sampled(out))  # what the runner samples is fixed at schedule time
+        done = (out, self._sampled(out, step))  # what the runner reports is fixed at schedule
         if self.asynchronous:
-            done, self.inflight = self.inflight, done if out.total_num_scheduled_tokens else None
+            done, self.inflight = self.inflight, self._in_flight(out, done)
         if done is not None:
-            self.sched.update_from_output(*done)
-        if self.spec is not None:
+            self.sched.update_from_output(*done[:2])
+        if self.spec is not None and not self.asynchronous:
             drafts = self.spec.proposals(self.sched, list(out.num_scheduled_tokens), self._token)
             self.sched.update_draft_token_ids(drafts)
         self._count_finished()
         return self._view("step")
+
+    def _in_flight(self, out, done: tuple) -> tuple | None:
+        """The step now in flight (async): its output and what it reads, or None for a step
+        that scheduled nothing (with a connector it still goes through: its output carries
+        the transfers the workers report, as vLLM's engine core queues every step)."""
+        if not out.total_num_scheduled_tokens and self.connector is None:
+            return None
+        k = self.spec.k if self.spec is not None else 0
+        return (*done, views.step_reads(self.sched, out.num_scheduled_tokens, k))
 
     def _token(self, rid: str, ahead: int = 0) -> int:
         """The seeded output token ``ahead`` places past what ``rid`` has output: EOS with
@@ -183,9 +207,10 @@ class Driver:
             return EOS_TOKEN_ID
         return tokens[at % len(tokens)]
 
-    def _sampled(self, out) -> ModelRunnerOutput:
+    def _sampled(self, out, step: int) -> ModelRunnerOutput:
         """One token per request whose chunk reaches the end of its known tokens; a verify
-        of scheduled drafts samples the accepted ones and the bonus."""
+        of scheduled drafts samples the accepted ones and the bonus; the connector's
+        transfers due in this step."""
         rids = list(out.num_scheduled_tokens)
         sampled = []
         for rid in rids:
@@ -193,6 +218,8 @@ class Driver:
             if req.is_prefill_chunk:
                 sampled.append([])
             elif drafts:
+                if self.asynchronous:  # placeholders: the proposer's tokens are the seeded ones
+                    drafts = [self._token(rid, j) for j in range(len(drafts))]
                 sampled.append(self.spec.verified(req, list(drafts), self._token(rid)))
             else:
                 sampled.append([self._token(rid)])
@@ -201,6 +228,7 @@ class Driver:
             req_ids=rids,
             req_id_to_index={r: i for i, r in enumerate(rids)},
             sampled_token_ids=sampled,
+            kv_connector_output=self.connector.output(step) if self.connector else None,
         )
 
     def _count_finished(self) -> None:
@@ -210,7 +238,9 @@ class Driver:
             self.counts["finished"] += 1
 
     def idle(self, op: dict) -> list[dict]:
-        self.result = not self.sched.has_unfinished_requests() and self.inflight is None
+        # vLLM's engine core steps while has_requests(): unfinished requests, finished ones
+        # not yet drained (their ids, blocks a connector still sends), connector push work
+        self.result = not self.sched.has_requests() and self.inflight is None
         return self._view("idle") if self.result else []
 
     def flush_cache(self, op: dict) -> list[dict]:
@@ -231,6 +261,8 @@ class Driver:
             "fault_fired": self.fault.fired if self.fault else [],
             "scheduler": type(self.sched).__name__,
             "drafts": [self.spec.accepted_drafts, self.spec.verified_drafts] if self.spec else None,
+            "connector": self.connector.counts if self.connector is not None else None,
+            "owners": sorted(self.owners),
         }
         return []
 

@@ -11,6 +11,7 @@ import json
 import os
 
 import torch
+from connector import transfer_config
 from vllm.config import (
     CacheConfig,
     ModelConfig,
@@ -79,7 +80,8 @@ def build_scheduler(op: dict, model_dir: str) -> Scheduler:
 
 
 def vllm_config(op: dict, model_dir: str) -> VllmConfig:
-    """The model, scheduler, cache and (EAGLE) speculative configs of one config op."""
+    """The model, scheduler, cache, (EAGLE) speculative and KV-transfer (the seeded connector:
+    connector.py) configs of one config op."""
     model = ModelConfig(
         model=model_dir,
         dtype="float32",
@@ -107,6 +109,7 @@ def vllm_config(op: dict, model_dir: str) -> VllmConfig:
         model_config=model,
         cache_config=cache,
         speculative_config=speculative,
+        kv_transfer_config=transfer_config(op.get("connector")),
     )
 
 

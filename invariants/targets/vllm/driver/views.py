@@ -12,6 +12,10 @@ the rest (invariants/targets/vllm/blocks.py); the census input goes as what chan
 
 from __future__ import annotations
 
+from vllm.v1.request import RequestStatus
+
+WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
+
 
 def free_walk(pool) -> list[int]:
     """The free queue in order, link by link (a repeat is a double free; a cycle stops one
@@ -28,12 +32,29 @@ def free_walk(pool) -> list[int]:
 
 
 def tables(sched) -> dict[str, list[int]]:
-    """Each request's blocks over every KV-cache group (the null block left out)."""
+    """Each holder's blocks over every KV-cache group (the null block left out), by owner: a
+    request (``req:``), one whose blocks await a connector load (``load:``: WAITING_FOR_
+    REMOTE_KVS, or finished with the load in flight) or a send (``send:``: finished, its free
+    delayed by the connector), and each batch of frees deferred past the step in flight
+    (``deferred:<fence step>``) — an in-flight transfer is an owner, as a request is."""
     out: dict[str, list[int]] = {}
+    requests = sched.requests
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
         for rid, blocks in manager.req_to_blocks.items():
-            out.setdefault(rid, []).extend(b.block_id for b in blocks if not b.is_null)
+            label = f"{_holder(sched, requests.get(rid))}:{rid}"
+            out.setdefault(label, []).extend(b.block_id for b in blocks if not b.is_null)
+    for i, (fence, blocks) in enumerate(getattr(sched, "deferred_frees", ())):
+        out[f"deferred:{fence}#{i}"] = [b.block_id for b in blocks if not b.is_null]
     return out
+
+
+def _holder(sched, request) -> str:
+    if request is None:
+        return "req"
+    if request.is_finished():  # still listed: the connector holds its blocks
+        loads = getattr(sched.connector, "loads", {})
+        return "load" if request.request_id in loads else "send"
+    return "load" if request.status == WAITING_FOR_REMOTE_KVS else "req"
 
 
 def block_tables(sched, block_size: int, in_flight: dict[str, int]) -> list[dict]:
@@ -59,10 +80,53 @@ def block_tables(sched, block_size: int, in_flight: dict[str, int]) -> list[dict
     return out
 
 
-def state(sched, event: str, step: int, block_size: int, records, in_flight: dict) -> dict:
+def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
+    """What a scheduled step reads or writes, taken when it is scheduled: per request, the
+    real blocks of every group from the first its first token's attention reads (a sliding
+    window's start) to the last its tokens and the proposer's ``lookahead`` drafts write, and
+    its preemption count (a request preempted since no longer owns them), its tokens."""
+    requests, out = sched.requests, []
+    managers = sched.kv_cache_manager.coordinator.single_type_managers
+    for rid, n in scheduled.items():
+        request = requests[rid]
+        end = request.num_computed_tokens + lookahead
+        start = request.num_computed_tokens - n
+        blocks: list[int] = []
+        for m in managers:
+            table, window, size = m.req_to_blocks.get(rid, ()), _window(m), m.block_size
+            first = max(0, start - window + 1) // size if window else 0
+            blocks += [b.block_id for b in table[first : -(-end // size)] if not b.is_null]
+        out.append((rid, blocks, request.num_preemptions, n))
+    return out
+
+
+def _window(manager) -> int:
+    return getattr(manager, "sliding_window", None) or 0
+
+
+def in_flight_views(sched, reads: list[tuple]) -> list[dict]:
+    """The step in flight's reads (``step_reads``) as the view lists them: whether the request
+    still owns them (live: not finished, not preempted since) and whether the scheduler
+    fences frees behind the step (vLLM's ``defer_block_free``: a consumer connector under
+    async scheduling, whose loads are not ordered with the step's writes)."""
+    fenced = bool(getattr(sched, "defer_block_free", False))
+    out = []
+    for rid, blocks, preemptions, _ in reads:
+        request = sched.requests.get(rid)
+        live = (
+            request is not None
+            and not request.is_finished()
+            and request.num_preemptions == preemptions
+        )
+        out.append({"rid": rid, "blocks": blocks, "live": live, "fenced": fenced})
+    return out
+
+
+def state(sched, event: str, step: int, block_size: int, records, reads: list[tuple]) -> dict:
     """The view; ``records`` (records.Records: the run's block records as last sent) is
-    brought up to date; ``in_flight``: the tokens per request of the step scheduled but not
-    processed (async)."""
+    brought up to date; ``reads``: what the step scheduled but not processed (async) reads
+    and writes (``step_reads``; its tokens are in the tables' ``in_flight``)."""
+    in_flight = {read[0]: read[3] for read in reads}
     pool = sched.kv_cache_manager.coordinator.block_pool
     walk, held = free_walk(pool), tables(sched)
     changes = records.changes(pool, walk, held)
@@ -73,6 +137,7 @@ def state(sched, event: str, step: int, block_size: int, records, in_flight: dic
         "pools": [_pool(pool, walk, held, block_size, records)],
         "block_changes": changes,
         "block_tables": block_tables(sched, block_size, in_flight),
+        "in_flight_blocks": in_flight_views(sched, reads),
     }
 
 
@@ -81,9 +146,7 @@ def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int, records) -
     evictable = len(free & hashed)
     shared = {b for blocks in held.values() for b in blocks if b in hashed}
     owned = [("cache", sorted(shared - free))]  # a cached block some request holds
-    owned += [
-        (f"req:{rid}", [b for b in blocks if b not in hashed]) for rid, blocks in held.items()
-    ]
+    owned += [(owner, [b for b in blocks if b not in hashed]) for owner, blocks in held.items()]
     live = len(pool.blocks) - len(records.null)
     return {
         "name": "full",
@@ -97,6 +160,6 @@ def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int, records) -
             "num_pages": live,
             "free_pages": walk,
             "owned": owned,
-            "referenced": [(f"req:{rid}", bl) for rid, bl in held.items()],
+            "referenced": list(held.items()),
         },
     }
