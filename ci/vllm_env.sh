@@ -11,14 +11,14 @@ cd "$(dirname "$0")/.."
 VLLM_VERSION=${VLLM_VERSION:-0.33.0}
 PYTHON=${PYTHON:-python3}
 case "$VLLM_VERSION" in
-    0.33.0|0.30.0)   # the same declared ranges (0.30.0 pins torch==2.13.0 itself)
+    0.33.0|0.32.0|0.31.0|0.30.0)   # the same declared ranges (0.30.0 pins torch==2.13.0 itself)
         PINS="packaging pydantic==2.14.4 regex numpy==2.4.6 cbor2 psutil pyzmq transformers==5.20.2
             aiohttp requests openai-harmony==0.0.8 openai==3.57.0 pillow pybase64 cachetools
             msgspec==0.22.0 cloudpickle uvloop py-cpuinfo prometheus_client fastapi==0.136.3
             partial-json-parser llguidance==1.7.6 einops"
         NODEPS="xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2" ;;
     *)
-        echo "ci/vllm_env.sh: no recipe for VLLM_VERSION=$VLLM_VERSION (supported: 0.33.0, 0.30.0)" >&2
+        echo "ci/vllm_env.sh: no recipe for VLLM_VERSION=$VLLM_VERSION (supported: 0.33.0, 0.32.0, 0.31.0, 0.30.0)" >&2
         exit 2 ;;
 esac
 if [ "$VLLM_VERSION" = 0.33.0 ]; then DEFAULT_VENV=.vllm-venv; else DEFAULT_VENV=.vllm-venv-$VLLM_VERSION; fi

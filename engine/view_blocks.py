@@ -28,7 +28,8 @@ class BlockTableView(NamedTuple):
     target): the group's sliding window (0: full attention), the tokens computed (those of a
     step scheduled but not yet processed included: ``in_flight``, async scheduling), the block
     size, how many blocks the table lists and which of them are the null block (a sliding
-    window drops blocks that lie wholly before it)."""
+    window drops blocks that lie wholly before it); ``kind``: attention, or mamba (a state
+    group: a block for each state it keeps, the rest null)."""
 
     rid: str = ""
     group: str = ""
@@ -38,6 +39,7 @@ class BlockTableView(NamedTuple):
     block_size: int = 1
     num_blocks: int = 0
     null_blocks: tuple[int, ...] = ()
+    kind: str = "attention"
 
 
 class InFlightView(NamedTuple):

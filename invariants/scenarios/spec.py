@@ -69,6 +69,7 @@ class EngineSpec(_Strict):
     tiny: dict[str, Any] = {}  # TinyConfig fields (engine/config/model.py)
     speculative: dict[str, Any] | None = None  # SpecConfig fields (engine/config/speculative.py)
     kv_connector: KVConnectorSpec | None = None  # vLLM's KV connectors (the vllm target only)
+    mamba_group: bool = False  # a Mamba (state) KV-cache group beside attention (vllm only)
 
     def engine_config(self, seed: int) -> EngineConfig:
         memory = MemoryConfig(
@@ -96,6 +97,13 @@ class EngineSpec(_Strict):
             tiny=_tiny_config(self.tiny),
             speculative=_spec_config(self.speculative),
         )
+
+
+def vllm_only_fields(engine: EngineSpec) -> list[str]:
+    """The engine fields set that only the vllm target runs (kvspec's engine and SGLang's
+    refuse them, naming the field)."""
+    fields = {"kv_connector": engine.kv_connector is not None, "mamba_group": engine.mamba_group}
+    return [name for name, on in fields.items() if on]
 
 
 def _spec_config(fields: dict[str, Any] | None) -> SpecConfig | None:

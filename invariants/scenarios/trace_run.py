@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from engine.engine import Engine
 from engine.errors import ConfigError
+from invariants.scenarios.spec import vllm_only_fields
 from engine.hooks import Observer, SimClock
 from engine.observe.crosscheck import CrossCheckMismatch
 from engine.sched.sessions import SessionError
@@ -189,8 +190,9 @@ class _Interpreter:
         self.trace = trace
         self.before_op = before_op
         self.checker = checker
-        if trace.engine.kv_connector is not None:  # kvspec's engine has no connector API
-            raise ConfigError("engine.kv_connector: vLLM's KV-connector API (the vllm target only)")
+        vllm_only = vllm_only_fields(trace.engine)
+        if vllm_only:  # kvspec's engine has no connector API, no Mamba group
+            raise ConfigError(f"engine.{vllm_only[0]}: a vLLM feature (the vllm target only)")
         self.engine = Engine(
             trace.engine.engine_config(trace.seed),
             clock=SimClock(),

@@ -21,7 +21,7 @@ from typing import Any
 from engine.model.tokenizer import BOS_ID
 from engine.view import StateView
 from invariants.scenarios.ops import Submit, Trace
-from invariants.scenarios.spec import EngineSpec
+from invariants.scenarios.spec import EngineSpec, vllm_only_fields
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
 from invariants.targets.registry import TargetOptions
@@ -72,11 +72,11 @@ def unsupported_engine(engine: EngineSpec) -> list[str]:
         "enable_mixed_chunk": engine.enable_mixed_chunk,
         "model: tiny": engine.model != "sim",
         "eos_prob > 0 (lengths would be the model's)": engine.eos_prob > 0,
-        "kv_connector (vLLM's KV-connector API: the vllm target only)": (
-            engine.kv_connector is not None
-        ),
     }
-    return [name for name, on in checks.items() if on]
+    vllm_only = [
+        f"{name} (a vLLM feature: the vllm target only)" for name in vllm_only_fields(engine)
+    ]
+    return [name for name, on in checks.items() if on] + vllm_only
 
 
 def unsupported(trace: Trace, version: str | None = None) -> list[str]:

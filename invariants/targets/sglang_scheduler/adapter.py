@@ -29,7 +29,7 @@ from engine.mem import paging
 from engine.view import StateView
 from invariants.explore.swarm import FEATURES, NEW_MAX, Swarm, sample_prompts, sample_weights
 from invariants.scenarios.ops import Trace
-from invariants.scenarios.spec import EngineSpec
+from invariants.scenarios.spec import EngineSpec, vllm_only_fields
 from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver
@@ -85,11 +85,11 @@ def unsupported_engine(engine: EngineSpec, version: str | None = None) -> list[s
             mla and supports is not None and "mla" not in supports
         ),
         "model: tiny (the target's forward is the fake worker)": engine.model != "sim" and not mla,
-        "kv_connector (vLLM's KV-connector API: the vllm target only)": (
-            engine.kv_connector is not None
-        ),
     }
-    return [name for name, on in checks.items() if on]
+    vllm_only = [
+        f"{name} (a vLLM feature: the vllm target only)" for name in vllm_only_fields(engine)
+    ]
+    return [name for name, on in checks.items() if on] + vllm_only
 
 
 def is_mla(engine: EngineSpec) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 from engine.view import StateView
 from invariants.explore.swarm import Swarm
 from invariants.scenarios.ops import Trace
+from invariants.scenarios.spec import vllm_only_fields
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
 from invariants.targets.registry import TargetOptions
@@ -105,12 +106,12 @@ def unsupported(trace: Trace, version: str | None = None) -> list[str]:
         is not None,
         "tiny.attention=mla (the server target builds no MLA pools yet)": scheduler.is_mla(engine),
         "model: tiny (the target's forward is the fake worker)": engine.model != "sim",
-        "kv_connector (vLLM's KV-connector API: the vllm target only)": (
-            engine.kv_connector is not None
-        ),
     }
     ops = sorted({UNSUPPORTED_OPS[op.op] for op in trace.ops if op.op in UNSUPPORTED_OPS})
-    return [name for name, on in checks.items() if on] + ops
+    vllm_only = [
+        f"{name} (a vLLM feature: the vllm target only)" for name in vllm_only_fields(engine)
+    ]
+    return [name for name, on in checks.items() if on] + vllm_only + ops
 
 
 def config(trace: Trace, fault: dict[str, Any] | None = None, observe: bool = True) -> dict:

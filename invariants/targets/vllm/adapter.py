@@ -71,6 +71,8 @@ def unsupported(trace: Trace, version: str | None = None) -> list[str]:
             for op in trace.ops
         ),
         "model: tiny": e.model != "sim",
+        "speculative with a Mamba group (where vLLM keeps the accepted drafts' states, its "
+        "speculative blocks, is not mapped)": e.speculative is not None and e.mamba_group,
         "test_retract": e.test_retract,
     }
     ops = sorted({UNSUPPORTED_OPS[op.op] for op in trace.ops if op.op in UNSUPPORTED_OPS})
@@ -82,10 +84,11 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
     size (plus vLLM's null block), its batch limits, prefix caching for the radix cache (the
     chunk cache: none). A hybrid SWA spec becomes a full and a sliding-window KV-cache group
     over one block pool as large as kvspec's two pools together (vLLM pools all groups'
-    blocks); overlap is async scheduling; EAGLE is vLLM's EAGLE with as many drafts; a KV
-    connector is the driver's seeded one."""
+    blocks; a Mamba group adds a full pool's worth); overlap is async scheduling; EAGLE is
+    vLLM's EAGLE with as many drafts; a KV connector is the driver's seeded one."""
     engine = trace.engine
     tokens = engine.max_total_tokens + (engine.swa_tokens or 0)
+    tokens += engine.max_total_tokens if engine.mamba_group else 0  # its states: one pool more
     drafts = (engine.speculative or {}).get("num_steps", 3) if engine.speculative else 0
     return {
         "op": "config",
@@ -101,6 +104,7 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
         "max_model_len": engine.context_len,
         "prefix_caching": engine.cache == "radix",
         "connector": engine.kv_connector.model_dump() if engine.kv_connector else None,
+        "mamba_group": engine.mamba_group,  # align mode under prefix caching, else none
         "fault": fault,
         "views": observe,
     }
@@ -132,7 +136,8 @@ def engine(rng: np.random.Generator, extra: np.random.Generator) -> EngineSpec:
     block size, a token budget that chunks long prompts, prefix caching (off in some), EOS
     drawn in half; a third add a sliding-window KV-cache group beside the full one; half
     schedule asynchronously (kvspec's overlap), a third of either kind verify EAGLE drafts;
-    a third run a KV connector (``extra``: the later draws, so earlier seeds keep theirs)."""
+    a third run a KV connector, a quarter of those without drafts add a Mamba group
+    (``extra``: the later draws, so earlier seeds keep theirs)."""
     ps = int(rng.choice([1, 4, 16, 16]))
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
     swa, overlap = rng.random() < 1 / 3, bool(rng.random() < 0.5)
@@ -158,6 +163,7 @@ def engine(rng: np.random.Generator, extra: np.random.Generator) -> EngineSpec:
         eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
         cache="chunk" if rng.random() < 0.15 else "radix",  # chunk: no prefix caching
         kv_connector=connector(extra) if extra.random() < 1 / 3 else None,
+        mamba_group=bool(extra.random() < 1 / 4) and not drafts,
     )
 
 
@@ -194,6 +200,7 @@ def label(swarm: Swarm) -> str:
     mode = "async" if e.enable_overlap else "sync"
     kv = e.kv_connector
     xfer = f" {kv.role}(seed{kv.seed})" if kv else ""
+    xfer += " mamba" if e.mamba_group else ""
     return (
         f"block{e.page_size} pool{e.max_total_tokens}{window} budget{e.chunked_prefill_size} "
         f"seqs{e.max_num_reqs} {mode}{drafts}{xfer}{'' if e.cache == 'radix' else ' nocache'} "

@@ -9,7 +9,9 @@ async loads, deferred matching) with every choice drawn from a seeded coin:
   leaving one to compute), loaded synchronously in the step or asynchronously over 1 to
   ``max_delay`` steps (the request waits in WAITING_FOR_REMOTE_KVS holding its blocks); a
   load fails with ``fail_prob`` (its first block reported invalid; a hybrid layout reports
-  the request in ``failed_recving``, as vLLM requires there);
+  the request in ``failed_recving``, as vLLM requires there), and the request's external KV
+  is then gone (no later lookup matches it: a remote that fails every time would keep vLLM
+  reloading it forever);
 - producer (``kv_producer``/``kv_both``): a finished request's blocks are sent with
   ``send_prob``: ``request_finished`` answers "delay the free" and the send finishes 1 to
   ``max_delay`` steps later (``finished_sending``), when vLLM frees the blocks.
@@ -64,6 +66,7 @@ class SeededConnector(KVConnectorBase_V1, SupportsHMA):
         self.loads: dict[str, Transfer] = {}  # async loads not yet reported
         self.sync_failures: set[int] = set()  # blocks of this step's failed sync loads
         self.sends: dict[str, Transfer] = {}
+        self.lost: set[str] = set()  # rids whose load failed: their external KV is gone
         self.started: list[str] = []
         self.counts = dict.fromkeys(COUNTS, 0)
 
@@ -83,7 +86,7 @@ class SeededConnector(KVConnectorBase_V1, SupportsHMA):
             self.counts["defers"] += 1
             return None, False
         room = request.num_tokens - 1 - num_computed_tokens  # one token left to compute
-        if room < 1 or coin.random() >= self._r("hit"):
+        if room < 1 or rid in self.lost or coin.random() >= self._r("hit"):
             return 0, False
         tokens, is_async = coin.randint(1, room), coin.random() < self._r("async")
         self.matched[rid] = (num_computed_tokens, is_async)
@@ -100,6 +103,8 @@ class SeededConnector(KVConnectorBase_V1, SupportsHMA):
         end = -(-(local + num_external_tokens) // size)
         target = blocks.get_block_ids()[0][local // size : end]
         failed = coin.random() < self._r("fail")
+        if failed:  # the remote copy is gone: the request recomputes, never loads again
+            self.lost.add(rid)
         if is_async:
             self.loads[rid] = Transfer(self.now + coin.randint(1, self.max_delay), target, failed)
             self.started.append(rid)

@@ -11,7 +11,8 @@ its table has no block for (``fired`` names the requests); ``early_deferred_free
 finished or preempted request's blocks at once though a consumer connector fences them
 behind the step in flight (vLLM's ``deferred_frees``); ``spec_rehome`` moves a request's
 tail block to a fresh one after a verify rejected drafts, freeing the old one while the
-step in flight (async scheduling) still writes it."""
+step in flight (async scheduling) still writes it; ``mamba_state_freed`` returns a Mamba
+group's current state block to the pool while the request's table still lists it."""
 
 from __future__ import annotations
 
@@ -39,10 +40,8 @@ def install(spec: dict | None, sched) -> Fault | None:
     if fault.kind == "spec_unreserved":
         _spec_unreserved(sched.kv_cache_manager, fault)
         return fault
-    if fault.kind in ("early_deferred_free", "spec_rehome"):
-        {"early_deferred_free": _early_deferred_free, "spec_rehome": _spec_rehome}[fault.kind](
-            sched, fault
-        )
+    if fault.kind in SCHEDULER_FAULTS:
+        SCHEDULER_FAULTS[fault.kind](sched, fault)
         return fault
     patch = {"skip_free": _skip_free, "double_free": _double_free, "unpinned_hit": _unpinned}
     patch[fault.kind](pool, fault)
@@ -175,3 +174,31 @@ def _rehome_tail(sched, rid: str, fault: Fault) -> None:
     pool.free_blocks([old])  # fix: the step in flight writes it; keep it
     fault.armed = False
     fault.fired.append(old.block_id)
+
+
+def _mamba_state_freed(sched, fault: Fault) -> None:
+    for manager in sched.kv_cache_manager.coordinator.single_type_managers:
+        if type(manager).__name__ == "MambaManager":
+            _free_state_block(manager, fault)
+
+
+def _free_state_block(manager, fault: Fault) -> None:
+    real = manager.remove_skipped_blocks
+
+    def remove_skipped_blocks(request_id, processed_computed_tokens, *args, **kwargs):
+        real(request_id, processed_computed_tokens, *args, **kwargs)
+        table = manager.req_to_blocks.get(request_id, [])
+        i = (processed_computed_tokens - 1) // manager.block_size
+        if fault.armed and 0 <= i < len(table) and table[i].ref_cnt == 1:
+            fault.armed = False
+            fault.fired.append(table[i].block_id)
+            manager.block_pool.free_blocks([table[i]])  # fix: null it in the table first
+
+    manager.remove_skipped_blocks = remove_skipped_blocks
+
+
+SCHEDULER_FAULTS = {
+    "early_deferred_free": _early_deferred_free,
+    "spec_rehome": _spec_rehome,
+    "mamba_state_freed": _mamba_state_freed,
+}

@@ -29,6 +29,7 @@ from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from vllm.v1.request import Request
@@ -63,7 +64,7 @@ def build_scheduler(op: dict, model_dir: str) -> Scheduler:
     kv = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
-        kv_cache_groups=kv_groups(block_size, op.get("sliding_window")),
+        kv_cache_groups=kv_groups(block_size, op.get("sliding_window"), mamba_mode(op), op),
     )
     config.cache_config.num_gpu_blocks = num_blocks
     # vLLM's CPU platform turns async scheduling off (nothing to overlap on a CPU); its tests
@@ -102,6 +103,7 @@ def vllm_config(op: dict, model_dir: str) -> VllmConfig:
         block_size=op["block_size"],
         cache_dtype="auto",
         enable_prefix_caching=op["prefix_caching"],
+        mamba_cache_mode=mamba_mode(op) or "none",
     )
     speculative = eagle_config(op.get("num_speculative_tokens") or 0, model, model_dir)
     return VllmConfig(
@@ -132,12 +134,33 @@ def eagle_config(k: int, target: ModelConfig, model_dir: str) -> SpeculativeConf
     )
 
 
-def kv_groups(block_size: int, window: int | None) -> list[KVCacheGroupSpec]:
-    """One full-attention layer, plus one sliding-window layer when ``window`` is set."""
+def mamba_mode(op: dict) -> str | None:
+    """A Mamba group's cache mode: ``align`` under prefix caching (vLLM caches Mamba states
+    only block-aligned; MambaManager refuses prefix caching otherwise), else ``none``."""
+    if not op.get("mamba_group"):
+        return None
+    return "align" if op["prefix_caching"] else "none"
+
+
+def kv_groups(
+    block_size: int, window: int | None, mamba: str | None, op: dict
+) -> list[KVCacheGroupSpec]:
+    """One full-attention layer, plus one sliding-window layer when ``window`` is set, plus
+    one Mamba layer in cache mode ``mamba`` (its spec as vLLM's ``MambaBase`` makes it: a
+    state per block, a block per draft token)."""
     shape = dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
     groups = [KVCacheGroupSpec(["full"], FullAttentionSpec(**shape))]
     if window:
         groups.append(KVCacheGroupSpec(["swa"], SlidingWindowSpec(**shape, sliding_window=window)))
+    if mamba:
+        state = MambaSpec(
+            block_size=block_size,
+            shapes=((1,), (1,)),
+            dtypes=(torch.float32,),
+            mamba_cache_mode=mamba,
+            num_speculative_blocks=op.get("num_speculative_tokens") or 0,
+        )
+        groups.append(KVCacheGroupSpec(["mamba"], state))
     return groups
 
 

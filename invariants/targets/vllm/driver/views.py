@@ -59,12 +59,14 @@ def _holder(sched, request) -> str:
 
 def block_tables(sched, block_size: int, in_flight: dict[str, int]) -> list[dict]:
     """Each request's table per KV-cache group: its window, computed tokens (``in_flight``
-    of them scheduled in a step not yet processed), null entries."""
-    out = []
+    of them scheduled in a step not yet processed), null entries. A request whose async
+    load failed has no computed count (-1): vLLM reset it to 0 and frees or re-caches the
+    table at the next schedule, before any forward reads it (_update_waiting_for_remote_kv)."""
+    out, failed = [], getattr(sched, "failed_recving_kv_req_ids", ())
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
         window = getattr(manager, "sliding_window", None) or 0
         for rid, blocks in manager.req_to_blocks.items():
-            request = sched.requests.get(rid)
+            request = None if rid in failed else sched.requests.get(rid)
             out.append(
                 {
                     "rid": rid,
@@ -75,6 +77,7 @@ def block_tables(sched, block_size: int, in_flight: dict[str, int]) -> list[dict
                     "computed": request.num_computed_tokens if request is not None else -1,
                     "in_flight": in_flight.get(rid, 0),
                     "null_blocks": [i for i, b in enumerate(blocks) if b.is_null],
+                    "kind": "mamba" if _is_mamba(manager) else "attention",
                 }
             )
     return out
@@ -101,7 +104,16 @@ def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
 
 
 def _window(manager) -> int:
+    """The tokens a group's next forward reads back: a sliding window's, 2 for a Mamba
+    group (it reads the last computed token's state: vLLM frees as a window of 2 would,
+    ``MambaManager.get_num_skipped_tokens`` = computed - 1), 0 for full attention (all)."""
+    if _is_mamba(manager):
+        return 2
     return getattr(manager, "sliding_window", None) or 0
+
+
+def _is_mamba(manager) -> bool:
+    return type(manager).__name__ == "MambaManager"
 
 
 def in_flight_views(sched, reads: list[tuple]) -> list[dict]:

@@ -1,9 +1,11 @@
-"""vLLM's KV-connector API and async speculative decoding on the real v1 scheduler (0.33.0):
-the seeded connector as a consumer (sync and async loads, deferred lookups, load failures)
-and as a producer (frees delayed while the KV is sent) and EAGLE under the AsyncScheduler
-(placeholder drafts) run clean, the census counting what an in-flight transfer holds as an
-owner; a deferred free released early and a block freed under the step in flight are
-caught by ``vllm.in_flight_blocks_not_free`` naming the block."""
+"""Where vLLM's 2026 block-accounting bugs live, on its real v1 scheduler (0.33.0): the KV-
+connector API (the seeded connector as a consumer — sync and async loads, deferred lookups,
+load failures — and as a producer, frees delayed while the KV is sent), EAGLE under the
+AsyncScheduler (placeholder drafts) and a Mamba group beside full and sliding-window
+attention run clean, the census counting what an in-flight transfer holds as an owner. One
+planted fault per area is caught naming the block: a deferred free released early and a
+block freed under the step in flight (``vllm.in_flight_blocks_not_free``), a Mamba state
+block freed while its table lists it (the census and vLLM's ref-count rules)."""
 
 from __future__ import annotations
 
@@ -66,6 +68,30 @@ def test_eagle_under_the_async_scheduler_runs_clean_with_preemption() -> None:
         "(" + _note(out, "drafts accepted: ")[17:].replace(" of ", ",").split(" ")[0] + ")"
     )
     assert 0 < accepted < verified
+
+
+def test_a_mamba_group_beside_attention_runs_clean_in_both_cache_modes() -> None:
+    """Full, sliding-window and Mamba groups over one pool: under prefix caching (Mamba's
+    align mode) with hits, preemption and aborts, and without (mode none): no rule fires."""
+    from invariants.scenarios.spec import parse_overrides
+
+    path = ROOT / "specs" / "vllm" / "mamba-hybrid.yaml"
+    cached = run_spec(VLLM, load_spec(path), CATALOG)
+    assert cached.ok and not cached.unmet, (cached.error, cached.violations[:3])
+    assert cached.stats.cached_tokens and cached.stats.preempted and cached.stats.aborted
+    plain = run_spec(VLLM, load_spec(path, parse_overrides(["cache=chunk"])), CATALOG)
+    assert plain.error is None and plain.violations == (), (plain.error, plain.violations[:3])
+
+
+def test_a_mamba_state_block_freed_while_listed_is_caught() -> None:
+    """A Mamba group's current state block returned to the pool while the table lists it:
+    the census (free yet referenced) and vLLM's ref-count rules name the block."""
+    spec = load_spec(ROOT / "specs" / "vllm" / "mamba-hybrid.yaml")
+    out = run_spec(VLLM, spec, CATALOG, fault={"kind": "mamba_state_freed", "step": 5})
+    (block,) = ast.literal_eval(_note(out, "fault fired").split("blocks ")[1])
+    named = {v.invariant for v in out.violations if f"block {block}:" in str(v)}
+    named |= {v.invariant for v in out.violations if f"page {block} " in str(v)}
+    assert {"census.no_dangling", "vllm.ref_cnt_is_holders"} <= named, out.violations[:3]
 
 
 @pytest.mark.parametrize(
