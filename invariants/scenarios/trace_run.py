@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from engine.engine import Engine
 from engine.errors import ConfigError
-from invariants.scenarios.spec import vllm_only_fields
 from engine.hooks import Observer, SimClock
 from engine.observe.crosscheck import CrossCheckMismatch
 from engine.sched.sessions import SessionError
@@ -43,6 +42,7 @@ from invariants.scenarios.ops import (
     WaitFor,
     op_label,
 )
+from invariants.scenarios.spec import vllm_only_fields
 from invariants.scenarios.watchdog import ProgressWatch
 
 DRAIN_FLOOR = 2_000  # a drain's budget: this many steps plus a few per token still owed
