@@ -4,21 +4,30 @@
 # pure-Python packages vLLM's v1 scheduler, KV cache manager and config import (found by
 # importing them on a bare venv; xgrammar --no-deps: it would pull triton). No stubs are needed:
 # a missing vllm._C is logged and ignored; the driver selects the CPU platform itself.
-#   VLLM_VERSION  0.33.0 (default) -> .vllm-venv; 0.30.0 -> .vllm-venv-0.30.0; VLLM_VENV overrides
+#   VLLM_VERSION  0.33.0 (default) -> .vllm-venv; V -> .vllm-venv-V; VLLM_VENV overrides. 0.33.0 and
+#   0.30.0 have pinned recipes; any other release takes the ranges its wheel declares.
 # Idempotent: <venv>/.installed holds the recipe it was built from; when it matches, nothing runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_VERSION=${VLLM_VERSION:-0.33.0}
 PYTHON=${PYTHON:-python3}
 case "$VLLM_VERSION" in
-    0.33.0|0.32.0|0.31.0|0.30.0)   # the same declared ranges (0.30.0 pins torch==2.13.0 itself)
+    0.33.0|0.30.0)   # pinned: the releases CI runs (0.30.0 pins torch==2.13.0 itself)
         PINS="packaging pydantic==2.14.4 regex numpy==2.4.6 cbor2 psutil pyzmq transformers==5.20.2
             aiohttp requests openai-harmony==0.0.8 openai==3.57.0 pillow pybase64 cachetools
             msgspec==0.22.0 cloudpickle uvloop py-cpuinfo prometheus_client fastapi==0.136.3
             partial-json-parser llguidance==1.7.6 einops"
         NODEPS="xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2" ;;
+    [0-9]*.[0-9]*.[0-9]*)   # any other release: the same packages, in the ranges its own wheel
+        # metadata declares (ci/vllm_requirements.py); the wheel is fetched first to read them
+        WHEELS=$(mktemp -d)
+        "$PYTHON" -m pip download --quiet --no-deps "vllm==$VLLM_VERSION" -d "$WHEELS"
+        RANGES=$("$PYTHON" ci/vllm_requirements.py "$WHEELS"/vllm-*.whl)
+        PINS=$(echo "$RANGES" | sed -n 1p)
+        NODEPS=$(echo "$RANGES" | sed -n 2p)
+        rm -rf "$WHEELS" ;;
     *)
-        echo "ci/vllm_env.sh: no recipe for VLLM_VERSION=$VLLM_VERSION (supported: 0.33.0, 0.32.0, 0.31.0, 0.30.0)" >&2
+        echo "ci/vllm_env.sh: VLLM_VERSION=$VLLM_VERSION is not a release (X.Y.Z)" >&2
         exit 2 ;;
 esac
 if [ "$VLLM_VERSION" = 0.33.0 ]; then DEFAULT_VENV=.vllm-venv; else DEFAULT_VENV=.vllm-venv-$VLLM_VERSION; fi

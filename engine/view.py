@@ -226,6 +226,7 @@ class SchedView:
     # passed, in tokens) and what preparing it took from each pool (engine/sched/estimate.py)
     estimated_tokens: int = 0
     allocated_tokens: tuple[int, ...] = ()  # full, then SWA; () where no estimate is kept
+    preempted_unfreed: tuple[str, ...] = ()  # vllm: preempted, blocks held past the step
 
 
 @dataclass(frozen=True, slots=True)

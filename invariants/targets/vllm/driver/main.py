@@ -65,7 +65,13 @@ import views  # noqa: E402
 import vllm  # noqa: E402
 import wire  # noqa: E402
 import writes  # noqa: E402
-from stack import EOS_TOKEN_ID, build_scheduler, instrument, make_request  # noqa: E402
+from stack import (  # noqa: E402
+    EOS_TOKEN_ID,
+    build_scheduler,
+    instrument,
+    make_request,
+    watch_preemptions,
+)
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
@@ -100,6 +106,8 @@ class Driver:
         instrument(self.sched, self.counts, self.block_size)
         self.connector = self.sched.connector  # the seeded connector (connector.py) or None
         self.owners: set[str] = set()  # the kinds of block owner the views have listed
+        self.unfreed: list[str] = []  # this step's preemptions that freed nothing at once
+        watch_preemptions(self.sched, self.unfreed)
         self.fault = faults.install(op.get("fault"), self.sched)
         self.viewing = op.get("views", True)  # False: the scheduler alone (its speed, unchecked)
         self.inflight = None  # async: the scheduled step whose output is not processed yet
@@ -148,6 +156,8 @@ class Driver:
         reads = self.inflight[2] if self.inflight else []
         view = views.state(self.sched, event, step, size, self.records, reads)
         self.owners.update(o.split(":")[0] for o, _ in view["pools"][0]["census_input"]["owned"])
+        view["sched"] = {"preempted_unfreed": list(self.unfreed)}
+        self.unfreed.clear()  # each preemption is reported by the view after it, once
         return [self.census.encode(view)]
 
     def _pick(self, phase: str, pick: int) -> str | None:

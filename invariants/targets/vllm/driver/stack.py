@@ -212,3 +212,28 @@ def count_hits(manager, counts: dict) -> None:
         return found
 
     manager.get_computed_blocks = counted
+
+
+def watch_preemptions(sched: Scheduler, unfreed: list[str]) -> None:
+    """Append to ``unfreed`` each request the scheduler preempts whose blocks it cannot free
+    at once (a consumer connector under async scheduling fences them behind the step in
+    flight: they go to ``deferred_frees``), so the preemption makes no room now."""
+    if not hasattr(sched, "defer_block_free"):  # a release without fenced frees
+        return
+    real = sched._preempt_request
+
+    def _preempt_request(request, *args, **kwargs):
+        if not frees_now(sched, request):
+            unfreed.append(request.request_id)
+        return real(request, *args, **kwargs)
+
+    sched._preempt_request = _preempt_request
+
+
+def frees_now(sched: Scheduler, request) -> bool:
+    """vLLM's own test (``_request_blocks_can_be_freed`` from 0.31; inline in
+    ``_free_request_blocks`` before): no fence, or the request's last step is processed."""
+    probe = getattr(sched, "_request_blocks_can_be_freed", None)
+    if probe is not None:
+        return probe(request)
+    return not sched.defer_block_free or request.last_sched_seq <= sched.processed_step_seq
