@@ -21,7 +21,9 @@ from packaging.utils import canonicalize_name
 WITH_DEPS = """packaging pydantic regex numpy cbor2 psutil pyzmq transformers aiohttp requests
 openai-harmony openai pillow pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo
 prometheus_client fastapi partial-json-parser llguidance einops""".split()
-NO_DEPS = ["xgrammar", "apache-tvm-ffi"]
+# xgrammar's compiled bindings need a matching apache-tvm-ffi (vLLM pins the latter for its
+# GPU kernels, not for xgrammar): the pair known to load, where the release admits it
+XGRAMMAR_PAIR = ("0.2.8", "0.1.15.post2")
 
 
 def declared(wheel: str) -> dict[str, Requirement]:
@@ -44,10 +46,17 @@ def spec_of(name: str, reqs: dict[str, Requirement]) -> str:
     return f"{name}{req.specifier}" if req is not None and req.specifier else name
 
 
+def no_deps(reqs: dict[str, Requirement]) -> str:
+    xgrammar = reqs.get("xgrammar")
+    if xgrammar is None or xgrammar.specifier.contains(XGRAMMAR_PAIR[0]):
+        return "xgrammar=={} apache-tvm-ffi=={}".format(*XGRAMMAR_PAIR)
+    return f"{spec_of('xgrammar', reqs)} apache-tvm-ffi"
+
+
 def main(wheel: str) -> None:
     reqs = declared(wheel)
     print(" ".join(spec_of(n, reqs) for n in WITH_DEPS))
-    print(" ".join(spec_of(n, reqs) for n in NO_DEPS))
+    print(no_deps(reqs))
 
 
 if __name__ == "__main__":

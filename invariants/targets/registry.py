@@ -133,10 +133,16 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "vllm", "vLLM", "real v1 scheduler", "the model runner's output",
-        "invariants.targets.vllm.adapter", "KVSPEC_VLLM_PYTHON",
+        "invariants.targets.vllm.adapter", "KVSPEC_VLLM_PYTHON", releases=True,
     ),
 )  # fmt: skip
 NAMES = tuple(t.name for t in TARGETS)
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """A release's sort key (0.5.10.post1 after 0.5.10, 0.5.9 before both)."""
+    parts = version.replace(".post", ".").split(".")
+    return tuple(int(p) if p.isdigit() else 0 for p in parts)
 
 
 class UnknownTarget(ValueError):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from invariants.targets.driver import Answer, LineDriver, TargetUnavailable
+from invariants.targets.registry import release_key
 
 ROOT = Path(__file__).resolve().parents[3]
 DRIVER_DIR = Path(__file__).resolve().parent / "driver"
@@ -51,11 +52,6 @@ def installed_versions() -> list[str]:
             if word.startswith("sglang=="):
                 found.append(word.removeprefix("sglang=="))
     return sorted(set(found), key=release_key)
-
-
-def release_key(version: str) -> tuple[int, ...]:
-    parts = version.replace(".post", ".").split(".")
-    return tuple(int(p) if p.isdigit() else 0 for p in parts)
 
 
 def scheduler_python(version: str | None = None, explicit: str | Path | None = None) -> Path:

@@ -4,11 +4,12 @@
 output faked.
 
 Keeps: a spec feature vLLM's scheduler has no counterpart for (sessions, the tiny model,
-forced retracts, speculation under async scheduling) makes the run unsupported with the
-reason, never a silent pass. The interpreter is, in order: the explicit one, ``$KVSPEC_VLLM_
-PYTHON``, ``.vllm-venv/bin/python``. A seed the explorer draws keeps one whole request beside
-the token budget (the context limit is set from it), so it cannot stall on a request that can
-never fit — a finding about the draw, not about vLLM.
+forced retracts, speculation beside a Mamba group) makes the run unsupported with the
+reason, never a silent pass. The interpreter is, in order: the explicit one,
+``$KVSPEC_VLLM_PYTHON``, the release's venv (``--target-version V``: ``.vllm-venv-V``;
+0.33.0: ``.vllm-venv``). A seed the explorer draws keeps one whole request beside the token
+budget (the context limit is set from it), so it cannot stall on a request that can never
+fit — a finding about the draw, not about vLLM.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from invariants.scenarios.spec import EngineSpec, KVConnectorSpec
 from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
-from invariants.targets.registry import TargetOptions
+from invariants.targets.registry import TargetOptions, release_key
 from invariants.targets.vllm.blocks import BlockMirror
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,17 +48,33 @@ NOT_DRIVEN = (
 )
 
 
-def vllm_python(explicit: str | Path | None = None) -> Path:
-    """The interpreter of the vllm venv (see the module docstring for the order)."""
-    return Path(explicit or os.environ.get(ENV_VAR) or ROOT / ".vllm-venv" / "bin" / "python")
+def vllm_python(explicit: str | Path | None = None, version: str | None = None) -> Path:
+    """The interpreter of the vllm venv (see the module docstring for the order); a
+    ``version`` other than the default one: its own venv, ``.vllm-venv-VERSION``."""
+    if explicit or os.environ.get(ENV_VAR):
+        return Path(explicit or os.environ[ENV_VAR])
+    venv = ".vllm-venv" if version in (None, VLLM_VERSION) else f".vllm-venv-{version}"
+    return ROOT / venv / "bin" / "python"
+
+
+def installed_releases() -> list[str]:
+    """The releases whose venv was built here (its stamp names the release), oldest first."""
+    found = {
+        word.removeprefix("vllm==")
+        for stamp in ROOT.glob(".vllm-venv*/.installed")
+        for word in stamp.read_text().split()
+        if word.startswith("vllm==")
+    }
+    return sorted(found, key=release_key)
 
 
 def open_driver(options: TargetOptions) -> LineDriver:
-    python = vllm_python(options.python)
+    python = vllm_python(options.python, options.version)
     if not python.exists():
+        release = options.version or VLLM_VERSION
         raise TargetUnavailable(
-            f"no vllm interpreter at {python}: run `make vllm-env`, or point --target-python "
-            f"/ ${ENV_VAR} at a python with vllm {VLLM_VERSION}"
+            f"no vllm interpreter at {python}: run `make vllm-env VLLM_VERSION={release}`, or "
+            f"point --target-python / ${ENV_VAR} at a python with vllm {release}"
         )
     return LineDriver("vllm", python, DRIVER)
 

@@ -34,9 +34,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.v1.outputs import KVConnectorOutput
 
 NAME = "KvspecSeededConnector"
-# probed: some releases (0.29.0, 0.28.0) have no per-request failure report (``failed_recving``), and
-# their invalid-block path unpacks one KV-cache group (a TODO there): a hybrid layout's load
-# never fails on them
+# probed: some releases (0.29.0, 0.28.0) have no per-request failure report
+# (``failed_recving``), and their invalid-block path unpacks one KV-cache group (a TODO
+# there): a hybrid layout's load never fails on them
 FAILED_RECVING = "failed_recving" in getattr(KVConnectorOutput, "__dataclass_fields__", {})
 
 

@@ -82,6 +82,10 @@ class Driver:
     def __init__(self) -> None:
         self.sched = None
         self.result = None
+        # what ``stats`` reads, before any config op succeeded (its error is the answer)
+        self.counts: dict[str, int] = {}
+        self.fault = self.spec = self.connector = None
+        self.owners: set[str] = set()
         self.model_dir = tempfile.mkdtemp(prefix="kvspec-vllm-model-")
 
     def config(self, op: dict) -> list[dict]:

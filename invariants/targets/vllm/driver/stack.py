@@ -14,6 +14,7 @@ import torch
 from connector import transfer_config
 from vllm.config import (
     CacheConfig,
+    DeviceConfig,
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
@@ -112,7 +113,8 @@ def vllm_config(op: dict, model_dir: str) -> VllmConfig:
         cache_config=cache,
         speculative_config=speculative,
         kv_transfer_config=transfer_config(op.get("connector")),
-    )
+        device_config=DeviceConfig(device="cpu"),  # what VLLM_TARGET_DEVICE says, for releases
+    )  # that do not read it (0.27 and older): vLLM's connector tests pass it so
 
 
 def eagle_config(k: int, target: ModelConfig, model_dir: str) -> SpeculativeConfig | None:

@@ -108,3 +108,22 @@ def test_a_block_freed_under_the_step_in_flight_is_caught(kind: str, spec: str) 
     caught = [v for v in out.violations if v.invariant == "vllm.in_flight_blocks_not_free"]
     assert fired and caught, (fired, out.violations[:3])
     assert any(f"{b}," in str(v) or f"{b}]" in str(v) for b in fired for v in caught), caught[:2]
+
+
+def test_the_preemption_cascade_reproduces_on_0_29_and_not_on_0_30() -> None:
+    """vllm#49674, read from both releases' ``Scheduler.schedule``: with a consumer connector
+    under async scheduling a preempted request's blocks are fenced behind the step in flight,
+    so 0.29.0 preempts request after request for one allocation (``vllm.preemption_makes_
+    room`` names them); 0.30.0 stops preempting there ("A deferred free will not help with
+    immediate allocation") and the same spec is clean."""
+    from invariants.targets.registry import TargetOptions
+
+    spec = load_spec(ROOT / "specs" / "vllm" / "kv-connector-consumer.yaml")
+    for release in ("0.29.0", "0.30.0"):
+        if not (ROOT / f".vllm-venv-{release}" / "bin" / "python").exists():
+            pytest.skip(f"no .vllm-venv-{release}: make vllm-env VLLM_VERSION={release}")
+    old = run_spec(VLLM, spec, CATALOG, options=TargetOptions(version="0.29.0"))
+    cascade = [v for v in old.violations if v.invariant == "vllm.preemption_makes_room"]
+    assert cascade and "fenced behind the step in flight" in str(cascade[0]), old.violations[:2]
+    fixed = run_spec(VLLM, spec, CATALOG, options=TargetOptions(version="0.30.0"))
+    assert fixed.ok, (fixed.error, fixed.violations[:2])
