@@ -31,6 +31,7 @@ DRAIN_STEPS = 200_000  # a real engine's drain budget (kvspec's own: trace_run.d
 STALL_STEPS = 4_096  # steps with requests unfinished and none finishing: a stall
 STALL_CHECK = 256  # steps between asks of which sent requests are unfinished
 CRASH = "crash"
+CHECKED = "_checked"  # set in an answer once its views were checked
 
 
 class Stalled(DriverError):
@@ -67,10 +68,32 @@ class Stepper:
     """One trace's ops on one driver; each call returns the answers of what it ran, in order
     (a step's: the views of the state it left, and the engine's own checkers' ``findings``)."""
 
-    def __init__(self, driver: LineDriver, seed: int, draws_outputs: bool) -> None:
+    def __init__(
+        self,
+        driver: LineDriver,
+        seed: int,
+        draws_outputs: bool,
+        behind: Callable[[Answer], object] | None = None,
+    ) -> None:
         self.driver, self.used, self.sent = driver, set[str](), list[str]()
         self.rng = output_rng(seed) if draws_outputs else None
         self.steps = 0
+        # ``behind`` takes each answer while the driver works on the next op (the checks run
+        # beside the engine: two processes, two cores), in order; None: nothing to overlap
+        self.behind, self.last = behind, None
+
+    def ask(self, message: dict[str, Any]) -> Answer:
+        """One op; while the driver works on it, the previous answer goes to ``behind``."""
+        if self.behind is None:
+            return self.driver.ask(message)
+        self.driver.post(message)
+        try:
+            if self.last is not None:
+                last, self.last = self.last, None
+                self.behind(last)
+        finally:
+            answer = self.last = self.driver.collect(message)
+        return answer
 
     def apply(self, op: Op) -> list[Answer]:
         if isinstance(op, Step):
@@ -88,20 +111,20 @@ class Stepper:
                 return []
             self.sent.append(op.rid)
             message = message if self.rng is None else with_outputs(message, self.rng)
-        return [self.driver.ask(message)]
+        return [self.ask(message)]
 
     def step(self, plan: dict[str, Any] | None = None) -> Answer:
         """One iteration (``plan``: the batch to run, where the driver takes one)."""
         self.steps += 1
-        return self.driver.ask({"op": "step"} if plan is None else {"op": "step", "plan": plan})
+        return self.ask({"op": "step"} if plan is None else {"op": "step", "plan": plan})
 
     def idle(self) -> Answer | None:
         """The idle answer (its view the idle event's) when the engine is idle, else None."""
-        answer = self.driver.ask({"op": "idle"})
+        answer = self.ask({"op": "idle"})
         return answer if answer["result"] else None
 
     def unfinished(self, rids: list[str]) -> list[str]:
-        return list(self.driver.ask({"op": "unfinished", "rids": rids})["result"])
+        return list(self.ask({"op": "unfinished", "rids": rids})["result"])
 
     def wait_for(self, rids: list[str], max_steps: int) -> list[Answer]:
         answers: list[Answer] = []
@@ -143,7 +166,9 @@ class Drive:
 
 
 class _Checked:
-    """The checking side of one drive: decode each view, check it, keep what was asked."""
+    """The checking side of one drive: decode each view, check it, keep what was asked. An
+    answer is checked once — as it arrives, or beside the next op (``one``, the stepper's
+    ``behind``) — and none after the first violating view under ``stop_at_first``."""
 
     def __init__(
         self,
@@ -155,23 +180,30 @@ class _Checked:
     ) -> None:
         self.checker, self.decode, self.drive = checker, decode, drive
         self.keep_views, self.stop_at_first = keep_views, stop_at_first
+        self.stopped = False
 
     def __call__(self, answers: list[Answer]) -> bool:
         """Check every view of ``answers`` in order; True at the first violating one under
         ``stop_at_first`` (the views after it are not checked)."""
-        if self.checker is None:
-            return False
         for answer in answers:
-            views = [self.decode(raw) for raw in answer.get("views", ())]
-            if views:
-                at = views[0].step
-                self.drive.findings += [EngineFinding(at, m) for m in answer.get("findings", ())]
-            for view in views:
-                if self.keep_views:
-                    self.drive.kept.append(view)
-                if self.checker.check(view.event, view) and self.stop_at_first:
-                    return True
-        return False
+            self.one(answer)
+        return self.stopped
+
+    def one(self, answer: Answer) -> None:
+        """Check ``answer``'s views unless checked already or stopped."""
+        if self.checker is None or self.stopped or answer.get(CHECKED):
+            return
+        answer[CHECKED] = True  # (an id would do only while the answer lives)
+        views = [self.decode(raw) for raw in answer.get("views", ())]
+        if views:
+            at = views[0].step
+            self.drive.findings += [EngineFinding(at, m) for m in answer.get("findings", ())]
+        for view in views:
+            if self.keep_views:
+                self.drive.kept.append(view)
+            if self.checker.check(view.event, view) and self.stop_at_first:
+                self.stopped = True
+                return
 
     def crash(self, record: CrashView, step: int) -> None:
         """The crash event: a view of the crash record alone (the engine's state is gone)."""
@@ -193,8 +225,10 @@ def drive_trace(
 ) -> Drive:
     """The config op, every op of ``trace``, the drain to idle, each view (``decode`` makes it
     a StateView) through ``checker`` (None: unchecked); the driver's trace ended after."""
-    drive, stepper = Drive(), Stepper(driver, trace.seed, draws_outputs)
+    drive = Drive()
     check = _Checked(checker, decode, drive, keep_views, stop_at_first)
+    behind = check.one if checker is not None else None
+    stepper = Stepper(driver, trace.seed, draws_outputs, behind)
     began = time.perf_counter()
     try:
         stopped = check([driver.ask(config)])

@@ -116,12 +116,21 @@ class LineDriver:
 
     def ask(self, op: dict[str, Any]) -> Answer:
         """One op; its answer. An error answer raises (see ``refusal``)."""
+        self.post(op)
+        return self.collect(op)
+
+    def post(self, op: dict[str, Any]) -> None:
+        """Send one op without waiting: the driver works on it while this side does something
+        else (checks the last answer); ``collect`` reads its answer, before any other post."""
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(op) + "\n")
         except BrokenPipeError:
             gone = f"the {self.target} driver is gone: {self.log_tail()}"
             raise TargetUnavailable(gone) from None
+
+    def collect(self, op: dict[str, Any]) -> Answer:
+        """The answer of the op posted last (an error answer raises: see ``refusal``)."""
         answer = self._read(f"op {op.get('op')}")
         self.answered(op, answer)
         if "error" in answer:
