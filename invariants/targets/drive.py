@@ -137,14 +137,19 @@ class Stepper:
         return answers
 
     def drain(self, max_steps: int = DRAIN_STEPS) -> list[Answer]:
-        """Step to idle; the last answer is the idle one."""
+        """Step to idle; the last answer is the idle one. A step whose answer says the
+        engine is not idle after it (``result: {"idle": false}``) needs no idle query before
+        the next: steps follow steps, each checked while the driver runs the next."""
         answers: list[Answer] = []
         progress = _Progress(self)
+        busy = False
         for step in range(max_steps):
-            idle = self.idle()
+            idle = None if busy else self.idle()
             if idle is not None:
                 return [*answers, idle]
             answers.append(self.step())
+            result = answers[-1].get("result")
+            busy = isinstance(result, dict) and result.get("idle") is False
             progress.check(step, answers)
         raise DriverError(f"not idle after {max_steps} steps")
 

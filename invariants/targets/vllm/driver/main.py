@@ -26,7 +26,8 @@ flight (what it reads goes into the view: views.step_reads). The engine is idle 
        {"op": "flush_cache"} (vLLM's reset_prefix_cache: only when no request holds a block)
   out: {"views": [...], "result": ...} or {"error", "drift", "crash"?, "where"?, "trace"}
        (driverlib/answers.py); the first line is a banner {"ready": true, "version": VERSION}.
-       ``idle`` answers whether the scheduler is idle (its view the idle event's);
+       ``idle`` answers whether the scheduler is idle (its view the idle event's), as does
+       ``step`` ({"idle": bool}: whether it left the engine idle);
        ``stats`` answers {"counts", "scheduler", "drafts", "connector", "owners", "fault",
        "fault_fired"} (``owners``: the kinds of block owner the views listed).
 A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
@@ -186,8 +187,14 @@ class Driver:
             done, self.inflight = self.inflight, None  # queue drains: nothing new to schedule
             if done is not None:
                 self.sched.update_from_output(*done[:2])
-            self._count_finished()
-            return self._view("step")
+        else:
+            self._run(step)
+        self._count_finished()
+        self.result = {"idle": self._idle()}  # (the drain asks no idle query while busy)
+        return self._view("step")
+
+    def _run(self, step: int) -> None:
+        """Schedule a step and process an output: this one's, or (async) the one before."""
         out = self.sched.schedule()
         self.counts["preempted"] += len(getattr(out, "preempted_req_ids", ()) or ())
         done = (out, self._sampled(out, step))  # what the runner reports is fixed at schedule
@@ -198,8 +205,6 @@ class Driver:
         if self.spec is not None and not self.asynchronous:
             drafts = self.spec.proposals(self.sched, list(out.num_scheduled_tokens), self._token)
             self.sched.update_draft_token_ids(drafts)
-        self._count_finished()
-        return self._view("step")
 
     def _in_flight(self, out, done: tuple) -> tuple | None:
         """The step now in flight (async): its output and what it reads, or None for a step
@@ -252,10 +257,14 @@ class Driver:
             self.counts["finished"] += 1
 
     def idle(self, op: dict) -> list[dict]:
-        # vLLM's engine core steps while has_requests(): unfinished requests, finished ones
-        # not yet drained (their ids, blocks a connector still sends), connector push work
-        self.result = not self.sched.has_requests() and self.inflight is None
+        self.result = self._idle()
         return self._view("idle") if self.result else []
+
+    def _idle(self) -> bool:
+        """vLLM's engine core steps while has_requests(): unfinished requests, finished ones
+        not yet drained (their ids, blocks a connector still sends), connector push work; and
+        while a step is in flight."""
+        return not self.sched.has_requests() and self.inflight is None
 
     def flush_cache(self, op: dict) -> list[dict]:
         """``Scheduler.reset_prefix_cache()``: refused (False) while a request holds blocks,
