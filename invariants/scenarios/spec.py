@@ -99,11 +99,13 @@ class EngineSpec(_Strict):
         )
 
 
+VLLM_ONLY = ("kv_connector", "mamba_group")  # fields the vllm target's swarm draws, no other
+
+
 def vllm_only_fields(engine: EngineSpec) -> list[str]:
     """The engine fields set that only the vllm target runs (kvspec's engine and SGLang's
     refuse them, naming the field)."""
-    fields = {"kv_connector": engine.kv_connector is not None, "mamba_group": engine.mamba_group}
-    return [name for name, on in fields.items() if on]
+    return [name for name in VLLM_ONLY if getattr(engine, name) not in (None, False)]
 
 
 def _spec_config(fields: dict[str, Any] | None) -> SpecConfig | None:

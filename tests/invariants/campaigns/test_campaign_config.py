@@ -42,7 +42,7 @@ def test_jobs_expand_per_release_with_budgets(tmp_path: Path) -> None:
     ("text", "error"),
     [
         ("name: n\njobs:\n  - target: nope\n", r"c.yaml:3: jobs.0: target 'nope': choose one"),
-        ("name: n\njobs:\n  - target: vllm\n    releases: [x]\n", r"c.yaml:3: .*no per-release"),
+        ("name: n\njobs:\n  - target: kvspec\n    releases: [x]\n", r"c.yaml:3: .*no per-release"),
         (
             "name: n\njobs:\n  - target: kvspec\n    seeds: 0\n",
             r"c.yaml:4: jobs.0.seeds: .*greater than or equal to 1",

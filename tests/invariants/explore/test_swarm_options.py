@@ -23,7 +23,7 @@ from invariants.scenarios.ops import (
     Trace,
     WaitFor,
 )
-from invariants.scenarios.spec import EngineSpec
+from invariants.scenarios.spec import VLLM_ONLY, EngineSpec
 from invariants.scenarios.trace_run import run_trace
 
 SEEDS = range(400)
@@ -35,9 +35,11 @@ def _values(items: list[Any]) -> set[str]:
 
 def test_every_engine_option_is_drawn_with_more_than_one_value() -> None:
     """Over 400 seeds each EngineSpec field, and each EAGLE field with a choice, takes at
-    least two values (session tags, the retract interval and a running cap included)."""
+    least two values (session tags, the retract interval and a running cap included); the
+    vLLM-only fields are the vllm target's swarm's (tests/invariants/targets/vllm/
+    test_vllm_swarm.py)."""
     engines = [sample_swarm(seed).engine for seed in SEEDS]
-    for name in EngineSpec.model_fields:
+    for name in set(EngineSpec.model_fields) - set(VLLM_ONLY):
         drawn = _values([getattr(e, name) for e in engines])
         assert len(drawn) > 1, f"EngineSpec.{name} is never drawn by the swarm: only {drawn}"
     specs = [e.speculative for e in engines if e.speculative]
