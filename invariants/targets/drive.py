@@ -80,7 +80,8 @@ class Stepper:
         self.steps = 0
         # ``behind`` takes each answer while the driver works on the next op (the checks run
         # beside the engine: two processes, two cores), in order; None: nothing to overlap
-        self.behind, self.last = behind, None
+        self.behind = behind
+        self.last: Answer | None = None  # the answer collected last, not yet handed behind
 
     def ask(self, message: dict[str, Any]) -> Answer:
         """One op; while the driver works on it, the previous answer goes to ``behind``."""
