@@ -106,14 +106,16 @@ class SeededConnector(KVConnectorBase_V1, SupportsHMA):
         size = self.block_size
         end = -(-(local + num_external_tokens) // size)
         target = blocks.get_block_ids()[0][local // size : end]
-        failed = coin.random() < self._r("fail") and (FAILED_RECVING or not self.hybrid)
+        # a hybrid layout reports a failure per request (failed_recving, for async loads only)
+        reportable = not self.hybrid or (is_async and FAILED_RECVING)
+        failed = coin.random() < self._r("fail") and reportable
         if failed:  # the remote copy is gone: the request recomputes, never loads again
             self.lost.add(rid)
         if is_async:
             self.loads[rid] = Transfer(self.now + coin.randint(1, self.max_delay), target, failed)
             self.started.append(rid)
             self.counts["async_loads"] += 1
-        elif failed and not self.hybrid and target:
+        elif failed and target:
             self.sync_failures.add(target[0])  # reported in this step's output
         self.counts["loads"] += 1
         self.counts["failed_loads"] += failed
@@ -164,9 +166,6 @@ class SeededConnector(KVConnectorBase_V1, SupportsHMA):
             invalid_block_ids=invalid,
             **reported,
         )
-
-    def pending(self) -> dict[str, list[str]]:
-        return {"loads": sorted(self.loads), "sends": sorted(self.sends)}
 
     def _r(self, name: str) -> float:
         return self.rates[f"{name}_prob"]
