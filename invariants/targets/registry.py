@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from invariants.checking.checker import Level
@@ -143,6 +144,19 @@ def release_key(version: str) -> tuple[int, ...]:
     """A release's sort key (0.5.10.post1 after 0.5.10, 0.5.9 before both)."""
     parts = version.replace(".post", ".").split(".")
     return tuple(int(p) if p.isdigit() else 0 for p in parts)
+
+
+def stamped_releases(root: Path, package: str) -> list[str]:
+    """The releases of ``package`` whose venv was built under ``root`` (each venv's
+    ``.installed`` stamp names it as ``package==V``), oldest first."""
+    prefix = f"{package}=="
+    found = {
+        word.removeprefix(prefix)
+        for stamp in root.glob(f".{package}-venv*/.installed")
+        for word in stamp.read_text().split()
+        if word.startswith(prefix)
+    }
+    return sorted(found, key=release_key)
 
 
 class UnknownTarget(ValueError):

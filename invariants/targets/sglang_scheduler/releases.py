@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from invariants.targets.driver import Answer, LineDriver, TargetUnavailable
-from invariants.targets.registry import release_key
+from invariants.targets.registry import stamped_releases
 
 ROOT = Path(__file__).resolve().parents[3]
 DRIVER_DIR = Path(__file__).resolve().parent / "driver"
@@ -46,12 +46,7 @@ SUPPORTS_SEEN: dict[str, frozenset[str]] = {}
 
 def installed_versions() -> list[str]:
     """Releases whose venv was built here (its stamp names the release), oldest first."""
-    found = []
-    for stamp in ROOT.glob(".sglang-venv*/.installed"):
-        for word in stamp.read_text().split():
-            if word.startswith("sglang=="):
-                found.append(word.removeprefix("sglang=="))
-    return sorted(set(found), key=release_key)
+    return stamped_releases(ROOT, "sglang")
 
 
 def scheduler_python(version: str | None = None, explicit: str | Path | None = None) -> Path:

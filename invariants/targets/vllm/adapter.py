@@ -29,7 +29,7 @@ from invariants.scenarios.spec import EngineSpec, KVConnectorSpec
 from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
-from invariants.targets.registry import TargetOptions, release_key
+from invariants.targets.registry import TargetOptions, stamped_releases
 from invariants.targets.vllm.blocks import BlockMirror
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -59,13 +59,7 @@ def vllm_python(explicit: str | Path | None = None, version: str | None = None) 
 
 def installed_releases() -> list[str]:
     """The releases whose venv was built here (its stamp names the release), oldest first."""
-    found = {
-        word.removeprefix("vllm==")
-        for stamp in ROOT.glob(".vllm-venv*/.installed")
-        for word in stamp.read_text().split()
-        if word.startswith("vllm==")
-    }
-    return sorted(found, key=release_key)
+    return stamped_releases(ROOT, "vllm")
 
 
 def open_driver(options: TargetOptions) -> LineDriver:
