@@ -40,13 +40,6 @@ NAME = "KvspecSeededConnector"
 FAILED_RECVING = "failed_recving" in getattr(KVConnectorOutput, "__dataclass_fields__", {})
 
 
-class SeededMetadata(KVConnectorMetadata):
-    """What the worker side would start this step: the async loads' request ids."""
-
-    def __init__(self, loads: list[str]) -> None:
-        self.loads = loads
-
-
 @dataclass
 class Transfer:
     due: int  # the step whose output reports it finished
@@ -71,7 +64,6 @@ class SeededConnector(KVConnectorBase_V1, SupportsHMA):
         self.sync_failures: set[int] = set()  # blocks of this step's failed sync loads
         self.sends: dict[str, Transfer] = {}
         self.lost: set[str] = set()  # rids whose load failed: their external KV is gone
-        self.started: list[str] = []
         self.counts = dict.fromkeys(COUNTS, 0)
 
     def coin(self, *key) -> random.Random:
@@ -113,7 +105,6 @@ class SeededConnector(KVConnectorBase_V1, SupportsHMA):
             self.lost.add(rid)
         if is_async:
             self.loads[rid] = Transfer(self.now + coin.randint(1, self.max_delay), target, failed)
-            self.started.append(rid)
             self.counts["async_loads"] += 1
         elif failed and target:
             self.sync_failures.add(target[0])  # reported in this step's output
@@ -121,8 +112,7 @@ class SeededConnector(KVConnectorBase_V1, SupportsHMA):
         self.counts["failed_loads"] += failed
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
-        started, self.started = self.started, []
-        return SeededMetadata(started)
+        return KVConnectorMetadata()  # no worker reads it: the transfers are timed here
 
     def request_finished(self, request, block_ids):
         return self._finished(request)

@@ -16,6 +16,7 @@ group's current state block to the pool while the request's table still lists it
 
 from __future__ import annotations
 
+from stack import frees_now
 from vllm.v1.core.block_pool import BlockPool
 
 
@@ -130,7 +131,7 @@ def _early_deferred_free(sched, fault: Fault) -> None:
     real = sched._free_request_blocks
 
     def free_request_blocks(request) -> None:
-        if not fault.armed or sched._request_blocks_can_be_freed(request):
+        if not fault.armed or frees_now(sched, request):
             return real(request)
         fault.armed = False
         ids = sched.kv_cache_manager.get_block_ids(request.request_id)

@@ -29,7 +29,8 @@ flight (what it reads goes into the view: views.step_reads). The engine is idle 
        ``idle`` answers whether the scheduler is idle (its view the idle event's), as does
        ``step`` ({"idle": bool}: whether it left the engine idle);
        ``stats`` answers {"counts", "scheduler", "drafts", "connector", "owners", "fault",
-       "fault_fired"} (``owners``: the kinds of block owner the views listed).
+       "fault_fired"} (``owners``: the kinds of block owner the views listed, with a
+       connector).
 A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
 vLLM's free count and ref counts, the census input by block id, as what changed since the
 run's previous view), the block records changed since then (records.py), and each request's
@@ -160,7 +161,9 @@ class Driver:
         step, size = self.counts["steps"], self.block_size
         reads = self.inflight[2] if self.inflight else []
         view = views.state(self.sched, event, step, size, self.records, reads)
-        self.owners.update(o.split(":")[0] for o, _ in view["pools"][0]["census_input"]["owned"])
+        if self.connector is not None:  # transfer and deferred owners exist only with one
+            owned = view["pools"][0]["census_input"]["owned"]
+            self.owners.update(label.split(":")[0] for label, _ in owned)
         view["sched"] = {"preempted_unfreed": list(self.unfreed)}
         self.unfreed.clear()  # each preemption is reported by the view after it, once
         return [self.census.encode(view)]

@@ -65,7 +65,7 @@ def build_scheduler(op: dict, model_dir: str) -> Scheduler:
     kv = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
-        kv_cache_groups=kv_groups(block_size, op.get("sliding_window"), mamba_mode(op), op),
+        kv_cache_groups=kv_groups(op),
     )
     config.cache_config.num_gpu_blocks = num_blocks
     # vLLM's CPU platform turns async scheduling off (nothing to overlap on a CPU); its tests
@@ -144,12 +144,11 @@ def mamba_mode(op: dict) -> str | None:
     return "align" if op["prefix_caching"] else "none"
 
 
-def kv_groups(
-    block_size: int, window: int | None, mamba: str | None, op: dict
-) -> list[KVCacheGroupSpec]:
-    """One full-attention layer, plus one sliding-window layer when ``window`` is set, plus
-    one Mamba layer in cache mode ``mamba`` (its spec as vLLM's ``MambaBase`` makes it: a
-    state per block, a block per draft token)."""
+def kv_groups(op: dict) -> list[KVCacheGroupSpec]:
+    """One full-attention layer, plus one sliding-window layer with a ``sliding_window``, plus
+    one Mamba layer with a ``mamba_group`` (its spec as vLLM's ``MambaBase`` makes it: a state
+    per block, a block per draft token, the cache mode of ``mamba_mode``)."""
+    block_size, window, mamba = op["block_size"], op.get("sliding_window"), mamba_mode(op)
     shape = dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
     groups = [KVCacheGroupSpec(["full"], FullAttentionSpec(**shape))]
     if window:
@@ -233,7 +232,7 @@ def watch_preemptions(sched: Scheduler, unfreed: list[str]) -> None:
 
 
 def frees_now(sched: Scheduler, request) -> bool:
-    """vLLM's own test (``_request_blocks_can_be_freed`` from 0.31; inline in
+    """vLLM's own test (``_request_blocks_can_be_freed`` from 0.30; inline in
     ``_free_request_blocks`` before): no fence, or the request's last step is processed."""
     probe = getattr(sched, "_request_blocks_can_be_freed", None)
     if probe is not None:

@@ -40,10 +40,13 @@ def tables(sched) -> dict[str, list[int]]:
     delayed by the connector), and each batch of frees deferred past the step in flight
     (``deferred:<fence step>``) — an in-flight transfer is an owner, as a request is."""
     out: dict[str, list[int]] = {}
+    labels: dict[str, str] = {}  # rid -> its owner label (once, not once per group)
     requests = sched.requests
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
         for rid, blocks in manager.req_to_blocks.items():
-            label = f"{_holder(sched, requests.get(rid))}:{rid}"
+            label = labels.get(rid) or labels.setdefault(
+                rid, f"{_holder(sched, requests.get(rid))}:{rid}"
+            )
             out.setdefault(label, []).extend(b.block_id for b in blocks if not b.is_null)
     for i, (fence, blocks) in enumerate(getattr(sched, "deferred_frees", ())):
         out[f"deferred:{fence}#{i}"] = [b.block_id for b in blocks if not b.is_null]
