@@ -189,7 +189,7 @@ def connector(rng: np.random.Generator) -> KVConnectorSpec:
     )
 
 
-CONNECTOR_RATES = ("hit_prob", "async_prob", "fail_prob", "defer_prob", "send_prob")
+CONNECTOR_RATES = tuple(f for f in KVConnectorSpec.model_fields if f.endswith("_prob"))
 
 
 def swarm(seed: int) -> Swarm:
