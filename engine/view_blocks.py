@@ -25,15 +25,17 @@ class BlockView(NamedTuple):
 
 class BlockTableView(NamedTuple):
     """One request's block table in one KV-cache group of a block-pool engine (the vllm
-    target): the group's sliding window (0: full attention), the tokens computed (those of a
-    step scheduled but not yet processed included: ``in_flight``, async scheduling), the block
-    size, how many blocks the table lists and which of them are the null block (a sliding
-    window drops blocks that lie wholly before it); ``kind``: attention, or mamba (a state
-    group: a block for each state it keeps, the rest null)."""
+    target): the group's sliding window and attention chunk (chunked-local attention; both 0:
+    full attention), the tokens computed (those of a step scheduled but not yet processed
+    included: ``in_flight``, async scheduling), the group's block size, how many blocks the
+    table lists and which of them are the null block (a sliding window drops blocks that lie
+    wholly before it, an attention chunk those before the chunk); ``kind``: attention, or
+    mamba (a state group: a block for each state it keeps, the rest null)."""
 
     rid: str = ""
     group: str = ""
     window: int = 0
+    chunk: int = 0
     computed: int = 0
     in_flight: int = 0
     block_size: int = 1

@@ -46,6 +46,22 @@ class KVConnectorSpec(_Strict):
     max_delay: int = Field(3, ge=1, le=16)
 
 
+class KVGroupsSpec(_Strict):
+    """vLLM's KV-cache groups beyond one full-attention and one sliding-window group (the vllm
+    target only): ``attention`` the full group's spec (``mla``: vLLM's MLAAttentionSpec, one
+    latent per token); ``chunked_local`` a chunked-local attention group of that chunk size
+    (Llama 4's ``attention_chunk_size``); ``copies`` how many groups share each local spec
+    (sliding window, chunked-local, Mamba), as vLLM splits a hybrid model's layers into groups
+    of equal size; ``local_block_size`` the sliding-window groups' block size (vLLM scales a
+    group's block size to equalize page sizes: groups of different block sizes; the
+    scheduler then aligns to their least common multiple)."""
+
+    attention: Literal["full", "mla"] = "full"
+    chunked_local: int | None = Field(None, ge=1)
+    copies: int = Field(1, ge=1, le=4)
+    local_block_size: int | None = Field(None, ge=1)
+
+
 class EngineSpec(_Strict):
     """Engine knobs (SGLang's server-argument names where one exists)."""
 
@@ -70,6 +86,7 @@ class EngineSpec(_Strict):
     speculative: dict[str, Any] | None = None  # SpecConfig fields (engine/config/speculative.py)
     kv_connector: KVConnectorSpec | None = None  # vLLM's KV connectors (the vllm target only)
     mamba_group: bool = False  # a Mamba (state) KV-cache group beside attention (vllm only)
+    kv_groups: KVGroupsSpec | None = None  # MLA, chunked-local, shared specs (vllm only)
 
     def engine_config(self, seed: int) -> EngineConfig:
         memory = MemoryConfig(
@@ -99,7 +116,8 @@ class EngineSpec(_Strict):
         )
 
 
-VLLM_ONLY = ("kv_connector", "mamba_group")  # fields the vllm target's swarm draws, no other
+# fields the vllm target's swarm draws, no other
+VLLM_ONLY = ("kv_connector", "mamba_group", "kv_groups")
 
 
 def vllm_only_fields(engine: EngineSpec) -> list[str]:

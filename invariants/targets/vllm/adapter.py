@@ -25,7 +25,7 @@ from engine.mem import paging
 from engine.view import StateView
 from invariants.explore.swarm import NEW_MAX, Swarm, sample_prompts, sample_weights
 from invariants.scenarios.ops import CloseSession, OpenSession, Trace
-from invariants.scenarios.spec import EngineSpec, KVConnectorSpec
+from invariants.scenarios.spec import EngineSpec, KVConnectorSpec, KVGroupsSpec
 from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
@@ -85,21 +85,50 @@ def unsupported(trace: Trace, version: str | None = None) -> list[str]:
         "speculative with a Mamba group (where vLLM keeps the accepted drafts' states, its "
         "speculative blocks, is not mapped)": e.speculative is not None and e.mamba_group,
         "test_retract": e.test_retract,
+        **groups_unsupported(e),
     }
     ops = sorted({UNSUPPORTED_OPS[op.op] for op in trace.ops if op.op in UNSUPPORTED_OPS})
     return [name for name, on in checks.items() if on] + ops
+
+
+CHUNKED_EAGLE = "kv_groups.chunked_local with speculative (vLLM: no EAGLE with chunked-local)"
+CHUNKED_UNEVEN = "kv_groups.chunked_local beside groups of another block size (vLLM refuses it)"
+LONE_BLOCK_SIZE = "kv_groups.local_block_size without a sliding window (swa_tokens)"
+
+
+def groups_unsupported(e: EngineSpec) -> dict[str, bool]:
+    """The KV-cache layouts vLLM refuses (its asserts in ChunkedLocalAttentionManager), or
+    that say nothing (a local block size with no sliding-window group)."""
+    layout = e.kv_groups or KVGroupsSpec()
+    chunked = bool(layout.chunked_local)
+    uneven = layout.local_block_size not in (None, e.page_size)
+    return {
+        CHUNKED_EAGLE: chunked and e.speculative is not None,
+        CHUNKED_UNEVEN: chunked and uneven and bool(e.swa_tokens),
+        LONE_BLOCK_SIZE: bool(layout.local_block_size) and not e.swa_tokens,
+    }
+
+
+def pool_tokens(e: EngineSpec) -> int:
+    """vLLM pools every group's blocks: kvspec's full pool, each local group's (a sliding
+    window's or chunked-local one's: kvspec's SWA pool, else as large as the full one) and
+    each Mamba group's (a full pool's worth of states)."""
+    layout = e.kv_groups or KVGroupsSpec()
+    local = e.swa_tokens or e.max_total_tokens
+    groups = (1 if e.swa_tokens else 0) + (1 if layout.chunked_local else 0)
+    tokens = e.max_total_tokens + groups * layout.copies * local
+    return tokens + (e.max_total_tokens * layout.copies if e.mamba_group else 0)
 
 
 def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> dict[str, Any]:
     """The driver's config op: kvspec's pool of ``max_total_tokens`` as blocks of the page
     size (plus vLLM's null block), its batch limits, prefix caching for the radix cache (the
     chunk cache: none). A hybrid SWA spec becomes a full and a sliding-window KV-cache group
-    over one block pool as large as kvspec's two pools together (vLLM pools all groups'
-    blocks; a Mamba group adds a full pool's worth); overlap is async scheduling; EAGLE is
-    vLLM's EAGLE with as many drafts; a KV connector is the driver's seeded one."""
+    over one block pool (``pool_tokens``); ``kv_groups`` adds MLA, chunked-local and shared
+    specs; overlap is async scheduling; EAGLE is vLLM's EAGLE with as many drafts; a KV
+    connector is the driver's seeded one."""
     engine = trace.engine
-    tokens = engine.max_total_tokens + (engine.swa_tokens or 0)
-    tokens += engine.max_total_tokens if engine.mamba_group else 0  # its states: one pool more
+    tokens = pool_tokens(engine)
     drafts = (engine.speculative or {}).get("num_steps", 3) if engine.speculative else 0
     return {
         "op": "config",
@@ -116,6 +145,7 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
         "prefix_caching": engine.cache == "radix",
         "connector": engine.kv_connector.model_dump() if engine.kv_connector else None,
         "mamba_group": engine.mamba_group,  # align mode under prefix caching, else none
+        "kv_groups": engine.kv_groups.model_dump() if engine.kv_groups else None,
         "fault": fault,
         "views": observe,
     }
@@ -127,7 +157,8 @@ def decoder() -> Callable[[dict[str, Any]], StateView]:
 
 
 def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:
-    """Which scheduler ran, how often it preempted, the drafts it accepted, what a fault hit."""
+    """Which scheduler ran, how often it preempted, the drafts it accepted, the KV-cache
+    groups it laid out (more than one), what a fault hit."""
     details = drive.details
     if not details:
         return ()
@@ -137,6 +168,8 @@ def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:
     if details.get("connector"):
         found.append("connector: " + ", ".join(f"{k} {v}" for k, v in details["connector"].items()))
         found.append(f"block owners: {', '.join(details['owners'])}")
+    if len(details.get("groups") or ()) > 2:  # more than one group and the scheduler's size
+        found.append(f"kv groups: {', '.join(details['groups'])}")
     if details.get("fault"):
         found.append(f"fault fired on blocks {details['fault_fired']}")
     return tuple(found)
@@ -189,6 +222,24 @@ def connector(rng: np.random.Generator) -> KVConnectorSpec:
     )
 
 
+def groups(rng: np.random.Generator, e: EngineSpec) -> KVGroupsSpec | None:
+    """A third of the seeds lay out more KV-cache groups: MLA's spec for the full group in
+    half of those, a chunked-local group in a third (never with drafts: vLLM refuses it),
+    one to three groups per local spec, and sliding-window groups of twice the block size
+    in a third of those with a window (neither beside a chunked-local nor a Mamba group)."""
+    if rng.random() >= 1 / 3:
+        return None
+    chunked = int(rng.choice([16, 32, 64])) if rng.random() < 1 / 3 else None
+    chunked = chunked if e.speculative is None else None
+    uneven = rng.random() < 1 / 3 and e.swa_tokens and not chunked and not e.mamba_group
+    return KVGroupsSpec(
+        attention="mla" if rng.random() < 0.5 else "full",
+        chunked_local=chunked,
+        copies=int(rng.integers(1, 4)),
+        local_block_size=2 * e.page_size if uneven else None,
+    )
+
+
 CONNECTOR_RATES = tuple(f for f in KVConnectorSpec.model_fields if f.endswith("_prob"))
 
 
@@ -196,6 +247,8 @@ def swarm(seed: int) -> Swarm:
     """The configuration and op mix of ``seed`` on vLLM (no session or retract op); with EOS
     drawn, a third of the requests honour it (the penalized ones: a minimum length too)."""
     drawn = engine(np.random.default_rng([seed, 20]), np.random.default_rng([seed, 23]))
+    layout = groups(np.random.default_rng([seed, 24]), drawn)
+    drawn = drawn.model_copy(update={"kv_groups": layout})
     weights = sample_weights(np.random.default_rng([seed, 21]))
     weights = {k: (0.0 if k in NOT_DRIVEN else w) for k, w in weights.items()}
     prompts = sample_prompts(np.random.default_rng([seed, 22]), drawn)
@@ -212,8 +265,17 @@ def label(swarm: Swarm) -> str:
     kv = e.kv_connector
     xfer = f" {kv.role}(seed{kv.seed})" if kv else ""
     xfer += " mamba" if e.mamba_group else ""
+    xfer += _groups_label(e.kv_groups) if e.kv_groups else ""
     return (
         f"block{e.page_size} pool{e.max_total_tokens}{window} budget{e.chunked_prefill_size} "
         f"seqs{e.max_num_reqs} {mode}{drafts}{xfer}{'' if e.cache == 'radix' else ' nocache'} "
         f"eos{e.eos_prob} ops[{','.join(ops)}]"
     )
+
+
+def _groups_label(layout: KVGroupsSpec) -> str:
+    parts = [" mla" if layout.attention == "mla" else ""]
+    parts.append(f" chunk{layout.chunked_local}" if layout.chunked_local else "")
+    parts.append(f" x{layout.copies}" if layout.copies > 1 else "")
+    parts.append(f" local-block{layout.local_block_size}" if layout.local_block_size else "")
+    return "".join(parts)

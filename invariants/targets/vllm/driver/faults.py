@@ -2,9 +2,10 @@
 step ``step`` on, once — ``skip_free`` a freed block never returns to the free queue (a leak),
 ``double_free`` a freed block is appended twice, ``unpinned_hit`` a prefix-cache hit is not
 touched (its ref_cnt stays 0: it sits in the free queue while a request holds it),
-``early_window_free`` a sliding-window group frees two blocks more than its window allows (the
-forward in flight or the next still reads them; one block could stay clear of every read:
-vLLM frees on the processed-token basis, a step behind under async scheduling); and, from
+``early_window_free`` a sliding-window or chunked-local group frees two blocks more than its
+window or chunk allows (the forward in flight or the next still reads them; one block could
+stay clear of every read: vLLM frees on the processed-token basis, a step behind under async
+scheduling); and, from
 ``step`` on at every allocation, ``spec_unreserved`` reserves no slots for a request's draft
 tokens — neither the scheduled drafts' nor EAGLE's lookahead — so a verify computes tokens
 its table has no block for (``fired`` names the requests); ``early_deferred_free`` frees a
@@ -66,7 +67,7 @@ def _spec_unreserved(manager, fault: Fault) -> None:
 
 def _early_window_free(coordinator, fault: Fault) -> None:
     for manager in coordinator.single_type_managers:
-        if getattr(manager, "sliding_window", None):
+        if getattr(manager, "sliding_window", None) or getattr(manager, "attention_chunk_size", 0):
             _skip_two_blocks_more(manager, fault)
 
 

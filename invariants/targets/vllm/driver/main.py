@@ -28,9 +28,9 @@ flight (what it reads goes into the view: views.step_reads). The engine is idle 
        (driverlib/answers.py); the first line is a banner {"ready": true, "version": VERSION}.
        ``idle`` answers whether the scheduler is idle (its view the idle event's), as does
        ``step`` ({"idle": bool}: whether it left the engine idle);
-       ``stats`` answers {"counts", "scheduler", "drafts", "connector", "owners", "fault",
-       "fault_fired"} (``owners``: the kinds of block owner the views listed, with a
-       connector).
+       ``stats`` answers {"counts", "scheduler", "drafts", "connector", "owners", "groups",
+       "fault", "fault_fired"} (``owners``: the kinds of block owner the views listed, with
+       a connector; ``groups``: each KV-cache group's spec and block size, the scheduler's).
 A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
 vLLM's free count and ref counts, the census input by block id, as what changed since the
 run's previous view), the block records changed since then (records.py), and each request's
@@ -110,6 +110,9 @@ class Driver:
         self.sched = build_scheduler(op, self.model_dir)
         self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
         instrument(self.sched, self.counts, self.block_size)
+        # requests hash their tokens in blocks of this size (groups of different block sizes:
+        # their greatest common divisor, as vLLM's engine core resolves it)
+        self.hash_size = getattr(self.sched, "hash_block_size", None) or self.block_size
         self.connector = self.sched.connector  # the seeded connector (connector.py) or None
         self.owners: set[str] = set()  # the kinds of block owner the views have listed
         self.unfreed: list[str] = []  # this step's preemptions that freed nothing at once
@@ -140,7 +143,7 @@ class Driver:
             op["input_ids"],
             op["max_new_tokens"],
             ignore_eos,
-            self.block_size,
+            self.hash_size,
             op.get("min_new_tokens", 0),
         )
         self.sched.add_request(request)
@@ -289,6 +292,7 @@ class Driver:
             "drafts": [self.spec.accepted_drafts, self.spec.verified_drafts] if self.spec else None,
             "connector": self.connector.counts if self.connector is not None else None,
             "owners": sorted(self.owners),
+            "groups": views.group_layout(self.sched),
         }
         return []
 

@@ -27,10 +27,12 @@ from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
     MambaSpec,
+    MLAAttentionSpec,
     SlidingWindowSpec,
 )
 from vllm.v1.request import Request
@@ -60,24 +62,26 @@ def build_scheduler(op: dict, model_dir: str) -> Scheduler:
     """A fresh scheduler of one config op, built as vLLM's tests build one (tests/v1/core)."""
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(TINY_LLAMA, f)
-    block_size, num_blocks = op["block_size"], op["num_blocks"]
     config = vllm_config(op, model_dir)
     kv = KVCacheConfig(
-        num_blocks=num_blocks,
+        num_blocks=op["num_blocks"],
         kv_cache_tensors=[],
         kv_cache_groups=kv_groups(op),
     )
-    config.cache_config.num_gpu_blocks = num_blocks
+    config.cache_config.num_gpu_blocks = op["num_blocks"]
     # vLLM's CPU platform turns async scheduling off (nothing to overlap on a CPU); its tests
     # build the AsyncScheduler directly, as here, and the flag is put back to match
     config.scheduler_config.async_scheduling = bool(op.get("async_scheduling"))
     kind = AsyncScheduler if op.get("async_scheduling") else Scheduler
+    size, hash_size = block_sizes(kv, config)
+    sizes = {"hash_block_size": hash_size} if hash_size != size else {}
     return kind(
         vllm_config=config,
         kv_cache_config=kv,
         structured_output_manager=StructuredOutputManager(config),
-        block_size=block_size,
+        block_size=size,
         log_stats=True,
+        **sizes,
     )
 
 
@@ -145,24 +149,51 @@ def mamba_mode(op: dict) -> str | None:
 
 
 def kv_groups(op: dict) -> list[KVCacheGroupSpec]:
-    """One full-attention layer, plus one sliding-window layer with a ``sliding_window``, plus
-    one Mamba layer with a ``mamba_group`` (its spec as vLLM's ``MambaBase`` makes it: a state
-    per block, a block per draft token, the cache mode of ``mamba_mode``)."""
-    block_size, window, mamba = op["block_size"], op.get("sliding_window"), mamba_mode(op)
-    shape = dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    groups = [KVCacheGroupSpec(["full"], FullAttentionSpec(**shape))]
-    if window:
-        groups.append(KVCacheGroupSpec(["swa"], SlidingWindowSpec(**shape, sliding_window=window)))
-    if mamba:
+    """One full-attention layer (MLA's spec with ``attention: mla``), then ``copies`` groups of
+    each local spec the op sets (vLLM splits a hybrid model's layers into groups of equal size,
+    so groups share one spec): sliding window (at ``local_block_size``), chunked-local, and
+    Mamba (its spec as vLLM's ``MambaBase`` makes it: a state per block, a block per draft
+    token, the cache mode of ``mamba_mode``)."""
+    layout = op.get("kv_groups") or {}
+    size, copies = op["block_size"], layout.get("copies", 1)
+    shape = dict(num_kv_heads=1, head_size=1, dtype=torch.float32)
+    full = MLAAttentionSpec if layout.get("attention") == "mla" else FullAttentionSpec
+    local: list[tuple[str, object]] = []
+    if window := op.get("sliding_window"):
+        swa_size = layout.get("local_block_size") or size
+        local.append(
+            ("swa", SlidingWindowSpec(block_size=swa_size, **shape, sliding_window=window))
+        )
+    if chunk := layout.get("chunked_local"):
+        spec = ChunkedLocalAttentionSpec(block_size=size, **shape, attention_chunk_size=chunk)
+        local.append(("chunked", spec))
+    if mamba := mamba_mode(op):
         state = MambaSpec(
-            block_size=block_size,
+            block_size=size,
             shapes=((1,), (1,)),
             dtypes=(torch.float32,),
             mamba_cache_mode=mamba,
             num_speculative_blocks=op.get("num_speculative_tokens") or 0,
         )
-        groups.append(KVCacheGroupSpec(["mamba"], state))
+        local.append(("mamba", state))
+    groups = [KVCacheGroupSpec(["full"], full(block_size=size, **shape))]
+    for name, spec in local:
+        groups += [KVCacheGroupSpec([f"{name}{i}"], spec) for i in range(copies)]
     return groups
+
+
+def block_sizes(kv: KVCacheConfig, config: VllmConfig) -> tuple[int, int]:
+    """The scheduler's block size and its block hashes' (vLLM's engine core resolves them
+    from the groups: their least common multiple and greatest common divisor); one block size
+    for every group where the release predates groups of different block sizes."""
+    sizes = {g.kv_cache_spec.block_size for g in kv.kv_cache_groups}
+    if len(sizes) == 1:
+        size = sizes.pop()
+        return size, size
+    # an ImportError here is drift: the release predates groups of different block sizes
+    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+
+    return resolve_kv_cache_block_sizes(kv, config)
 
 
 def make_request(

@@ -62,27 +62,32 @@ def _holder(sched, request) -> str:
     return "load" if request.status == WAITING_FOR_REMOTE_KVS else "req"
 
 
-def block_tables(sched, block_size: int, in_flight: dict[str, int]) -> list[dict]:
-    """Each request's table per KV-cache group: its window, computed tokens (``in_flight``
-    of them scheduled in a step not yet processed), null entries. A request whose async
-    load failed has no computed count (-1): vLLM reset it to 0 and frees or re-caches the
-    table at the next schedule, before any forward reads it (_update_waiting_for_remote_kv)."""
+def block_tables(sched, in_flight: dict[str, int]) -> list[dict]:
+    """Each request's table per KV-cache group: the group's block size, its sliding window or
+    attention chunk, computed tokens (``in_flight`` of them scheduled in a step not yet
+    processed), null entries. A request whose async load failed has no computed count (-1):
+    vLLM reset it to 0 and frees or re-caches the table at the next schedule, before any
+    forward reads it (_update_waiting_for_remote_kv)."""
     out, failed = [], getattr(sched, "failed_recving_kv_req_ids", ())
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
         window = getattr(manager, "sliding_window", None) or 0
+        chunk = getattr(manager, "attention_chunk_size", None) or 0
+        group, size = f"{manager.kv_cache_group_id}:{type(manager).__name__}", manager.block_size
+        kind = "mamba" if _is_mamba(manager) else "attention"
         for rid, blocks in manager.req_to_blocks.items():
             request = None if rid in failed else sched.requests.get(rid)
             out.append(
                 {
                     "rid": rid,
-                    "group": f"{manager.kv_cache_group_id}:{type(manager).__name__}",
+                    "group": group,
                     "window": window,
-                    "block_size": block_size,
+                    "chunk": chunk,
+                    "block_size": size,
                     "num_blocks": len(blocks),
                     "computed": request.num_computed_tokens if request is not None else -1,
                     "in_flight": in_flight.get(rid, 0),
                     "null_blocks": [i for i, b in enumerate(blocks) if b.is_null],
-                    "kind": "mamba" if _is_mamba(manager) else "attention",
+                    "kind": kind,
                 }
             )
     return out
@@ -91,8 +96,9 @@ def block_tables(sched, block_size: int, in_flight: dict[str, int]) -> list[dict
 def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
     """What a scheduled step reads or writes, taken when it is scheduled: per request, the
     real blocks of every group from the first its first token's attention reads (a sliding
-    window's start) to the last its tokens and the proposer's ``lookahead`` drafts write, and
-    its preemption count (a request preempted since no longer owns them), its tokens."""
+    window's start, its attention chunk's) to the last its tokens and the proposer's
+    ``lookahead`` drafts write, and its preemption count (a request preempted since no longer
+    owns them), its tokens."""
     requests, out = sched.requests, []
     managers = sched.kv_cache_manager.coordinator.single_type_managers
     for rid, n in scheduled.items():
@@ -101,20 +107,31 @@ def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
         start = request.num_computed_tokens - n
         blocks: list[int] = []
         for m in managers:
-            table, window, size = m.req_to_blocks.get(rid, ()), _window(m), m.block_size
-            first = max(0, start - window + 1) // size if window else 0
+            table, size = m.req_to_blocks.get(rid, ()), m.block_size
+            first = _first_read(m, start) // size
             blocks += [b.block_id for b in table[first : -(-end // size)] if not b.is_null]
         out.append((rid, blocks, request.num_preemptions, n))
     return out
 
 
-def _window(manager) -> int:
-    """The tokens a group's next forward reads back: a sliding window's, 2 for a Mamba
-    group (it reads the last computed token's state: vLLM frees as a window of 2 would,
-    ``MambaManager.get_num_skipped_tokens`` = computed - 1), 0 for full attention (all)."""
-    if _is_mamba(manager):
-        return 2
-    return getattr(manager, "sliding_window", None) or 0
+def _first_read(manager, start: int) -> int:
+    """The first token a group's forward reads for a token at ``start``: a sliding window's
+    first; 2 back for a Mamba group (it reads the last computed token's state: vLLM frees as a
+    window of 2 would, ``MambaManager.get_num_skipped_tokens`` = computed - 1); its attention
+    chunk's first; 0 for full attention (all)."""
+    window = 2 if _is_mamba(manager) else getattr(manager, "sliding_window", None)
+    if window:
+        return max(0, start - window + 1)
+    chunk = getattr(manager, "attention_chunk_size", None)
+    return start // chunk * chunk if chunk else 0
+
+
+def group_layout(sched) -> list[str]:
+    """Each KV-cache group as its spec and block size, then the scheduler's block size (what
+    the run's notes say was laid out)."""
+    managers = sched.kv_cache_manager.coordinator.single_type_managers
+    out = [f"{type(m.kv_cache_spec).__name__}@{m.block_size}" for m in managers]
+    return out + [f"scheduler@{sched.block_size}"]
 
 
 def _is_mamba(manager) -> bool:
@@ -153,7 +170,7 @@ def state(sched, event: str, step: int, block_size: int, records, reads: list[tu
         "page_size": block_size,
         "pools": [_pool(pool, walk, held, block_size, records)],
         "block_changes": changes,
-        "block_tables": block_tables(sched, block_size, in_flight),
+        "block_tables": block_tables(sched, in_flight),
         "in_flight_blocks": in_flight_views(sched, reads),
     }
 

@@ -1,0 +1,118 @@
+"""vLLM's KV-cache groups beyond full + one sliding window, on its real v1 scheduler (0.33.0):
+chunked-local attention (Llama 4), MLA's spec, several groups sharing one spec, and groups of
+different block sizes (the scheduler aligned to their least common multiple, hashing at their
+greatest common divisor) run clean under the census over every group and the null-block
+rules; a chunked-local group that frees blocks of the chunk still read is caught naming the
+table position; layouts vLLM refuses are said unsupported before anything runs."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from invariants.checking.loader import load_catalog
+from invariants.scenarios.matrix import ROOT
+from invariants.scenarios.ops import Trace
+from invariants.scenarios.spec import EngineSpec, KVGroupsSpec, load_spec
+from invariants.targets.registry import target
+from invariants.targets.run import run_spec
+from invariants.targets.vllm import adapter
+
+CATALOG = load_catalog()
+VLLM = target("vllm")
+SPECS = ROOT / "specs" / "vllm"
+
+
+def _note(out, prefix: str) -> str:
+    return next(n for n in out.notes if n.startswith(prefix)).removeprefix(prefix)
+
+
+@pytest.mark.vllm
+def test_two_chunked_local_groups_run_clean_with_their_chunks_freed() -> None:
+    """Full attention beside two chunked-local groups sharing one spec, under prefix caching,
+    async scheduling, preemption and aborts: the layout is built as written, no rule fires."""
+    out = run_spec(VLLM, load_spec(SPECS / "chunked-local.yaml"), CATALOG)
+    assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
+    layout = _note(out, "kv groups: ").split(", ")
+    assert layout == [
+        "FullAttentionSpec@4",
+        "ChunkedLocalAttentionSpec@4",
+        "ChunkedLocalAttentionSpec@4",
+        "scheduler@4",
+    ]
+    assert out.stats.preempted and out.stats.aborted and out.stats.cached_tokens
+
+
+@pytest.mark.vllm
+def test_mla_with_sliding_window_groups_of_twice_the_block_size_runs_clean() -> None:
+    """MLA's spec for the full group, two sliding-window groups at block size 8 beside it at
+    4: the scheduler aligns to 8; prefix hits, EAGLE drafts and preemption, no rule fires."""
+    out = run_spec(VLLM, load_spec(SPECS / "mla-uneven-groups.yaml"), CATALOG)
+    assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
+    layout = _note(out, "kv groups: ").split(", ")
+    assert layout == [
+        "MLAAttentionSpec@4",
+        "SlidingWindowSpec@8",
+        "SlidingWindowSpec@8",
+        "scheduler@8",
+    ]
+    assert out.stats.cached_tokens and out.stats.preempted
+
+
+@pytest.mark.vllm
+def test_a_chunked_local_group_freeing_its_current_chunk_is_caught() -> None:
+    """``early_window_free`` on a chunked-local group: two blocks of the chunk the next
+    forward reads are nulled and freed; ``vllm.chunk_blocks_held`` names the table position
+    the fault reports."""
+    spec = load_spec(SPECS / "chunked-local.yaml")
+    out = run_spec(VLLM, spec, CATALOG, fault={"kind": "early_window_free", "step": 20})
+    (position,) = ast.literal_eval(_note(out, "fault fired on blocks "))
+    caught = [v for v in out.violations if v.invariant == "vllm.chunk_blocks_held"]
+    assert caught and f"{position}]" in str(caught[0]), (position, out.violations[:2])
+
+
+def _trace(**engine) -> Trace:
+    return Trace(engine=EngineSpec(**engine), ops=[])
+
+
+@pytest.mark.parametrize(
+    ("engine", "reason"),
+    [
+        (
+            dict(
+                kv_groups=KVGroupsSpec(chunked_local=32),
+                speculative={"version": 1, "num_steps": 2, "num_draft_tokens": 3},
+                enable_overlap=False,
+            ),
+            adapter.CHUNKED_EAGLE,
+        ),
+        (
+            dict(
+                kv_groups=KVGroupsSpec(chunked_local=32, local_block_size=8),
+                page_size=4,
+                swa_tokens=256,
+                sliding_window=16,
+            ),
+            adapter.CHUNKED_UNEVEN,
+        ),
+        (dict(kv_groups=KVGroupsSpec(local_block_size=8), page_size=4), adapter.LONE_BLOCK_SIZE),
+    ],
+)
+def test_a_layout_vllm_refuses_is_unsupported_naming_it(engine: dict, reason: str) -> None:
+    """Chunked-local attention with EAGLE or beside groups of another block size (vLLM's own
+    asserts), a local block size with no sliding-window group: unsupported, named."""
+    assert adapter.unsupported(_trace(**engine)) == [reason]
+
+
+def test_the_pool_holds_every_groups_blocks() -> None:
+    """vLLM pools all groups' blocks: kvspec's full pool, each local group's copies (the
+    SWA pool's size) and each Mamba group's (a full pool)."""
+    e = EngineSpec(
+        max_total_tokens=512,
+        swa_tokens=256,
+        sliding_window=16,
+        mamba_group=True,
+        kv_groups=KVGroupsSpec(chunked_local=32, copies=2),
+    )
+    assert adapter.pool_tokens(e) == 512 + 2 * 2 * 256 + 2 * 512
