@@ -110,13 +110,13 @@ def groups_unsupported(e: EngineSpec) -> dict[str, bool]:
 
 
 def pool_tokens(e: EngineSpec) -> int:
-    """vLLM pools every group's blocks: kvspec's full pool, each local group's (a sliding
-    window's or chunked-local one's: kvspec's SWA pool, else as large as the full one) and
-    each Mamba group's (a full pool's worth of states)."""
+    """vLLM pools every group's blocks: kvspec's full pool per full group, each local
+    group's (a sliding window's or chunked-local one's: kvspec's SWA pool, else as large as
+    the full one) and each Mamba group's (a full pool's worth of states)."""
     layout = e.kv_groups or KVGroupsSpec()
     local = e.swa_tokens or e.max_total_tokens
     groups = (1 if e.swa_tokens else 0) + (1 if layout.chunked_local else 0)
-    tokens = e.max_total_tokens + groups * layout.copies * local
+    tokens = e.max_total_tokens * layout.full_copies + groups * layout.copies * local
     return tokens + (e.max_total_tokens * layout.copies if e.mamba_group else 0)
 
 
@@ -225,8 +225,9 @@ def connector(rng: np.random.Generator) -> KVConnectorSpec:
 def groups(rng: np.random.Generator, e: EngineSpec) -> KVGroupsSpec | None:
     """A third of the seeds lay out more KV-cache groups: MLA's spec for the full group in
     half of those, a chunked-local group in a third (never with drafts: vLLM refuses it),
-    one to three groups per local spec, and sliding-window groups of twice the block size
-    in a third of those with a window (neither beside a chunked-local nor a Mamba group)."""
+    one to three groups per local spec (two full-attention groups in a third), and sliding-
+    window groups of twice the block size in a third of those with a window (neither beside
+    a chunked-local nor a Mamba group)."""
     if rng.random() >= 1 / 3:
         return None
     chunked = int(rng.choice([16, 32, 64])) if rng.random() < 1 / 3 else None
@@ -236,6 +237,7 @@ def groups(rng: np.random.Generator, e: EngineSpec) -> KVGroupsSpec | None:
         attention="mla" if rng.random() < 0.5 else "full",
         chunked_local=chunked,
         copies=int(rng.integers(1, 4)),
+        full_copies=int(rng.choice([1, 1, 2])),
         local_block_size=2 * e.page_size if uneven else None,
     )
 
@@ -277,5 +279,6 @@ def _groups_label(layout: KVGroupsSpec) -> str:
     parts = [" mla" if layout.attention == "mla" else ""]
     parts.append(f" chunk{layout.chunked_local}" if layout.chunked_local else "")
     parts.append(f" x{layout.copies}" if layout.copies > 1 else "")
+    parts.append(f" full-x{layout.full_copies}" if layout.full_copies > 1 else "")
     parts.append(f" local-block{layout.local_block_size}" if layout.local_block_size else "")
     return "".join(parts)

@@ -149,11 +149,11 @@ def mamba_mode(op: dict) -> str | None:
 
 
 def kv_groups(op: dict) -> list[KVCacheGroupSpec]:
-    """One full-attention layer (MLA's spec with ``attention: mla``), then ``copies`` groups of
-    each local spec the op sets (vLLM splits a hybrid model's layers into groups of equal size,
-    so groups share one spec): sliding window (at ``local_block_size``), chunked-local, and
-    Mamba (its spec as vLLM's ``MambaBase`` makes it: a state per block, a block per draft
-    token, the cache mode of ``mamba_mode``)."""
+    """``full_copies`` full-attention groups (MLA's spec with ``attention: mla``), then
+    ``copies`` groups of each local spec the op sets (vLLM splits a hybrid model's layers
+    into groups of equal size, so groups share one spec): sliding window (at
+    ``local_block_size``), chunked-local, and Mamba (its spec as vLLM's ``MambaBase`` makes
+    it: a state per block, a block per draft token, the cache mode of ``mamba_mode``)."""
     layout = op.get("kv_groups") or {}
     size, copies = op["block_size"], layout.get("copies", 1)
     shape = dict(num_kv_heads=1, head_size=1, dtype=torch.float32)
@@ -176,7 +176,10 @@ def kv_groups(op: dict) -> list[KVCacheGroupSpec]:
             num_speculative_blocks=op.get("num_speculative_tokens") or 0,
         )
         local.append(("mamba", state))
-    groups = [KVCacheGroupSpec(["full"], full(block_size=size, **shape))]
+    full_spec = full(block_size=size, **shape)
+    groups = [
+        KVCacheGroupSpec([f"full{i}"], full_spec) for i in range(layout.get("full_copies", 1))
+    ]
     for name, spec in local:
         groups += [KVCacheGroupSpec([f"{name}{i}"], spec) for i in range(copies)]
     return groups

@@ -61,6 +61,19 @@ def test_mla_with_sliding_window_groups_of_twice_the_block_size_runs_clean() -> 
 
 
 @pytest.mark.vllm
+def test_two_full_groups_sharing_one_spec_run_clean() -> None:
+    """Every group shares one spec (two full-attention groups, no local one: vllm#51888's
+    layout, which asserted at scheduler init before 0.33.0 collapsed groups by spec) under
+    prefix caching: the groups' hits and evictions agree, no rule fires."""
+    spec = load_spec(ROOT / "specs" / "radix-eviction.yaml")
+    two = spec.engine.model_copy(update={"kv_groups": KVGroupsSpec(full_copies=2)})
+    out = run_spec(VLLM, spec.model_copy(update={"engine": two}), CATALOG)
+    assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
+    assert _note(out, "kv groups: ") == "FullAttentionSpec@1, FullAttentionSpec@1, scheduler@1"
+    assert out.stats.cached_tokens and out.stats.evicted_tokens
+
+
+@pytest.mark.vllm
 def test_a_chunked_local_group_freeing_its_current_chunk_is_caught() -> None:
     """``early_window_free`` on a chunked-local group: two blocks of the chunk the next
     forward reads are nulled and freed; ``vllm.chunk_blocks_held`` names the table position
@@ -106,13 +119,13 @@ def test_a_layout_vllm_refuses_is_unsupported_naming_it(engine: dict, reason: st
 
 
 def test_the_pool_holds_every_groups_blocks() -> None:
-    """vLLM pools all groups' blocks: kvspec's full pool, each local group's copies (the
-    SWA pool's size) and each Mamba group's (a full pool)."""
+    """vLLM pools all groups' blocks: kvspec's full pool per full group, each local group's
+    copies (the SWA pool's size) and each Mamba group's (a full pool)."""
     e = EngineSpec(
         max_total_tokens=512,
         swa_tokens=256,
         sliding_window=16,
         mamba_group=True,
-        kv_groups=KVGroupsSpec(chunked_local=32, copies=2),
+        kv_groups=KVGroupsSpec(chunked_local=32, copies=2, full_copies=2),
     )
-    assert adapter.pool_tokens(e) == 512 + 2 * 2 * 256 + 2 * 512
+    assert adapter.pool_tokens(e) == 2 * 512 + 2 * 2 * 256 + 2 * 512
