@@ -3,7 +3,8 @@ chunked-local attention (Llama 4), MLA's spec, several groups sharing one spec, 
 different block sizes (the scheduler aligned to their least common multiple, hashing at their
 greatest common divisor) run clean under the census over every group and the null-block
 rules; a chunked-local group that frees blocks of the chunk still read is caught naming the
-table position; layouts vLLM refuses are said unsupported before anything runs."""
+table position; layouts vLLM refuses are said unsupported before anything runs. The null-block
+finding's reproducer (docs/findings) runs with vLLM alone."""
 
 from __future__ import annotations
 
@@ -129,3 +130,24 @@ def test_the_pool_holds_every_groups_blocks() -> None:
         kv_groups=KVGroupsSpec(chunked_local=32, copies=2, full_copies=2),
     )
     assert adapter.pool_tokens(e) == 2 * 512 + 2 * 2 * 256 + 2 * 512
+
+
+REPRO = ROOT / "docs" / "findings" / "vllm-null-block-ref-cnt" / "repro.py"
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(("release", "observed"), [("0.33.0", False), ("0.32.0", True)])
+def test_the_null_block_reproducer_needs_vllm_alone(release: str, observed: bool) -> None:
+    """The null-block finding's script, run by a release's python with nothing of kvspec on
+    its path: 0.32.0's null block ends at ref_cnt -1 (exit 1), 0.33.0's at 0 (exit 0)."""
+    import os
+    import subprocess
+
+    python = adapter.vllm_python(None, release)
+    if not python.exists():
+        pytest.skip(f"no venv for vLLM {release} (make vllm-env VLLM_VERSION={release})")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["VLLM_TARGET_DEVICE"] = "cpu"
+    run = subprocess.run([python, REPRO], cwd="/", env=env, capture_output=True, text=True)
+    assert run.returncode == int(observed), run.stdout + run.stderr[-2000:]
+    assert ("OBSERVED" in run.stdout) == observed, run.stdout
