@@ -54,9 +54,9 @@ class KVGroupsSpec(_Strict):
     (sliding window, chunked-local, Mamba), as vLLM splits a hybrid model's layers into groups
     of equal size, and ``full_copies`` how many full-attention groups (a model with more full
     layers than of another kind; with no local spec every group shares one spec, vllm#51888);
-    ``local_block_size`` the sliding-window groups' block size (vLLM scales a
-    group's block size to equalize page sizes: groups of different block sizes; the
-    scheduler then aligns to their least common multiple)."""
+    ``local_block_size`` the sliding-window groups' block size (vLLM scales a group's block
+    size to equalize page sizes: groups of different block sizes; the scheduler then aligns
+    to their least common multiple)."""
 
     attention: Literal["full", "mla"] = "full"
     chunked_local: int | None = Field(None, ge=1)
