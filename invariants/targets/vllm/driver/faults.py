@@ -5,14 +5,15 @@ touched (its ref_cnt stays 0: it sits in the free queue while a request holds it
 ``early_window_free`` a sliding-window or chunked-local group frees two blocks more than its
 window or chunk allows (the forward in flight or the next still reads them; one block could
 stay clear of every read: vLLM frees on the processed-token basis, a step behind under async
-scheduling); and, from ``step`` on at every allocation, ``spec_unreserved`` reserves no
-slots for a request's draft tokens — neither the scheduled drafts' nor EAGLE's lookahead — so
-a verify computes tokens its table has no block for (``fired`` names the requests); ``early_deferred_free`` frees a
-finished or preempted request's blocks at once though a consumer connector fences them
-behind the step in flight (vLLM's ``deferred_frees``); ``spec_rehome`` moves a request's
-tail block to a fresh one after a verify rejected drafts, freeing the old one while the
-step in flight (async scheduling) still writes it; ``mamba_state_freed`` returns a Mamba
-group's current state block to the pool while the request's table still lists it."""
+scheduling); and, from ``step`` on at every allocation, ``spec_unreserved`` reserves no slots
+for a request's draft tokens — neither the scheduled drafts' nor EAGLE's lookahead — so a
+verify computes tokens its table has no block for (``fired`` names the requests);
+``early_deferred_free`` frees a finished or preempted request's blocks at once though a
+consumer connector fences them behind the step in flight (vLLM's ``deferred_frees``);
+``spec_rehome`` moves a request's tail block to a fresh one after a verify rejected drafts,
+freeing the old one while the step in flight (async scheduling) still writes it;
+``mamba_state_freed`` returns a Mamba group's current state block to the pool while the
+request's table still lists it."""
 
 from __future__ import annotations
 
