@@ -30,7 +30,9 @@ class BlockTableView(NamedTuple):
     included: ``in_flight``, async scheduling), the group's block size, how many blocks the
     table lists and which of them are the null block (a sliding window drops blocks that lie
     wholly before it, an attention chunk those before the chunk); ``kind``: attention, or
-    mamba (a state group: a block for each state it keeps, the rest null)."""
+    mamba (a state group: a block for each state it keeps, the rest null; ``spec_blocks``:
+    the blocks past its running state where speculative decoding writes the drafts'
+    states)."""
 
     rid: str = ""
     group: str = ""
@@ -42,6 +44,7 @@ class BlockTableView(NamedTuple):
     num_blocks: int = 0
     null_blocks: tuple[int, ...] = ()
     kind: str = "attention"
+    spec_blocks: int = 0
 
 
 class InFlightView(NamedTuple):

@@ -4,7 +4,7 @@
 output faked.
 
 Keeps: a spec feature vLLM's scheduler has no counterpart for (sessions, the tiny model,
-forced retracts, speculation beside a Mamba group) makes the run unsupported with the
+forced retracts, a KV-cache layout vLLM refuses) makes the run unsupported with the
 reason, never a silent pass. The interpreter is, in order: the explicit one,
 ``$KVSPEC_VLLM_PYTHON``, the release's venv (``--target-version V``: ``.vllm-venv-V``;
 0.33.0: ``.vllm-venv``). A seed the explorer draws keeps one whole request beside the token
@@ -82,8 +82,6 @@ def unsupported(trace: Trace, version: str | None = None) -> list[str]:
             for op in trace.ops
         ),
         "model: tiny": e.model != "sim",
-        "speculative with a Mamba group (where vLLM keeps the accepted drafts' states, its "
-        "speculative blocks, is not mapped)": e.speculative is not None and e.mamba_group,
         "test_retract": e.test_retract,
         **groups_unsupported(e),
     }
@@ -180,8 +178,8 @@ def engine(rng: np.random.Generator, extra: np.random.Generator) -> EngineSpec:
     block size, a token budget that chunks long prompts, prefix caching (off in some), EOS
     drawn in half; a third add a sliding-window KV-cache group beside the full one; half
     schedule asynchronously (kvspec's overlap), a third of either kind verify EAGLE drafts;
-    a third run a KV connector, a quarter of those without drafts add a Mamba group
-    (``extra``: the later draws, so earlier seeds keep theirs)."""
+    a third run a KV connector, a quarter add a Mamba group (``extra``: the later draws, so
+    earlier seeds keep theirs)."""
     ps = int(rng.choice([1, 4, 16, 16]))
     tokens = max(paging.ceil_align(int(rng.integers(256, 1024)), ps), 16 * ps)
     swa, overlap = rng.random() < 1 / 3, bool(rng.random() < 0.5)
@@ -207,7 +205,7 @@ def engine(rng: np.random.Generator, extra: np.random.Generator) -> EngineSpec:
         eos_prob=float(rng.choice([0.0, 0.0, 0.02, 0.05])),
         cache="chunk" if rng.random() < 0.15 else "radix",  # chunk: no prefix caching
         kv_connector=connector(extra) if extra.random() < 1 / 3 else None,
-        mamba_group=bool(extra.random() < 1 / 4) and not drafts,
+        mamba_group=bool(extra.random() < 1 / 4),
     )
 
 

@@ -74,6 +74,7 @@ def block_tables(sched, in_flight: dict[str, int]) -> list[dict]:
         chunk = getattr(manager, "attention_chunk_size", None) or 0
         group, size = f"{manager.kv_cache_group_id}:{type(manager).__name__}", manager.block_size
         kind = "mamba" if _is_mamba(manager) else "attention"
+        spec_blocks = getattr(manager, "num_speculative_blocks", 0) if kind == "mamba" else 0
         for rid, blocks in manager.req_to_blocks.items():
             request = None if rid in failed else sched.requests.get(rid)
             out.append(
@@ -88,6 +89,7 @@ def block_tables(sched, in_flight: dict[str, int]) -> list[dict]:
                     "in_flight": in_flight.get(rid, 0),
                     "null_blocks": [i for i, b in enumerate(blocks) if b.is_null],
                     "kind": kind,
+                    "spec_blocks": spec_blocks,
                 }
             )
     return out
@@ -97,7 +99,7 @@ def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
     """What a scheduled step reads or writes, taken when it is scheduled: per request, the
     real blocks of every group from the first its first token's attention reads (a sliding
     window's start, its attention chunk's) to the last its tokens and the proposer's
-    ``lookahead`` drafts write, and its preemption count (a request preempted since no longer
+    ``lookahead`` drafts write (a Mamba group: its table's end), and its preemption count (a request preempted since no longer
     owns them), its tokens."""
     requests, out = sched.requests, []
     managers = sched.kv_cache_manager.coordinator.single_type_managers
@@ -109,7 +111,10 @@ def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
         for m in managers:
             table, size = m.req_to_blocks.get(rid, ()), m.block_size
             first = _first_read(m, start) // size
-            blocks += [b.block_id for b in table[first : -(-end // size)] if not b.is_null]
+            # a Mamba group writes its running state and its drafts' states into the table's
+            # last 1 + num_speculative_blocks blocks (MambaManager.allocate_new_blocks)
+            last = len(table) if _is_mamba(m) else -(-end // size)
+            blocks += [b.block_id for b in table[first:last] if not b.is_null]
         out.append((rid, blocks, request.num_preemptions, n))
     return out
 

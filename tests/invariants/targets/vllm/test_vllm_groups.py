@@ -2,7 +2,7 @@
 chunked-local attention (Llama 4), MLA's spec, several groups sharing one spec, and groups of
 different block sizes (the scheduler aligned to their least common multiple, hashing at their
 greatest common divisor) run clean under the census over every group and the null-block
-rules; a chunked-local group that frees blocks of the chunk still read is caught naming the
+rules, as do EAGLE drafts beside a Mamba group; a chunked-local group that frees blocks of the chunk still read is caught naming the
 table position; layouts vLLM refuses are said unsupported before anything runs. The null-block
 finding's reproducer (docs/findings) runs with vLLM alone."""
 
@@ -72,6 +72,20 @@ def test_two_full_groups_sharing_one_spec_run_clean() -> None:
     assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
     assert _note(out, "kv groups: ") == "FullAttentionSpec@1, FullAttentionSpec@1, scheduler@1"
     assert out.stats.cached_tokens and out.stats.evicted_tokens
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(("overlap", "version"), [(False, 1), (True, 2)])
+def test_eagle_beside_a_mamba_group_runs_clean(overlap: bool, version: int) -> None:
+    """EAGLE drafts beside full, sliding-window and Mamba groups (align mode), sync and
+    async: the Mamba group keeps its running state and the drafts' states in its table's
+    last 1 + num_speculative_blocks blocks, which stay real; no rule fires."""
+    spec = load_spec(SPECS / "mamba-hybrid.yaml")
+    drafts = {"version": version, "num_steps": 2, "num_draft_tokens": 3, "accept_prob": 0.6}
+    engine = spec.engine.model_copy(update={"speculative": drafts, "enable_overlap": overlap})
+    out = run_spec(VLLM, spec.model_copy(update={"engine": engine}), CATALOG)
+    assert out.error is None and out.violations == (), (out.error, out.violations[:3])
+    assert "MambaSpec@4" in _note(out, "kv groups: ") and _note(out, "drafts accepted: ")
 
 
 @pytest.mark.vllm
