@@ -96,11 +96,11 @@ def block_tables(sched, in_flight: dict[str, int]) -> list[dict]:
 
 
 def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
-    """What a scheduled step reads or writes, taken when it is scheduled: per request, the
-    real blocks of every group from the first its first token's attention reads (a sliding
+    """What a scheduled step reads or writes, taken when it is scheduled: per request, the real
+    blocks of every group from the first its first token's attention reads (a sliding
     window's start, its attention chunk's) to the last its tokens and the proposer's
-    ``lookahead`` drafts write (a Mamba group: its table's end), and its preemption count (a request preempted since no longer
-    owns them), its tokens."""
+    ``lookahead`` drafts write (a Mamba group: its table's end), and its preemption count
+    (a request preempted since no longer owns them), its tokens."""
     requests, out = sched.requests, []
     managers = sched.kv_cache_manager.coordinator.single_type_managers
     for rid, n in scheduled.items():

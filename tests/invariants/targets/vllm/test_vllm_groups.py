@@ -1,10 +1,10 @@
 """vLLM's KV-cache groups beyond full + one sliding window, on its real v1 scheduler (0.33.0):
 chunked-local attention (Llama 4), MLA's spec, several groups sharing one spec, and groups of
 different block sizes (the scheduler aligned to their least common multiple, hashing at their
-greatest common divisor) run clean under the census over every group and the null-block
-rules, as do EAGLE drafts beside a Mamba group; a chunked-local group that frees blocks of the chunk still read is caught naming the
-table position; layouts vLLM refuses are said unsupported before anything runs. The null-block
-finding's reproducer (docs/findings) runs with vLLM alone."""
+greatest common divisor) run clean under the census over every group and the null-block rules,
+as do EAGLE drafts beside a Mamba group; a chunked-local group that frees blocks of the chunk
+still read is caught naming the table position; layouts vLLM refuses are said unsupported
+before anything runs. The null-block finding's reproducer (docs/findings) runs with vLLM alone."""
 
 from __future__ import annotations
 
