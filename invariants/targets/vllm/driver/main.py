@@ -107,6 +107,7 @@ class Driver:
             ),
             0,
         )
+        self.sched = None  # (a scheduler that cannot be built leaves none behind)
         self.sched = build_scheduler(op, self.model_dir)
         self.block_size, self.max_model_len = op["block_size"], op["max_model_len"]
         instrument(self.sched, self.counts, self.block_size)
@@ -292,7 +293,7 @@ class Driver:
             "drafts": [self.spec.accepted_drafts, self.spec.verified_drafts] if self.spec else None,
             "connector": self.connector.counts if self.connector is not None else None,
             "owners": sorted(self.owners),
-            "groups": views.group_layout(self.sched),
+            "groups": views.group_layout(self.sched) if self.sched is not None else [],
         }
         return []
 

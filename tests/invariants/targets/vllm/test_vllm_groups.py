@@ -61,17 +61,40 @@ def test_mla_with_sliding_window_groups_of_twice_the_block_size_runs_clean() -> 
     assert out.stats.cached_tokens and out.stats.preempted
 
 
+def _two_full_groups():
+    spec = load_spec(ROOT / "specs" / "radix-eviction.yaml")
+    two = spec.engine.model_copy(update={"kv_groups": KVGroupsSpec(full_copies=2)})
+    return spec.model_copy(update={"engine": two})
+
+
 @pytest.mark.vllm
 def test_two_full_groups_sharing_one_spec_run_clean() -> None:
     """Every group shares one spec (two full-attention groups, no local one: vllm#51888's
-    layout, which asserted at scheduler init before 0.33.0 collapsed groups by spec) under
-    prefix caching: the groups' hits and evictions agree, no rule fires."""
-    spec = load_spec(ROOT / "specs" / "radix-eviction.yaml")
-    two = spec.engine.model_copy(update={"kv_groups": KVGroupsSpec(full_copies=2)})
-    out = run_spec(VLLM, spec.model_copy(update={"engine": two}), CATALOG)
+    layout) under prefix caching: the groups' hits and evictions agree, no rule fires."""
+    out = run_spec(VLLM, _two_full_groups(), CATALOG)
     assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
     assert _note(out, "kv groups: ") == "FullAttentionSpec@1, FullAttentionSpec@1, scheduler@1"
     assert out.stats.cached_tokens and out.stats.evicted_tokens
+
+
+@pytest.mark.vllm
+def test_groups_sharing_one_spec_crash_0_28_at_init_and_not_0_29() -> None:
+    """vllm#51888, read from both releases' ``HybridKVCacheCoordinator.verify_and_split_kv_
+    cache_groups``: 0.28.0 collapses groups of one spec into one attention group and asserts
+    "requires at least two attention groups" — the scheduler cannot be built (the config op
+    crashes: ``engine.exception`` keyed by the site); 0.29.0 asserts at least one cacheable
+    group and runs clean."""
+    from invariants.targets.registry import TargetOptions
+
+    for release in ("0.28.0", "0.29.0"):
+        if not adapter.vllm_python(None, release).exists():
+            pytest.skip(f"no .vllm-venv-{release}: make vllm-env VLLM_VERSION={release}")
+    old = run_spec(VLLM, _two_full_groups(), CATALOG, options=TargetOptions(version="0.28.0"))
+    crash = [v for v in old.violations if v.invariant == "engine.exception"]
+    assert crash and "requires at least two attention groups" in str(crash[0]), old.violations
+    assert old.crash is not None and "verify_and_split_kv_cache_groups" in old.crash.site
+    fixed = run_spec(VLLM, _two_full_groups(), CATALOG, options=TargetOptions(version="0.29.0"))
+    assert fixed.ok, (fixed.error, fixed.violations[:2])
 
 
 @pytest.mark.vllm
