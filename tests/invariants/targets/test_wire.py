@@ -1,5 +1,6 @@
 """A driver's answer line (driverlib/wire.py) reads back as the same values whichever encoder
-wrote it: json here, orjson in SGLang's venv (where it is installed, as SGLang depends on it)."""
+wrote it: json (or msgspec) here, orjson in SGLang's venv (SGLang depends on it), msgspec in
+vLLM's (vLLM depends on it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from invariants.targets.sglang.adapter import sglang_python
+from invariants.targets.vllm.adapter import vllm_python
 
 DRIVERLIB = Path(__file__).parents[3] / "invariants/targets/driverlib"
 ANSWER = {
@@ -27,7 +29,7 @@ import wire
 def int_keys(d):
     return {{(int(k) if k == "1" else k): v for k, v in d.items()}}
 answer = json.loads(sys.stdin.read(), object_hook=int_keys)
-print(wire.orjson is not None)
+print("orjson" if wire.orjson is not None else "msgspec" if wire._MSGSPEC else "json")
 print(wire.line(answer))
 """
 
@@ -37,7 +39,7 @@ def _expected() -> object:
 
 
 def test_the_json_line_reads_back_as_json_writes_it() -> None:
-    """Without orjson (kvspec's venv, vLLM's) the line is json's own."""
+    """In kvspec's venv the line reads back as json's own."""
     spec = importlib.util.spec_from_file_location("kvspec_wire", DRIVERLIB / "wire.py")
     assert spec is not None and spec.loader is not None
     wire = importlib.util.module_from_spec(spec)
@@ -45,11 +47,9 @@ def test_the_json_line_reads_back_as_json_writes_it() -> None:
     assert json.loads(wire.line(ANSWER)) == _expected()
 
 
-@pytest.mark.sglang
-def test_orjson_in_sglangs_venv_writes_the_same_values() -> None:
-    """In SGLang's venv orjson writes it, and it reads back the same."""
+def _written_by(python: Path) -> tuple[str, str]:
     out = subprocess.run(
-        [str(sglang_python()), "-c", SCRIPT],
+        [str(python), "-c", SCRIPT],
         input=json.dumps(ANSWER),
         capture_output=True,
         text=True,
@@ -57,5 +57,20 @@ def test_orjson_in_sglangs_venv_writes_the_same_values() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     used, line = out.stdout.splitlines()
-    assert used == "True"
+    return used, line
+
+
+@pytest.mark.sglang
+def test_orjson_in_sglangs_venv_writes_the_same_values() -> None:
+    """In SGLang's venv orjson writes it, and it reads back the same."""
+    used, line = _written_by(sglang_python())
+    assert used == "orjson"
+    assert json.loads(line) == _expected()
+
+
+@pytest.mark.vllm
+def test_msgspec_in_vllms_venv_writes_the_same_values() -> None:
+    """In vLLM's venv msgspec writes it, and it reads back the same."""
+    used, line = _written_by(vllm_python())
+    assert used == "msgspec"
     assert json.loads(line) == _expected()

@@ -16,39 +16,38 @@ _SET = object.__setattr__
 
 
 class Writes:
-    """What vLLM wrote since the last ``take``: block ids, and hash-map keys."""
-
-    def __init__(self) -> None:
-        self.blocks: set[int] = set()
-        self.keys: set = set()
+    """What vLLM wrote since the last ``take``: block ids, and hash-map keys (the hooks add to
+    the module's two sets, one recording at a time: the block hook runs on every field write
+    vLLM makes, so it does no more than the add)."""
 
     def take(self) -> tuple[set[int], set]:
         """The writes so far, and a fresh start."""
-        taken = self.blocks, self.keys
-        self.blocks, self.keys = set(), set()
+        taken = set(_BLOCKS), set(_KEYS)
+        _BLOCKS.clear()
+        _KEYS.clear()
         return taken
 
 
+_BLOCKS: set[int] = set()  # the recording run's written block ids
+_KEYS: set = set()  # ... and hash-map keys
+_ADD_BLOCK = _BLOCKS.add
 _ACTIVE: list[Writes] = []  # the recording run's (one at a time: one scheduler per driver)
 _ORIGINAL: dict[str, tuple[type, object]] = {}  # a hooked name -> (its class, what it held)
 
 
 def _block_setattr(block, name: str, value) -> None:
     _SET(block, name, value)
-    if _ACTIVE:
-        _ACTIVE[0].blocks.add(block.block_id)  # block_id: the first field __init__ sets
+    _ADD_BLOCK(block.block_id)  # block_id: the first field __init__ sets
 
 
 def _map_insert(self, key, block) -> None:
     _ORIGINAL["insert"][1](self, key, block)  # type: ignore[operator]
-    if _ACTIVE:
-        _ACTIVE[0].keys.add(key)
+    _KEYS.add(key)
 
 
 def _map_pop(self, key, block_id):
     popped = _ORIGINAL["pop"][1](self, key, block_id)  # type: ignore[operator]
-    if _ACTIVE:
-        _ACTIVE[0].keys.add(key)
+    _KEYS.add(key)
     return popped
 
 
@@ -70,6 +69,8 @@ def record() -> Writes | None:
     ):
         _ORIGINAL[name] = (cls, cls.__dict__.get(name))
         setattr(cls, name, hook)
+    _BLOCKS.clear()
+    _KEYS.clear()
     _ACTIVE.append(Writes())
     return _ACTIVE[0]
 
