@@ -113,8 +113,8 @@ def pool_tokens(e: EngineSpec) -> int:
     the full one) and each Mamba group's (a full pool's worth of states)."""
     layout = e.kv_groups or KVGroupsSpec()
     local = e.swa_tokens or e.max_total_tokens
-    groups = (1 if e.swa_tokens else 0) + (1 if layout.chunked_local else 0)
-    tokens = e.max_total_tokens * layout.full_copies + groups * layout.copies * local
+    local_specs = (1 if e.swa_tokens else 0) + (1 if layout.chunked_local else 0)
+    tokens = e.max_total_tokens * layout.full_copies + local_specs * layout.copies * local
     return tokens + (e.max_total_tokens * layout.copies if e.mamba_group else 0)
 
 

@@ -18,6 +18,7 @@ request's table still lists it."""
 from __future__ import annotations
 
 from stack import frees_now
+from views import local_span
 from vllm.v1.core.block_pool import BlockPool
 
 
@@ -67,7 +68,7 @@ def _spec_unreserved(manager, fault: Fault) -> None:
 
 def _early_window_free(coordinator, fault: Fault) -> None:
     for manager in coordinator.single_type_managers:
-        if getattr(manager, "sliding_window", None) or getattr(manager, "attention_chunk_size", 0):
+        if any(local_span(manager)):
             _skip_two_blocks_more(manager, fault)
 
 

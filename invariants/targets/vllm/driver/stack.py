@@ -4,8 +4,8 @@ and a fake KV cache config of ``num_blocks`` blocks: one full-attention group, o
 ``sliding_window``) a full group and a sliding-window group over the same block pool, which
 makes vLLM's HybridKVCacheCoordinator (tests/v1/core/test_prefix_caching.py's hybrid
 configs); a config op's ``kv_groups`` lays out more (MLA, chunked-local, several groups per
-spec, groups of different block sizes: ``kv_groups``). ``async_scheduling`` builds the
-AsyncScheduler (tests/v1/core/test_async_scheduler.py)."""
+spec, groups of different block sizes). ``async_scheduling`` builds the AsyncScheduler
+(tests/v1/core/test_async_scheduler.py)."""
 
 from __future__ import annotations
 

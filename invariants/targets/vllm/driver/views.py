@@ -70,8 +70,7 @@ def block_tables(sched, in_flight: dict[str, int]) -> list[dict]:
     forward reads it (_update_waiting_for_remote_kv)."""
     out, failed = [], getattr(sched, "failed_recving_kv_req_ids", ())
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
-        window = getattr(manager, "sliding_window", None) or 0
-        chunk = getattr(manager, "attention_chunk_size", None) or 0
+        window, chunk = local_span(manager)
         group, size = f"{manager.kv_cache_group_id}:{type(manager).__name__}", manager.block_size
         kind = "mamba" if _is_mamba(manager) else "attention"
         spec_blocks = getattr(manager, "num_speculative_blocks", 0) if kind == "mamba" else 0
@@ -124,11 +123,17 @@ def _first_read(manager, start: int) -> int:
     first; 2 back for a Mamba group (it reads the last computed token's state: vLLM frees as a
     window of 2 would, ``MambaManager.get_num_skipped_tokens`` = computed - 1); its attention
     chunk's first; 0 for full attention (all)."""
-    window = 2 if _is_mamba(manager) else getattr(manager, "sliding_window", None)
+    window, chunk = local_span(manager)
+    window = 2 if _is_mamba(manager) else window
     if window:
         return max(0, start - window + 1)
-    chunk = getattr(manager, "attention_chunk_size", None)
     return start // chunk * chunk if chunk else 0
+
+
+def local_span(manager) -> tuple[int, int]:
+    """A group's sliding window and attention chunk (0: none; both 0: full attention)."""
+    window = getattr(manager, "sliding_window", None) or 0
+    return window, getattr(manager, "attention_chunk_size", None) or 0
 
 
 def group_layout(sched) -> list[str]:

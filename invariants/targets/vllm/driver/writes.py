@@ -31,7 +31,6 @@ class Writes:
 _BLOCKS: set[int] = set()  # the recording run's written block ids
 _KEYS: set = set()  # ... and hash-map keys
 _ADD_BLOCK = _BLOCKS.add
-_ACTIVE: list[Writes] = []  # the recording run's (one at a time: one scheduler per driver)
 _ORIGINAL: dict[str, tuple[type, object]] = {}  # a hooked name -> (its class, what it held)
 
 
@@ -71,13 +70,11 @@ def record() -> Writes | None:
         setattr(cls, name, hook)
     _BLOCKS.clear()
     _KEYS.clear()
-    _ACTIVE.append(Writes())
-    return _ACTIVE[0]
+    return Writes()
 
 
 def stop() -> None:
     """Stop recording and put the classes back as vLLM defined them."""
-    _ACTIVE.clear()
     for name, (cls, original) in _ORIGINAL.items():
         if original is None:
             delattr(cls, name)

@@ -29,13 +29,19 @@ def _note(out, prefix: str) -> str:
     return next(n for n in out.notes if n.startswith(prefix)).removeprefix(prefix)
 
 
+def _clean(spec) -> tuple:
+    """``spec`` run on vLLM with no rule firing and every goal met: the outcome, and the
+    KV-cache groups as the run built them (the scheduler's block size last)."""
+    out = run_spec(VLLM, spec, CATALOG)
+    assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
+    return out, _note(out, "kv groups: ").split(", ")
+
+
 @pytest.mark.vllm
-def test_two_chunked_local_groups_run_clean_with_their_chunks_freed() -> None:
+def test_two_chunked_local_groups_run_clean() -> None:
     """Full attention beside two chunked-local groups sharing one spec, under prefix caching,
     async scheduling, preemption and aborts: the layout is built as written, no rule fires."""
-    out = run_spec(VLLM, load_spec(SPECS / "chunked-local.yaml"), CATALOG)
-    assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
-    layout = _note(out, "kv groups: ").split(", ")
+    out, layout = _clean(load_spec(SPECS / "chunked-local.yaml"))
     assert layout == [
         "FullAttentionSpec@4",
         "ChunkedLocalAttentionSpec@4",
@@ -49,9 +55,7 @@ def test_two_chunked_local_groups_run_clean_with_their_chunks_freed() -> None:
 def test_mla_with_sliding_window_groups_of_twice_the_block_size_runs_clean() -> None:
     """MLA's spec for the full group, two sliding-window groups at block size 8 beside it at
     4: the scheduler aligns to 8; prefix hits, EAGLE drafts and preemption, no rule fires."""
-    out = run_spec(VLLM, load_spec(SPECS / "mla-uneven-groups.yaml"), CATALOG)
-    assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
-    layout = _note(out, "kv groups: ").split(", ")
+    out, layout = _clean(load_spec(SPECS / "mla-uneven-groups.yaml"))
     assert layout == [
         "MLAAttentionSpec@4",
         "SlidingWindowSpec@8",
@@ -71,9 +75,8 @@ def _two_full_groups():
 def test_two_full_groups_sharing_one_spec_run_clean() -> None:
     """Every group shares one spec (two full-attention groups, no local one: vllm#51888's
     layout) under prefix caching: the groups' hits and evictions agree, no rule fires."""
-    out = run_spec(VLLM, _two_full_groups(), CATALOG)
-    assert out.ok and not out.unmet, (out.error, out.violations[:3], out.unmet)
-    assert _note(out, "kv groups: ") == "FullAttentionSpec@1, FullAttentionSpec@1, scheduler@1"
+    out, layout = _clean(_two_full_groups())
+    assert layout == ["FullAttentionSpec@1", "FullAttentionSpec@1", "scheduler@1"]
     assert out.stats.cached_tokens and out.stats.evicted_tokens
 
 
