@@ -5,9 +5,10 @@ is then taken from them exactly as from a full listing.
 
 Keeps: a delta applies once, in order (``seq`` one past the last; the same number again is a
 view copied into another: the same input); a gap, or a slice reaching past what was sent, is a
-harness error naming the pool. An owner whose pages did not change keeps the very same array
-(the census reads arrays: none is converted twice). Under cross-check the driver sends the
-whole input too, and the rebuilt one must equal it.
+harness error naming the pool. The input is kept as arrays (what the census reads), a delta
+applied by slicing them: an owner or a free list that did not change is the very same array,
+and a long free list is never converted again. Under cross-check the driver sends the whole
+input too, and the rebuilt one must equal it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from engine.view import StateView
 from invariants.targets.views import to_state_view
 
 PARTS = ("owned", "referenced")
-Owner = tuple[str, list[int], np.ndarray]  # label, pages as sent, the same as an array
+Owner = tuple[str, np.ndarray]  # label, its pages
 
 
 @dataclass(slots=True)
@@ -31,22 +32,21 @@ class _Input:
 
     seq: int
     num_pages: int
-    free: list[int]
+    free: np.ndarray
     owners: dict[str, list[Owner]]
     arrays: dict[str, Any] | None = None  # as_arrays', built once (a copied view reuses it)
 
     def as_arrays(self) -> dict[str, Any]:
         """The input ``to_state_view`` takes (pages as arrays)."""
         if self.arrays is None:
-            parts = {p: [[label, arr] for label, _, arr in self.owners[p]] for p in PARTS}
-            free = np.asarray(self.free)
-            self.arrays = {"num_pages": self.num_pages, "free_pages": free, **parts}
+            parts = {p: [[label, arr] for label, arr in self.owners[p]] for p in PARTS}
+            self.arrays = {"num_pages": self.num_pages, "free_pages": self.free, **parts}
         return self.arrays
 
     def as_lists(self) -> dict[str, Any]:
         """The input as the driver lists it (what cross-check compares)."""
-        parts = {p: [[label, pages] for label, pages, _ in self.owners[p]] for p in PARTS}
-        return {"num_pages": self.num_pages, "free_pages": self.free, **parts}
+        parts = {p: [[label, arr.tolist()] for label, arr in self.owners[p]] for p in PARTS}
+        return {"num_pages": self.num_pages, "free_pages": self.free.tolist(), **parts}
 
 
 class CensusMirror:
@@ -85,37 +85,39 @@ class CensusMirror:
 
 def _whole(delta: dict[str, Any]) -> _Input:
     full = delta["whole"]
-    owners = {p: [(label, pages, _array(pages)) for label, pages in full[p]] for p in PARTS}
-    return _Input(delta["seq"], full["num_pages"], full["free_pages"], owners)
+    owners = {p: [(label, _array(pages)) for label, pages in full[p]] for p in PARTS}
+    return _Input(delta["seq"], full["num_pages"], _array(full["free_pages"]), owners)
 
 
 def _applied(name: str, last: _Input | None, delta: dict[str, Any]) -> _Input:
     if last is None:
         raise ValueError(f"pool {name}: a census delta with nothing before it")
-    free = _list(name, last.free, *delta["free_pages"])
+    free = _sliced(name, last.free, *delta["free_pages"])
     owners = {p: _owners(name, last.owners[p], delta[p]) for p in PARTS}
     return _Input(delta["seq"], delta["num_pages"], free, owners)
 
 
 def _owners(name: str, last: list[Owner], changes: list[list[Any]]) -> list[Owner]:
-    before = {label: (pages, arr) for label, pages, arr in last}
-    out: list[Owner] = []
-    for label, start, kept, tail in changes:
-        pages, arr = before.get(label, ([], _array([])))
-        if start or kept != len(pages) or tail:
-            pages = _list(name, pages, start, kept, tail)
-            arr = _array(pages)
-        out.append((label, pages, arr))
-    return out
+    before = dict(last)
+    return [
+        (label, _sliced(name, before.get(label, _EMPTY), start, kept, tail))
+        for label, start, kept, tail in changes
+    ]
 
 
-def _list(name: str, old: list[int], start: int, kept: int, tail: list[int]) -> list[int]:
+def _sliced(name: str, old: np.ndarray, start: int, kept: int, tail: list[int]) -> np.ndarray:
+    """``old[start:start + kept] + tail`` (``old`` itself when that is all of it)."""
     if start < 0 or kept < 0 or start + kept > len(old):
         raise ValueError(
             f"pool {name}: census delta slices [{start}, {start + kept}) of {len(old)}"
         )
-    return old[start : start + kept] + tail
+    if not tail:
+        return old if kept == len(old) else old[start : start + kept]
+    return np.concatenate((old[start : start + kept], _array(tail)))
 
 
 def _array(pages: list[int]) -> np.ndarray:
     return np.asarray(pages, dtype=np.int64)
+
+
+_EMPTY = _array([])

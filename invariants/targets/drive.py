@@ -32,15 +32,12 @@ STALL_STEPS = 4_096  # steps with requests unfinished and none finishing: a stal
 STALL_CHECK = 256  # steps between asks of which sent requests are unfinished
 CRASH = "crash"
 CHECKED = "_checked"  # set in an answer once its views were checked
+OP_INDEX = "_op"  # set in an answer: the index of the trace op it answered
 
 
 class Stalled(DriverError):
-    """Work was owed and no request finished for ``STALL_STEPS`` steps of a wait or the drain;
-    ``answers`` are the steps it took (checked before the stall is reported)."""
-
-    def __init__(self, message: str, answers: list[Answer]) -> None:
-        super().__init__(message)
-        self.answers = answers
+    """Work was owed and no request finished for ``STALL_STEPS`` steps of a wait or the drain
+    (the views of those steps are checked before the stall is reported)."""
 
 
 class _Progress:
@@ -50,8 +47,8 @@ class _Progress:
     def __init__(self, stepper: Stepper) -> None:
         self.stepper, self.left, self.since = stepper, tuple[str, ...](), 0
 
-    def check(self, step: int, answers: list[Answer]) -> None:
-        """Raise ``Stalled`` (with ``answers``) once the unfinished set has sat still."""
+    def check(self, step: int) -> None:
+        """Raise ``Stalled`` once the unfinished set has sat still."""
         if (step + 1) % STALL_CHECK:
             return
         left = tuple(self.stepper.unfinished(self.stepper.sent))
@@ -59,8 +56,7 @@ class _Progress:
             self.left, self.since = left, step
         elif step - self.since >= STALL_STEPS:
             raise Stalled(
-                f"no request finished in {step - self.since} steps: unfinished {named(left)}",
-                answers,
+                f"no request finished in {step - self.since} steps: unfinished {named(left)}"
             )
 
 
@@ -78,23 +74,33 @@ class Stepper:
         self.driver, self.used, self.sent = driver, set[str](), list[str]()
         self.rng = output_rng(seed) if draws_outputs else None
         self.steps = 0
-        # ``behind`` takes each answer while the driver works on the next op (the checks run
+        # ``behind`` takes the answers while the driver runs the next step (the checks run
         # beside the engine: two processes, two cores), in order; None: nothing to overlap
         self.behind = behind
-        self.last: Answer | None = None  # the answer collected last, not yet handed behind
+        self.pending: list[Answer] = []  # answers collected, not yet handed behind
+        self.at = 0  # the trace op being applied (tags each answer: OP_INDEX)
 
     def ask(self, message: dict[str, Any]) -> Answer:
-        """One op; while the driver works on it, the previous answer goes to ``behind``."""
+        """One op. With ``behind``, the answers collected so far go behind while the driver
+        runs a step — what takes it long: a submit or a query is answered before a step's
+        view is checked, so the answers wait for the next step (or ``flush``)."""
         if self.behind is None:
             return self.driver.ask(message)
         self.driver.post(message)
         try:
-            if self.last is not None:
-                last, self.last = self.last, None
-                self.behind(last)
+            if message["op"] == "step":
+                self.flush()
         finally:
-            answer = self.last = self.driver.collect(message)
+            answer = self.driver.collect(message)
+        answer[OP_INDEX] = self.at
+        self.pending.append(answer)
         return answer
+
+    def flush(self) -> None:
+        """Hand every pending answer behind, in order."""
+        pending, self.pending = self.pending, []
+        for answer in pending:
+            self.behind(answer)  # type: ignore[misc]
 
     def apply(self, op: Op) -> list[Answer]:
         if isinstance(op, Step):
@@ -134,7 +140,7 @@ class Stepper:
             if not self.unfinished(rids):
                 break
             answers.append(self.step())
-            progress.check(step, answers)
+            progress.check(step)
         return answers
 
     def drain(self, max_steps: int = DRAIN_STEPS) -> list[Answer]:
@@ -151,7 +157,7 @@ class Stepper:
             answers.append(self.step())
             result = answers[-1].get("result")
             busy = isinstance(result, dict) and result.get("idle") is False
-            progress.check(step, answers)
+            progress.check(step)
         raise DriverError(f"not idle after {max_steps} steps")
 
 
@@ -173,8 +179,9 @@ class Drive:
 
 class _Checked:
     """The checking side of one drive: decode each view, check it, keep what was asked. An
-    answer is checked once — as it arrives, or beside the next op (``one``, the stepper's
-    ``behind``) — and none after the first violating view under ``stop_at_first``."""
+    answer is checked once — as it arrives, or beside the next step (``one``, the stepper's
+    ``behind``) — and none after the first violating view under ``stop_at_first``
+    (``stopped_in``: the trace op that view answered)."""
 
     def __init__(
         self,
@@ -187,6 +194,7 @@ class _Checked:
         self.checker, self.decode, self.drive = checker, decode, drive
         self.keep_views, self.stop_at_first = keep_views, stop_at_first
         self.stopped = False
+        self.stopped_in: int | None = None
 
     def __call__(self, answers: list[Answer]) -> bool:
         """Check every view of ``answers`` in order; True at the first violating one under
@@ -208,7 +216,7 @@ class _Checked:
             if self.keep_views:
                 self.drive.kept.append(view)
             if self.checker.check(view.event, view) and self.stop_at_first:
-                self.stopped = True
+                self.stopped, self.stopped_in = True, answer.get(OP_INDEX, 0)
                 return
 
     def crash(self, record: CrashView, step: int) -> None:
@@ -241,9 +249,11 @@ def drive_trace(
         drive.setup_seconds = time.perf_counter() - began
         drive.stopped_at = 0 if stopped else _run_ops(stepper, trace, check, drive)
     except EngineCrash as exc:
+        stepper.flush()  # the views before the crash, then the crash
         drive.error = str(exc)
         check.crash(crash_record(exc.crash), stepper.steps)
     except DriverError as exc:
+        stepper.flush()
         drive.error = str(exc)
     drive.stats, drive.details = _stats(driver, stepper)
     driver.end()
@@ -251,23 +261,27 @@ def drive_trace(
 
 
 def _run_ops(stepper: Stepper, trace: Trace, check: _Checked, drive: Drive) -> int | None:
-    """Each op, then the drain; the index the run stopped in (None: it ran to idle)."""
+    """Each op, then the drain; the index of the op whose view stopped the run (None: it ran
+    to idle). An op's views are checked while the driver runs the next step, so the run
+    stops after that step: the views after the first violating one are not checked."""
     for index, op in enumerate([*trace.ops, None]):
-        drive.stopped_at = index
+        drive.stopped_at = stepper.at = index
         try:
-            answers = stepper.drain() if op is None else stepper.apply(op)
+            stepper.drain() if op is None else stepper.apply(op)
         except Stalled as exc:
-            if check(exc.answers):
-                return index
+            stepper.flush()
+            if check.stopped:
+                return check.stopped_in
             stall = {"kind": "stall", "error": "Stalled", "message": str(exc)}
             raise EngineCrash(f"{_where(index, op)}: {exc}", stall) from None
         except EngineCrash as exc:
             raise EngineCrash(f"{_where(index, op)}: {exc}", exc.crash) from None
         except DriverError as exc:
             raise DriverError(f"{_where(index, op)}: {exc}") from None
-        if check(answers):
-            return index
-    return None
+        if check.stopped:
+            return check.stopped_in
+    stepper.flush()
+    return check.stopped_in
 
 
 def _where(index: int, op: Op | None) -> str:

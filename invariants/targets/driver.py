@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 Answer = dict[str, Any]
 
 
@@ -89,7 +91,7 @@ class LineDriver:
             raise TargetUnavailable(
                 f"the {self.target} driver exited ({code}) during {what}: {self.log_tail()}"
             )
-        return json.loads(line)
+        return orjson.loads(line)  # (json's values, several times faster on a view)
 
     def log_tail(self, lines: int = 3) -> str:
         """The last lines the driver wrote to stderr (why it died, mostly)."""

@@ -1,6 +1,7 @@
 """The vllm target's block records across one run: the driver sends, per view, only the
-blocks whose record changed since its previous view (``block_changes``); ``BlockMirror``
-keeps every block's current ``BlockView`` and hands each view the whole tuple.
+blocks whose record changed since its previous view (``block_changes``: seven columns in
+``BlockView``'s field order, or none); ``BlockMirror`` keeps every block's current
+``BlockView`` and hands each view the whole tuple.
 
 Keeps: the views the checker reads are exactly those a full listing would give (a block's
 record is replaced whenever any field changed, and the driver compares every block at every
@@ -37,22 +38,22 @@ class BlockMirror:
         changes = raw.get("block_changes")
         if changes is None:
             return self.decode(raw)
-        fresh: list[BlockView] = []
-        gone: list[BlockView] = []
-        added: set[int] = set()  # the placeholders' ids
-        for row in changes:
-            block = BlockView(row[0], row[1], row[2], row[3], tuple(row[4]), row[5], row[6])
-            if block.id >= len(self.blocks):
-                placeholders = [BlockView(i) for i in range(len(self.blocks), block.id + 1)]
-                self.blocks.extend(placeholders)
-                fresh += placeholders
-                added.update(map(id, placeholders))
-            if id(self.blocks[block.id]) not in added:
-                gone.append(self.blocks[block.id])
-            fresh.append(block)
-            self.blocks[block.id] = block
+        fresh, blocks = _records(changes), self.blocks
+        known = len(blocks)
+        placeholders = self._grow(max((b.id for b in fresh), default=-1))
+        gone = [blocks[b.id] for b in fresh if b.id < known]
+        for block in fresh:
+            blocks[block.id] = block
         rest = {k: v for k, v in raw.items() if k != "block_changes"}
+        if placeholders:  # (block order, as the driver sends the changes)
+            fresh = sorted(placeholders + fresh, key=lambda b: b.id)
         return replace(self.decode(rest), blocks=self._hand(fresh, gone))
+
+    def _grow(self, last: int) -> list[BlockView]:
+        """Placeholders for the blocks up to ``last`` not seen yet."""
+        added = [BlockView(i) for i in range(len(self.blocks), last + 1)]
+        self.blocks.extend(added)
+        return added
 
     def _hand(self, fresh: list[BlockView], gone: list[BlockView]) -> ChangedTuple[BlockView]:
         """The tuple of every block now, with what changed since the one handed before (a
@@ -60,3 +61,12 @@ class BlockMirror:
         kept = tuple(b for b in fresh if self.blocks[b.id] is b)
         self.handed = ChangedTuple.of(self.blocks, self.handed, kept, tuple(gone))
         return self.handed
+
+
+def _records(columns: list[list[Any]]) -> list[BlockView]:
+    """The changed blocks' records from their columns (mapped_as comes as a list)."""
+    if not columns:
+        return []
+    ids, ref_cnt, in_free_queue, hashes, mapped_as, holders, is_null = columns
+    rows = zip(ids, ref_cnt, in_free_queue, hashes, map(tuple, mapped_as), holders, is_null)
+    return list(map(BlockView._make, rows))

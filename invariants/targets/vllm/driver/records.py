@@ -1,7 +1,7 @@
-"""Each block's record as kvspec's ``BlockView`` lists it — ``[id, ref_cnt, in_free_queue, hash,
-mapped_as, holders, is_null]`` — kept across one run's views, so that a view lists only the
-records that changed (``block_changes``; kvspec's side keeps the rest, invariants/targets/vllm/
-blocks.py). Runs inside the vllm venv.
+"""Each block's record as kvspec's ``BlockView`` lists it — ``(id, ref_cnt, in_free_queue, hash,
+mapped_as, holders, is_null)`` — kept across one run's views, so that a view lists only the
+records that changed (``block_changes``, as seven columns in that order: kvspec's side keeps the
+rest, invariants/targets/vllm/blocks.py). Runs inside the vllm venv.
 
 Keeps: at every view a record is rebuilt for each block vLLM wrote (writes.py), each block whose
 free-queue membership or holder count changed (the free queue's walk and the block tables are
@@ -46,18 +46,21 @@ def read_map(hash_map) -> tuple[dict[int, set[str]], dict]:
     return mapped, under
 
 
-def record(block, free: set[int], holders: dict[int, int], mapped: dict[int, set[str]]) -> list:
-    """A block's record, in BlockView's field order."""
-    h, i = block.block_hash, block.block_id
-    return [
-        i,
-        block.ref_cnt,
-        i in free,
-        "" if h is None else hex_of(h),
-        sorted(mapped.get(i, ())),
-        holders.get(i, 0),
-        block.is_null,
-    ]
+def _rows(blocks: list, ids: list[int], free: set[int], holders: dict, mapped: dict) -> list:
+    """The records of ``blocks`` (ids ``ids``), read a field at a time: a block size of 1
+    changes hundreds a step."""
+    hashes = [b.block_hash for b in blocks]
+    return list(
+        zip(
+            ids,
+            [b.ref_cnt for b in blocks],
+            [i in free for i in ids],
+            ["" if h is None else (_HEX.get(h) or hex_of(h)) for h in hashes],
+            [sorted(mapped[i]) if i in mapped else [] for i in ids],
+            [holders.get(i, 0) for i in ids],
+            [b.is_null for b in blocks],
+        )
+    )
 
 
 def count_holders(held: dict[str, list[int]]) -> dict[int, int]:
@@ -83,7 +86,7 @@ class Records:
 
     def __init__(self, writes) -> None:
         self.writes = writes  # writes.Writes, or None: read every block at every view
-        self.rows: dict[int, list] = {}
+        self.rows: dict[int, tuple] = {}
         self.free: set[int] = set()
         self.held: dict[str, list[int]] = {}  # each request's blocks as last read
         self.holders: dict[int, int] = {}  # their count per block, kept with them
@@ -94,21 +97,20 @@ class Records:
         self.in_use: set[int] = set()  # real blocks with ref_cnt > 0
         self.null: set[int] = set()
 
-    def changes(self, pool, walk: list[int], held: dict[str, list[int]]) -> list[list]:
-        """The records that changed since the last call, in block order."""
+    def changes(self, pool, walk: list[int], held: dict[str, list[int]]) -> list:
+        """The records that changed since the last call, in block order, as columns (none
+        changed: an empty list)."""
         free = set(walk)
-        dirty = self._dirty(pool, free, held)
-        self.free, holders = free, self.holders
-        changed = []
-        for i in sorted(dirty):
-            row = record(pool.blocks[i], free, holders, self.mapped)
-            if self.rows.get(i) != row:
-                self.rows[i] = row
-                self._index(row)
-                changed.append(row)
+        dirty = sorted(self._dirty(pool, free, held))
+        self.free, rows, blocks = free, self.rows, pool.blocks
+        fresh = _rows([blocks[i] for i in dirty], dirty, free, self.holders, self.mapped)
+        changed = [row for row in fresh if rows.get(row[0]) != row]
+        if changed:
+            rows.update((row[0], row) for row in changed)
+            self._index(changed)
         if CROSSCHECK:
-            self._cross_check(pool, free, holders)
-        return changed
+            self._cross_check(pool, free, self.holders)
+        return [list(column) for column in zip(*changed)]
 
     def _dirty(self, pool, free: set[int], held: dict[str, list[int]]) -> Iterable[int]:
         written, keys = self.writes.take() if self.writes is not None else (None, ())
@@ -158,23 +160,20 @@ class Records:
             touched.update(before, now)
         return touched
 
-    def _index(self, row: list) -> None:
-        i, ref_cnt, _, h, _, _, is_null = row
-        for members, member in (
-            (self.null, is_null),
-            (self.hashed, bool(h) and not is_null),
-            (self.in_use, ref_cnt > 0 and not is_null),
-        ):
-            if member:
-                members.add(i)
-            else:
-                members.discard(i)
+    def _index(self, changed: list[tuple]) -> None:
+        """The three sets brought up to date with the changed records."""
+        for members in (self.null, self.hashed, self.in_use):
+            members.difference_update(row[0] for row in changed)
+        self.null.update(row[0] for row in changed if row[6])
+        self.hashed.update(row[0] for row in changed if row[3] and not row[6])
+        self.in_use.update(row[0] for row in changed if row[1] > 0 and not row[6])
 
     def _cross_check(self, pool, free: set[int], holders: dict[int, int]) -> None:
         mapped, _ = read_map(pool.cached_block_hash_to_block)
         if count_holders(self.held) != holders:
             raise AssertionError("holder counts kept incrementally differ from the tables'")
-        full = {b.block_id: record(b, free, holders, mapped) for b in pool.blocks}
+        ids = [b.block_id for b in pool.blocks]
+        full = dict(zip(ids, _rows(pool.blocks, ids, free, holders, mapped)))
         if full != self.rows:
             wrong = sorted(
                 i for i in full.keys() | self.rows.keys() if full.get(i) != self.rows.get(i)

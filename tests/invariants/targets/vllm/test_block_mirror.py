@@ -11,11 +11,13 @@ from invariants.targets.vllm.blocks import BlockMirror
 
 
 def raw(changes: list[list[Any]]) -> dict[str, Any]:
+    """A view whose changed blocks are ``changes`` (records, sent as the driver sends them:
+    seven columns)."""
     pool = {
         "name": "full", "page_size": 1, "capacity": 3, "free": 3,
         "census_input": {"num_pages": 3, "free_pages": [1, 2, 3], "owned": [], "referenced": []},
     }  # fmt: skip
-    return {"event": "step", "step": 1, "page_size": 1, "pools": [pool], "block_changes": changes}
+    return {"event": "step", "step": 1, "page_size": 1, "pools": [pool], "block_changes": [list(c) for c in zip(*changes)]}
 
 
 def test_changed_blocks_replace_their_records_and_the_rest_stay() -> None:
