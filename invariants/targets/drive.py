@@ -5,10 +5,12 @@ Keeps: the trace means on a real engine what it means on kvspec's runner
 lets the trace go on (a client stops waiting; no failure), a drain that does not reach idle
 is the run's error (``not idle after``: liveness), and a wait or drain in which requests are
 owed but none finishes for ``STALL_STEPS`` steps is a stall — the ``crash`` event,
-``engine.stall``, after its steps' views are checked; every view is checked as it arrives, and
-under ``stop_at_first`` no op runs after the first violating view (every invariant of that
-view is evaluated). A crash in the engine's own code is checked as the ``crash`` event, as
-kvspec's engine's crashes are; a refused op is the run's error, named with its op.
+``engine.stall``, after its steps' views are checked; every view is checked, in order, while
+the driver runs the next step (two processes on two cores), and under ``stop_at_first`` the
+run ends at the first violating view (every invariant of that view is evaluated): the ops
+the driver ran meanwhile — up to the next step — are not the run's, nor is an error or crash
+they met. A crash in the engine's own code is checked as the ``crash`` event, as kvspec's
+engine's crashes are; a refused op is the run's error, named with its op.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from engine.view import CrashView, StateView
 from invariants.checking.checker import Checker
 from invariants.scenarios.ops import Idle, Op, Step, Submit, Trace, WaitFor, op_label
 from invariants.scenarios.watchdog import named
-from invariants.targets.driver import Answer, DriverError, EngineCrash, LineDriver
+from invariants.targets.driver import Answer, DriverError, EngineCrash, LineDriver, views_of
 from invariants.targets.ops import op_message, output_rng, with_outputs
 from invariants.targets.outcome import EngineFinding, TargetStats, crash_record
 from invariants.targets.views import to_state_view
@@ -91,7 +93,7 @@ class Stepper:
             if message["op"] == "step":
                 self.flush()
         finally:
-            answer = self.driver.collect(message)
+            answer = self.driver.collect(message, lazy=True)  # views: decoded when checked
         answer[OP_INDEX] = self.at
         self.pending.append(answer)
         return answer
@@ -208,7 +210,7 @@ class _Checked:
         if self.checker is None or self.stopped or answer.get(CHECKED):
             return
         answer[CHECKED] = True  # (an id would do only while the answer lives)
-        views = [self.decode(raw) for raw in answer.get("views", ())]
+        views = [self.decode(raw) for raw in views_of(answer)]
         if views:
             at = views[0].step
             self.drive.findings += [EngineFinding(at, m) for m in answer.get("findings", ())]
@@ -248,13 +250,14 @@ def drive_trace(
         stopped = check([driver.ask(config)])
         drive.setup_seconds = time.perf_counter() - began
         drive.stopped_at = 0 if stopped else _run_ops(stepper, trace, check, drive)
-    except EngineCrash as exc:
-        stepper.flush()  # the views before the crash, then the crash
-        drive.error = str(exc)
-        check.crash(crash_record(exc.crash), stepper.steps)
     except DriverError as exc:
-        stepper.flush()
-        drive.error = str(exc)
+        stepper.flush()  # the views before the error or crash, then it
+        if check.stopped:  # the run ended at an earlier view: the op that failed is not its
+            drive.stopped_at = check.stopped_in
+        else:
+            drive.error = str(exc)
+            if isinstance(exc, EngineCrash):
+                check.crash(crash_record(exc.crash), stepper.steps)
     drive.stats, drive.details = _stats(driver, stepper)
     driver.end()
     return drive

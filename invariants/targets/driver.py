@@ -28,6 +28,8 @@ from typing import Any
 import orjson
 
 Answer = dict[str, Any]
+VIEWS = "\x1e"  # a line's head and its views, apart (driverlib/wire.py answer_line)
+RAW_VIEWS = "_views_json"  # an answer's views not decoded yet (``collect(lazy=True)``)
 
 
 class TargetUnavailable(RuntimeError):
@@ -49,6 +51,14 @@ class EngineCrash(DriverError):
     def __init__(self, message: str, crash: dict[str, Any]) -> None:
         super().__init__(message)
         self.crash = crash
+
+
+def views_of(answer: Answer) -> list[dict[str, Any]]:
+    """An answer's views, decoded now if ``collect`` left them as JSON."""
+    raw = answer.pop(RAW_VIEWS, None)
+    if raw is not None:
+        answer["views"] = orjson.loads(raw)
+    return answer.get("views", [])
 
 
 class LineDriver:
@@ -83,7 +93,9 @@ class LineDriver:
         self.version: str = self.banner["version"]
         self.not_applicable: dict[str, str] = self.banner.get("not_applicable", {})
 
-    def _read(self, what: str) -> Answer:
+    def _read(self, what: str, lazy: bool = False) -> Answer:
+        """The next answer (``lazy``: its views left as JSON under ``RAW_VIEWS``, for
+        ``views_of`` to decode)."""
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
@@ -91,7 +103,11 @@ class LineDriver:
             raise TargetUnavailable(
                 f"the {self.target} driver exited ({code}) during {what}: {self.log_tail()}"
             )
-        return orjson.loads(line)  # (json's values, several times faster on a view)
+        head, split, views = line.partition(VIEWS)
+        answer = orjson.loads(head)  # (json's values, several times faster on a view)
+        if split:
+            answer[RAW_VIEWS if lazy else "views"] = views if lazy else orjson.loads(views)
+        return answer
 
     def log_tail(self, lines: int = 3) -> str:
         """The last lines the driver wrote to stderr (why it died, mostly)."""
@@ -131,9 +147,10 @@ class LineDriver:
             gone = f"the {self.target} driver is gone: {self.log_tail()}"
             raise TargetUnavailable(gone) from None
 
-    def collect(self, op: dict[str, Any]) -> Answer:
-        """The answer of the op posted last (an error answer raises: see ``refusal``)."""
-        answer = self._read(f"op {op.get('op')}")
+    def collect(self, op: dict[str, Any], lazy: bool = False) -> Answer:
+        """The answer of the op posted last (an error answer raises: see ``refusal``;
+        ``lazy``: its views are decoded by ``views_of``, when they are checked)."""
+        answer = self._read(f"op {op.get('op')}", lazy)
         self.answered(op, answer)
         if "error" in answer:
             raise self.refusal(answer, f"op {op.get('op')}")

@@ -5,7 +5,9 @@ view — else by json. Runs inside the engine's venv; imports nothing of kvspec.
 Keeps: kvspec reads the same values either way (json.loads on its side): the answers hold
 dicts with string keys (int keys are written as strings by all three), ints, finite floats,
 strings, booleans, None, lists and tuples; anything the fast encoder refuses goes through
-json.
+json. ``answer_line`` puts an answer's views after a record separator (0x1e, which JSON
+never holds unescaped): kvspec reads the head first, sends the next op, and decodes the views
+while the driver runs it (invariants/targets/driver.py).
 """
 
 from __future__ import annotations
@@ -34,3 +36,15 @@ def line(answer: dict) -> str:
     except TypeError:
         pass
     return json.dumps(answer)
+
+
+VIEWS = "\x1e"  # between an answer's head and its views
+
+
+def answer_line(answer: dict) -> str:
+    """``answer`` as one line: its head, then (if it has any) its views after ``VIEWS``."""
+    views = answer.get("views")
+    if not views:
+        return line(answer)
+    head = {k: v for k, v in answer.items() if k != "views"}
+    return line(head) + VIEWS + line(views)  # type: ignore[arg-type]

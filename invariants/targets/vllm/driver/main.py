@@ -310,7 +310,7 @@ def main() -> None:
             answer = {"views": produced, "result": driver.result}
         except Exception as exc:  # the op's failure is the answer; the driver goes on
             answer = answers.failure(exc, (HERE, DRIVERLIB), "vllm")
-        print(wire.line(answer), file=PROTOCOL, flush=True)
+        print(wire.answer_line(answer), file=PROTOCOL, flush=True)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from itertools import repeat
+from operator import attrgetter
 
 CROSSCHECK = os.environ.get("KVSPEC_CROSSCHECK", "") not in ("", "0")
 _HEX: dict = {}  # a block hash (immutable bytes) -> its short hex, each computed once
@@ -49,21 +51,21 @@ def read_map(hash_map) -> tuple[dict[int, set[str]], dict]:
 def _rows(blocks: list, ids: list[int], free: set[int], holders: dict, mapped: dict) -> list:
     """The records of ``blocks`` (ids ``ids``), read a field at a time: a block size of 1
     changes hundreds a step."""
-    hashes = [b.block_hash for b in blocks]
+    hashes = map(attrgetter("block_hash"), blocks)
     return list(
         zip(
             ids,
-            [b.ref_cnt for b in blocks],
-            [i in free for i in ids],
+            map(attrgetter("ref_cnt"), blocks),
+            map(free.__contains__, ids),
             ["" if h is None else (_HEX.get(h) or hex_of(h)) for h in hashes],
             [sorted(mapped[i]) if i in mapped else [] for i in ids],
-            [holders.get(i, 0) for i in ids],
-            [b.is_null for b in blocks],
+            map(holders.get, ids, repeat(0)),
+            map(attrgetter("is_null"), blocks),
         )
     )
 
 
-def count_holders(held: dict[str, list[int]]) -> dict[int, int]:
+def count_holders(held: dict) -> dict[int, int]:
     holders: dict[int, int] = {}
     for blocks in held.values():
         for b in blocks:
@@ -73,12 +75,18 @@ def count_holders(held: dict[str, list[int]]) -> dict[int, int]:
 
 def table_change(old: list[int], new: list[int]) -> tuple[list[int], list[int]]:
     """(blocks added, blocks dropped) from ``old`` to ``new``, as multisets: a table grows or
-    shrinks at its end (one comparison), anything else is counted whole."""
+    shrinks at its end, and a sliding window or an attention chunk drops its first blocks
+    (a few comparisons); anything else is counted whole."""
     if new[: len(old)] == old:
         return new[len(old) :], []
     if old[: len(new)] == new:
         return [], old[len(new) :]
-    return new, old
+    try:
+        start = old.index(new[0])
+    except (IndexError, ValueError):
+        return new, old
+    kept = len(old) - start
+    return (new[kept:], old[:start]) if old[start:] == new[:kept] else (new, old)
 
 
 class Records:
@@ -88,7 +96,7 @@ class Records:
         self.writes = writes  # writes.Writes, or None: read every block at every view
         self.rows: dict[int, tuple] = {}
         self.free: set[int] = set()
-        self.held: dict[str, list[int]] = {}  # each request's blocks as last read
+        self.held: dict = {}  # each holding's blocks as last read (views.holdings)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
         self.map = None  # the hash map read last (a new one: reset_prefix_cache)
         self.mapped: dict[int, set[str]] = {}
@@ -97,7 +105,7 @@ class Records:
         self.in_use: set[int] = set()  # real blocks with ref_cnt > 0
         self.null: set[int] = set()
 
-    def changes(self, pool, walk: list[int], held: dict[str, list[int]]) -> list:
+    def changes(self, pool, walk: list[int], held: dict) -> list:
         """The records that changed since the last call, in block order, as columns (none
         changed: an empty list)."""
         free = set(walk)
@@ -112,17 +120,17 @@ class Records:
             self._cross_check(pool, free, self.holders)
         return [list(column) for column in zip(*changed)]
 
-    def _dirty(self, pool, free: set[int], held: dict[str, list[int]]) -> Iterable[int]:
+    def _dirty(self, pool, free: set[int], held: dict) -> Iterable[int]:
         written, keys = self.writes.take() if self.writes is not None else (None, ())
         counted = self._recount(held)
         if written is None or pool.cached_block_hash_to_block is not self.map:
             self.map = pool.cached_block_hash_to_block
             self.mapped, self.under = read_map(self.map)
             return range(len(pool.blocks))
-        written.discard(-1)  # the free queue's fake head and tail (block_id -1) are written too
+        written.discard(-1)  # the free queue's fake head and tail (never but by their links)
         return written | (free ^ self.free) | counted | self._remap(keys)
 
-    def _recount(self, held: dict[str, list[int]]) -> set[int]:
+    def _recount(self, held: dict) -> set[int]:
         """Bring the holder counts up to date with the tables: the blocks whose count moved
         (a table unchanged since the last read costs one comparison)."""
         before, holders, moved = self.held, self.holders, set()

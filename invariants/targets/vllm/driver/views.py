@@ -14,9 +14,13 @@ the rest (invariants/targets/vllm/blocks.py); the census input goes as what chan
 
 from __future__ import annotations
 
+from itertools import chain, filterfalse
+from operator import attrgetter
+
 from vllm.v1.request import RequestStatus
 
 WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
+BLOCK_ID = attrgetter("block_id")
 
 
 def free_walk(pool) -> list[int]:
@@ -33,23 +37,49 @@ def free_walk(pool) -> list[int]:
     return out
 
 
-def tables(sched) -> dict[str, list[int]]:
-    """Each holder's blocks over every KV-cache group (the null block left out), by owner: a
-    request (``req:``), one whose blocks await a connector load (``load:``: WAITING_FOR_
-    REMOTE_KVS, or finished with the load in flight) or a send (``send:``: finished, its free
-    delayed by the connector), and each batch of frees deferred past the step in flight
-    (``deferred:<fence step>``) — an in-flight transfer is an owner, as a request is."""
+def read_tables(sched) -> list[tuple]:
+    """Every request's table in every KV-cache group, read once a view: (manager, rid, its
+    length, its real blocks' ids, the positions of the null block in it)."""
+    null = sched.kv_cache_manager.coordinator.block_pool.null_block.block_id
+    out = []
+    for manager in sched.kv_cache_manager.coordinator.single_type_managers:
+        for rid, blocks in manager.req_to_blocks.items():
+            ids = list(map(BLOCK_ID, blocks))
+            if null in ids:
+                nulls = [i for i, b in enumerate(ids) if b == null]
+                out.append((manager, rid, len(ids), [b for b in ids if b != null], nulls))
+            else:
+                out.append((manager, rid, len(ids), ids, []))
+    return out
+
+
+def tables(sched, read: list[tuple]) -> dict[str, list[int]]:
+    """Each holder's blocks over every KV-cache group (the null block left out; ``read``:
+    ``read_tables``), by owner: a request (``req:``), one whose blocks await a connector load
+    (``load:``: WAITING_FOR_REMOTE_KVS, or finished with the load in flight) or a send
+    (``send:``: finished, its free delayed by the connector), and each batch of frees
+    deferred past the step in flight (``deferred:<fence step>``) — an in-flight transfer is
+    an owner, as a request is."""
     out: dict[str, list[int]] = {}
     labels: dict[str, str] = {}  # rid -> its owner label (once, not once per group)
     requests = sched.requests
-    for manager in sched.kv_cache_manager.coordinator.single_type_managers:
-        for rid, blocks in manager.req_to_blocks.items():
-            label = labels.get(rid) or labels.setdefault(
-                rid, f"{_holder(sched, requests.get(rid))}:{rid}"
-            )
-            out.setdefault(label, []).extend(b.block_id for b in blocks if not b.is_null)
+    for _, rid, _, real, _ in read:
+        label = labels.get(rid) or labels.setdefault(
+            rid, f"{_holder(sched, requests.get(rid))}:{rid}"
+        )
+        out.setdefault(label, []).extend(real)
     for i, (fence, blocks) in enumerate(getattr(sched, "deferred_frees", ())):
         out[f"deferred:{fence}#{i}"] = [b.block_id for b in blocks if not b.is_null]
+    return out
+
+
+def holdings(read: list[tuple], held: dict[str, list[int]]) -> dict:
+    """Every holding of blocks by a key that lasts across views — each request's table in
+    each KV-cache group (``read``), each batch of deferred frees (from ``held``): a table
+    changes at its ends, a holder's blocks over all its groups anywhere (records.py counts
+    the holders of each block from what changed)."""
+    out: dict = {(m.kv_cache_group_id, rid): real for m, rid, _, real, _ in read}
+    out.update((k, blocks) for k, blocks in held.items() if k.startswith("deferred:"))
     return out
 
 
@@ -62,36 +92,41 @@ def _holder(sched, request) -> str:
     return "load" if request.status == WAITING_FOR_REMOTE_KVS else "req"
 
 
-def block_tables(sched, in_flight: dict[str, int]) -> list[dict]:
-    """Each request's table per KV-cache group: the group's block size, its sliding window or
-    attention chunk, computed tokens (``in_flight`` of them scheduled in a step not yet
-    processed), null entries. A request whose async load failed has no computed count (-1):
-    vLLM reset it to 0 and frees or re-caches the table at the next schedule, before any
-    forward reads it (_update_waiting_for_remote_kv)."""
+def block_tables(sched, read: list[tuple], in_flight: dict[str, int]) -> list[dict]:
+    """Each request's table per KV-cache group (``read``: ``read_tables``): the group's block
+    size, its sliding window or attention chunk, computed tokens (``in_flight`` of them
+    scheduled in a step not yet processed), null entries. A request whose async load failed
+    has no computed count (-1): vLLM reset it to 0 and frees or re-caches the table at the
+    next schedule, before any forward reads it (_update_waiting_for_remote_kv)."""
     out, failed = [], getattr(sched, "failed_recving_kv_req_ids", ())
-    for manager in sched.kv_cache_manager.coordinator.single_type_managers:
-        window, chunk = local_span(manager)
-        group, size = f"{manager.kv_cache_group_id}:{type(manager).__name__}", manager.block_size
-        kind = "mamba" if _is_mamba(manager) else "attention"
-        spec_blocks = getattr(manager, "num_speculative_blocks", 0) if kind == "mamba" else 0
-        for rid, blocks in manager.req_to_blocks.items():
-            request = None if rid in failed else sched.requests.get(rid)
-            out.append(
-                {
-                    "rid": rid,
-                    "group": group,
-                    "window": window,
-                    "chunk": chunk,
-                    "block_size": size,
-                    "num_blocks": len(blocks),
-                    "computed": request.num_computed_tokens if request is not None else -1,
-                    "in_flight": in_flight.get(rid, 0),
-                    "null_blocks": [i for i, b in enumerate(blocks) if b.is_null],
-                    "kind": kind,
-                    "spec_blocks": spec_blocks,
-                }
-            )
+    groups = {id(m): _group(m) for m in sched.kv_cache_manager.coordinator.single_type_managers}
+    for manager, rid, num_blocks, _, nulls in read:
+        request = None if rid in failed else sched.requests.get(rid)
+        out.append(
+            {
+                "rid": rid,
+                **groups[id(manager)],
+                "num_blocks": num_blocks,
+                "computed": request.num_computed_tokens if request is not None else -1,
+                "in_flight": in_flight.get(rid, 0),
+                "null_blocks": nulls,
+            }
+        )
     return out
+
+
+def _group(manager) -> dict:
+    """What a KV-cache group's tables share: its name, window, chunk, block size, kind."""
+    window, chunk = local_span(manager)
+    kind = "mamba" if _is_mamba(manager) else "attention"
+    return {
+        "group": f"{manager.kv_cache_group_id}:{type(manager).__name__}",
+        "window": window,
+        "chunk": chunk,
+        "block_size": manager.block_size,
+        "kind": kind,
+        "spec_blocks": getattr(manager, "num_speculative_blocks", 0) if kind == "mamba" else 0,
+    }
 
 
 def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
@@ -172,15 +207,16 @@ def state(sched, event: str, step: int, block_size: int, records, reads: list[tu
     and writes (``step_reads``; its tokens are in the tables' ``in_flight``)."""
     in_flight = {read[0]: read[3] for read in reads}
     pool = sched.kv_cache_manager.coordinator.block_pool
-    walk, held = free_walk(pool), tables(sched)
-    changes = records.changes(pool, walk, held)
+    read = read_tables(sched)
+    walk, held = free_walk(pool), tables(sched, read)
+    changes = records.changes(pool, walk, holdings(read, held))
     return {
         "event": event,
         "step": step,
         "page_size": block_size,
         "pools": [_pool(pool, walk, held, block_size, records)],
         "block_changes": changes,
-        "block_tables": block_tables(sched, in_flight),
+        "block_tables": block_tables(sched, read, in_flight),
         "in_flight_blocks": in_flight_views(sched, reads),
     }
 
@@ -188,9 +224,10 @@ def state(sched, event: str, step: int, block_size: int, records, reads: list[tu
 def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int, records) -> dict:
     hashed, in_use, free = records.hashed, records.in_use, records.free
     evictable = len(free & hashed)
-    shared = {b for blocks in held.values() for b in blocks if b in hashed}
+    shared = hashed.intersection(chain.from_iterable(held.values()))
     owned = [("cache", sorted(shared - free))]  # a cached block some request holds
-    owned += [(owner, [b for b in blocks if b not in hashed]) for owner, blocks in held.items()]
+    cached = hashed.__contains__  # (the filters run at C speed: tables are long at size 1)
+    owned += [(owner, list(filterfalse(cached, blocks))) for owner, blocks in held.items()]
     live = len(pool.blocks) - len(records.null)
     return {
         "name": "full",

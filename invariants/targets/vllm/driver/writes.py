@@ -5,14 +5,17 @@ Keeps: every write vLLM makes to a block's fields goes through the block's ``__s
 (``KVCacheBlock`` is a plain dataclass: vLLM writes its fields by assignment, the free queue's
 links included), and every change to the hash map through ``BlockHashToBlockMap.insert`` and
 ``pop`` (the only writers of its ``_cache``) — so a block none of them touched holds the record
-it held. What a view derives from elsewhere (the free queue's walk, the block tables) records.py
-compares whole. Installed only while a run views: the unchecked mode times vLLM as shipped. A
-release without these classes is read in full at every view, as before.
+it held. A write to a free-queue link (``prev_free_block``, ``next_free_block``) is not
+recorded: no field of a record reads it — free-queue membership comes from the queue's walk,
+which records.py, like the block tables, compares whole. Installed only while a run views:
+the unchecked mode times vLLM as shipped. A release without these classes is read in full at
+every view, as before.
 """
 
 from __future__ import annotations
 
 _SET = object.__setattr__
+_LINKS = frozenset(("prev_free_block", "next_free_block"))  # written by the hundred a step
 
 
 class Writes:
@@ -36,7 +39,8 @@ _ORIGINAL: dict[str, tuple[type, object]] = {}  # a hooked name -> (its class, w
 
 def _block_setattr(block, name: str, value) -> None:
     _SET(block, name, value)
-    _ADD_BLOCK(block.block_id)  # block_id: the first field __init__ sets
+    if name not in _LINKS:
+        _ADD_BLOCK(block.block_id)  # block_id: the first field __init__ sets
 
 
 def _map_insert(self, key, block) -> None:

@@ -8,10 +8,13 @@ Plain Python: runs without vLLM."""
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 DRIVER = Path(__file__).parents[4] / "invariants/targets/vllm/driver"
 
@@ -41,3 +44,21 @@ def test_a_block_moved_between_same_hex_keys_stays_listed(records, order: int) -
     assert rec._remap(keys) == {2}
     assert rec.mapped[2] == {records.hex_of(in_group[0])}
     assert rec.under == {in_group[0]: (2,)}
+
+
+def test_a_window_dropping_its_first_blocks_moves_only_those(records) -> None:
+    """A sliding window's table drops blocks at its front and grows at its end: only the
+    blocks that left or came are counted again, not the table."""
+    assert records.table_change([4, 5, 6, 7], [6, 7, 8]) == ([8], [4, 5])
+    assert records.table_change([4, 5, 6], [4, 5, 6, 9]) == ([9], [])
+    assert records.table_change([4, 5, 6], [5, 4]) == ([5, 4], [4, 5, 6])  # counted whole
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(0, 6), max_size=8), st.lists(st.integers(0, 6), max_size=8))
+def test_a_table_change_always_moves_the_counts_to_the_new_table(records, old, new) -> None:
+    """Whatever the two tables, old - dropped + added == new as multisets (the holder counts
+    kept from the changes equal a recount)."""
+    added, dropped = records.table_change(old, new)
+    assert Counter(old) - Counter(dropped) + Counter(added) == Counter(new)
+    assert not Counter(dropped) - Counter(old)
