@@ -17,7 +17,8 @@ def raw(changes: list[list[Any]]) -> dict[str, Any]:
         "name": "full", "page_size": 1, "capacity": 3, "free": 3,
         "census_input": {"num_pages": 3, "free_pages": [1, 2, 3], "owned": [], "referenced": []},
     }  # fmt: skip
-    return {"event": "step", "step": 1, "page_size": 1, "pools": [pool], "block_changes": [list(c) for c in zip(*changes)]}
+    columns = [list(c) for c in zip(*changes)]
+    return {"event": "step", "step": 1, "page_size": 1, "pools": [pool], "block_changes": columns}
 
 
 def test_changed_blocks_replace_their_records_and_the_rest_stay() -> None:
