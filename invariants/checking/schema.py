@@ -111,8 +111,10 @@ def unknown_view_keys(data: Any, cls: type = StateView, loc: Loc = ()) -> Iterat
         if not many:
             yield from unknown_view_keys(value, record, loc + (key,))
         elif isinstance(value, list):
+            own = _fields(record).keys() if _flat(record) else None
             for i, item in enumerate(value):
-                yield from unknown_view_keys(item, record, loc + (key, i))
+                if own is None or not isinstance(item, Mapping) or not own >= item.keys():
+                    yield from unknown_view_keys(item, record, loc + (key, i))
 
 
 @cache
