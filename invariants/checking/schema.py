@@ -113,7 +113,7 @@ def unknown_view_keys(data: Any, cls: type = StateView, loc: Loc = ()) -> Iterat
         elif isinstance(value, list):
             own = _fields(record).keys() if _flat(record) else None
             for i, item in enumerate(value):
-                if own is None or not isinstance(item, Mapping) or not own >= item.keys():
+                if own is None or type(item) is not dict or not own >= item.keys():
                     yield from unknown_view_keys(item, record, loc + (key, i))
 
 

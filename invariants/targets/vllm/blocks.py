@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from engine.mem.feed import ChangedTuple
@@ -38,29 +39,28 @@ class BlockMirror:
         changes = raw.get("block_changes")
         if changes is None:
             return self.decode(raw)
-        fresh, blocks = _records(changes), self.blocks
+        fresh, ids, blocks = _records(changes), changes[0] if changes else [], self.blocks
         known = len(blocks)
-        placeholders = self._grow(max((b.id for b in fresh), default=-1))
-        gone = [blocks[b.id] for b in fresh if b.id < known]
-        for block in fresh:
-            blocks[block.id] = block
+        placeholders = self._grow(ids)
+        gone = [blocks[i] for i in ids if i < known]
+        for i, block in zip(ids, fresh):
+            blocks[i] = block
         rest = {k: v for k, v in raw.items() if k != "block_changes"}
         if placeholders:  # (block order, as the driver sends the changes)
             fresh = sorted(placeholders + fresh, key=lambda b: b.id)
-        return replace(self.decode(rest), blocks=self._hand(fresh, gone))
+        self.handed = ChangedTuple.of(self.blocks, self.handed, tuple(fresh), tuple(gone))
+        return replace(self.decode(rest), blocks=self.handed)
 
-    def _grow(self, last: int) -> list[BlockView]:
-        """Placeholders for the blocks up to ``last`` not seen yet."""
-        added = [BlockView(i) for i in range(len(self.blocks), last + 1)]
-        self.blocks.extend(added)
-        return added
-
-    def _hand(self, fresh: list[BlockView], gone: list[BlockView]) -> ChangedTuple[BlockView]:
-        """The tuple of every block now, with what changed since the one handed before (a
-        block's placeholder, added and replaced in the same view, is neither)."""
-        kept = tuple(b for b in fresh if self.blocks[b.id] is b)
-        self.handed = ChangedTuple.of(self.blocks, self.handed, kept, tuple(gone))
-        return self.handed
+    def _grow(self, ids: list[int]) -> list[BlockView]:
+        """Room for the blocks ``ids`` lists past the known ones: a placeholder for each id
+        in between that it does not list (a first view lists every block: none)."""
+        start, last = len(self.blocks), max(ids, default=-1)
+        if last < start:
+            return []
+        listed = set(ids)
+        room = [None if i in listed else BlockView(i) for i in range(start, last + 1)]
+        self.blocks.extend(room)  # type: ignore[arg-type]  (the listed ids' slots: filled next)
+        return [b for b in room if b is not None]
 
 
 def _records(columns: list[list[Any]]) -> list[BlockView]:
@@ -69,4 +69,7 @@ def _records(columns: list[list[Any]]) -> list[BlockView]:
         return []
     ids, ref_cnt, in_free_queue, hashes, mapped_as, holders, is_null = columns
     rows = zip(ids, ref_cnt, in_free_queue, hashes, map(tuple, mapped_as), holders, is_null)
-    return list(map(BlockView._make, rows))
+    return list(map(_BLOCK, rows))
+
+
+_BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)

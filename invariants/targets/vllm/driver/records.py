@@ -170,8 +170,9 @@ class Records:
 
     def _index(self, changed: list[tuple]) -> None:
         """The three sets brought up to date with the changed records."""
+        ids = [row[0] for row in changed]
         for members in (self.null, self.hashed, self.in_use):
-            members.difference_update(row[0] for row in changed)
+            members.difference_update(ids)
         self.null.update(row[0] for row in changed if row[6])
         self.hashed.update(row[0] for row in changed if row[3] and not row[6])
         self.in_use.update(row[0] for row in changed if row[1] > 0 and not row[6])
