@@ -57,6 +57,27 @@ def test_a_crash_in_the_engines_code_is_the_crash_event_with_a_whole_key():
     assert outcome.stopped_at == 1 and not outcome.ok
 
 
+def test_a_violating_view_ends_the_run_at_the_op_it_answered():
+    """Each view is checked while the driver runs the next step; the run ends at the first
+    violating view — the op it answered, not the step run meanwhile — and the views after it
+    (every one from step 1 on breaks the pool's sums here) are not checked."""
+    submit = [Submit(rid=r, input_ids=[1], max_new_tokens=9) for r in ("r", "s")]
+    ops = [submit[0], Step(n=1), submit[1], Step(n=1), Step(n=1)]
+    outcome = run(ops, {"leak_from": 1})
+    assert outcome.stopped_at == 1 and not outcome.ok and outcome.error is None
+    assert {v.step for v in outcome.violations} == {1}
+
+
+def test_a_crash_after_the_run_ended_is_not_the_runs():
+    """The step the driver ran while the violating view was checked crashed: the run ended
+    before it, so neither the crash nor its error is the run's."""
+    ops = [Submit(rid="r", input_ids=[1], max_new_tokens=9), Step(n=1), Step(n=1)]
+    outcome = run(ops, {"leak_from": 1, "crash_at": 2})
+    assert outcome.stopped_at == 1 and outcome.crash is None and outcome.error is None
+    assert {v.step for v in outcome.violations} == {1}
+    assert "engine.exception" not in {v.invariant for v in outcome.violations}
+
+
 def test_a_refused_op_is_the_runs_error_keyed_by_its_exception():
     """The driver refused a step (a mapping error, not the engine's): the run's error, keyed
     ``error:`` and the exception's class; no violation is made up."""

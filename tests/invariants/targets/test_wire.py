@@ -1,6 +1,6 @@
 """A driver's answer line (driverlib/wire.py) reads back as the same values whichever encoder
-wrote it: json (or msgspec) here, orjson in SGLang's venv (SGLang depends on it), msgspec in
-vLLM's (vLLM depends on it)."""
+wrote it: orjson here and in SGLang's venv (SGLang depends on it), msgspec in vLLM's (vLLM
+depends on it); an answer line with views carries them after a record separator."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import importlib.util
 import json
 import subprocess
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -38,13 +39,27 @@ def _expected() -> object:
     return json.loads(json.dumps(ANSWER))
 
 
-def test_the_json_line_reads_back_as_json_writes_it() -> None:
-    """In kvspec's venv the line reads back as json's own."""
+def _wire() -> ModuleType:
     spec = importlib.util.spec_from_file_location("kvspec_wire", DRIVERLIB / "wire.py")
     assert spec is not None and spec.loader is not None
     wire = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(wire)
-    assert json.loads(wire.line(ANSWER)) == _expected()
+    return wire
+
+
+def test_the_json_line_reads_back_as_json_writes_it() -> None:
+    """In kvspec's venv the line reads back as json's own."""
+    assert json.loads(_wire().line(ANSWER)) == _expected()
+
+
+def test_an_answer_line_puts_its_views_after_a_record_separator() -> None:
+    """The head (result, counts) reads alone; the views after 0x1e read as the views; an
+    answer without views is one plain line."""
+    head, split, views = _wire().answer_line(ANSWER).partition("\x1e")
+    expected = _expected()
+    assert split and json.loads(views) == expected.pop("views")  # type: ignore[attr-defined]
+    assert json.loads(head) == expected
+    assert "\x1e" not in _wire().answer_line({"views": [], "result": 3})
 
 
 def _written_by(python: Path) -> tuple[str, str]:

@@ -1,7 +1,9 @@
 """A driver for the targets' core tests: the JSON-lines protocol of invariants/targets/driver.py
 over a toy engine (requests that finish after their max_new_tokens steps), and, asked by the
-config op, the answers a real driver gives when its engine crashes, when it refuses an op, or
-when it never becomes idle. Run by the test interpreter; imports nothing of kvspec."""
+config op, the answers a real driver gives when its engine crashes, when it refuses an op, when
+it never becomes idle, or when its pool's counters stop adding up (``leak_from``: every view
+from that step on). An answer's views follow a record separator, as the vllm driver sends
+them (driverlib/wire.py). Run by the test interpreter; imports nothing of kvspec."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ class Engine:
         self.cfg, self.steps, self.left = cfg, 0, {}
 
     def view(self, event: str) -> dict:
-        return {"event": event, "step": self.steps, "page_size": 1, "pools": [EMPTY_POOL]}
+        leak = self.steps >= self.cfg.get("leak_from", self.steps + 1)
+        pool = dict(EMPTY_POOL, free=3) if leak else EMPTY_POOL  # a page missing from the sums
+        return {"event": event, "step": self.steps, "page_size": 1, "pools": [pool]}
 
     def answer(self, op: dict) -> dict:
         kind, cfg = op["op"], self.cfg
@@ -83,8 +87,16 @@ def main() -> None:
             engine, answer = Engine(op), {"views": [], "result": {}}
         else:
             answer = engine.answer(op)
-        say.write(json.dumps(answer) + "\n")
+        say.write(encoded(answer) + "\n")
         say.flush()
+
+
+def encoded(answer: dict) -> str:
+    """The answer's head, then its views after 0x1e (driverlib/wire.py answer_line)."""
+    if not answer.get("views"):
+        return json.dumps(answer)
+    head = {k: v for k, v in answer.items() if k != "views"}
+    return json.dumps(head) + "\x1e" + json.dumps(answer["views"])
 
 
 if __name__ == "__main__":
