@@ -58,9 +58,9 @@ class BlockMirror:
         if last < start:
             return []
         listed = set(ids)
-        room = [None if i in listed else BlockView(i) for i in range(start, last + 1)]
-        self.blocks.extend(room)  # type: ignore[arg-type]  (the listed ids' slots: filled next)
-        return [b for b in room if b is not None]
+        room = [_SLOT if i in listed else BlockView(i) for i in range(start, last + 1)]
+        self.blocks.extend(room)  # (a listed id's slot is filled next)
+        return [b for b in room if b is not _SLOT]
 
 
 def _records(columns: list[list[Any]]) -> list[BlockView]:
@@ -72,4 +72,5 @@ def _records(columns: list[list[Any]]) -> list[BlockView]:
     return list(map(_BLOCK, rows))
 
 
-_BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
+_BLOCK = partial(tuple.__new__, BlockView)
+_SLOT = BlockView(-1)  # where a listed block goes, for the moment between growing and filling  # (BlockView._make without its Python frame)
