@@ -2,10 +2,11 @@
 it depends on it), else by msgspec (vLLM's does) — several times faster than json on a
 view — else by json. Runs inside the engine's venv; imports nothing of kvspec.
 
-Keeps: kvspec reads the same values either way (json.loads on its side): the answers hold
-dicts with string keys (int keys are written as strings by all three), ints, finite floats,
-strings, booleans, None, lists and tuples; anything the fast encoder refuses goes through
-json. ``answer_line`` puts an answer's views after a record separator (0x1e, which JSON
+Keeps: kvspec reads the same values either way (orjson.loads on its side, json's values): the
+answers hold dicts with string keys (int keys are written as strings by all three), ints of
+64 bits at most (ids, counts, tokens: a longer one orjson would read as a float), finite
+floats, strings, booleans, None, lists and tuples; anything the fast encoder refuses goes
+through json. ``answer_line`` puts an answer's views after a record separator (0x1e, which JSON
 never holds unescaped): kvspec reads the head first, sends the next op, and decodes the views
 while the driver runs it (invariants/targets/driver.py).
 """
