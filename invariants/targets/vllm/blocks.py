@@ -72,5 +72,5 @@ def _records(columns: list[list[Any]]) -> list[BlockView]:
     return list(map(_BLOCK, rows))
 
 
-_BLOCK = partial(tuple.__new__, BlockView)
-_SLOT = BlockView(-1)  # where a listed block goes, for the moment between growing and filling  # (BlockView._make without its Python frame)
+_BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
+_SLOT = BlockView(-1)  # a listed block's place between growing the mirror and filling it
