@@ -106,7 +106,9 @@ class LineDriver:
         head, split, views = line.partition(VIEWS)
         answer = orjson.loads(head)  # (json's values, several times faster on a view)
         if split:
-            answer[RAW_VIEWS if lazy else "views"] = views if lazy else orjson.loads(views)
+            answer[RAW_VIEWS] = views
+            if not lazy:
+                views_of(answer)
         return answer
 
     def log_tail(self, lines: int = 3) -> str:

@@ -57,7 +57,7 @@ def _rows(blocks: list, ids: list[int], free: set[int], holders: dict, mapped: d
             ids,
             map(attrgetter("ref_cnt"), blocks),
             map(free.__contains__, ids),
-            ["" if h is None else (_HEX.get(h) or hex_of(h)) for h in hashes],
+            ["" if h is None else hex_of(h) for h in hashes],
             [sorted(mapped[i]) if i in mapped else [] for i in ids],
             map(holders.get, ids, repeat(0)),
             map(attrgetter("is_null"), blocks),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from itertools import chain, filterfalse
 from operator import attrgetter
+from typing import Any, NamedTuple
 
 from vllm.v1.request import RequestStatus
 
@@ -37,15 +38,24 @@ def free_walk(pool) -> list[int]:
     return out
 
 
-def read_tables(sched) -> list[tuple]:
-    """Every request's table in every KV-cache group, read once a view: (manager, rid, its
-    length, its real blocks' ids, the positions of the null block in it)."""
+class Table(NamedTuple):
+    """One request's table in one KV-cache group, read once a view."""
+
+    manager: Any
+    rid: str
+    length: int
+    real: list[int]  # its real blocks' ids
+    nulls: list[int]  # the positions of the null block in it
+
+
+def read_tables(sched) -> list[Table]:
+    """Every request's table in every KV-cache group."""
     null = sched.kv_cache_manager.coordinator.block_pool.null_block.block_id
     out = []
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
         for rid, blocks in manager.req_to_blocks.items():
             ids = list(map(BLOCK_ID, blocks))
-            out.append((manager, rid, len(ids), *_real_and_nulls(ids, null)))
+            out.append(Table(manager, rid, len(ids), *_real_and_nulls(ids, null)))
     return out
 
 
@@ -60,34 +70,39 @@ def _real_and_nulls(ids: list[int], null: int) -> tuple[list[int], list[int]]:
     return [b for b in ids if b != null], [i for i, b in enumerate(ids) if b == null]
 
 
-def tables(sched, read: list[tuple]) -> dict[str, list[int]]:
-    """Each holder's blocks over every KV-cache group (the null block left out; ``read``:
-    ``read_tables``), by owner: a request (``req:``), one whose blocks await a connector load
-    (``load:``: WAITING_FOR_REMOTE_KVS, or finished with the load in flight) or a send
-    (``send:``: finished, its free delayed by the connector), and each batch of frees
-    deferred past the step in flight (``deferred:<fence step>``) — an in-flight transfer is
-    an owner, as a request is."""
+def deferred(sched) -> dict[str, list[int]]:
+    """Each batch of frees vLLM deferred past the step in flight (``deferred:<fence step>``),
+    its real blocks."""
+    return {
+        f"deferred:{fence}#{i}": [b.block_id for b in blocks if not b.is_null]
+        for i, (fence, blocks) in enumerate(getattr(sched, "deferred_frees", ()))
+    }
+
+
+def tables(sched, read: list[Table], fenced: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Each holder's blocks over every KV-cache group (the null block left out), by owner: a
+    request (``req:``), one whose blocks await a connector load (``load:``: WAITING_FOR_
+    REMOTE_KVS, or finished with the load in flight) or a send (``send:``: finished, its free
+    delayed by the connector), and each batch of ``fenced`` frees (``deferred``) — an
+    in-flight transfer is an owner, as a request is."""
     out: dict[str, list[int]] = {}
     labels: dict[str, str] = {}  # rid -> its owner label (once, not once per group)
     requests = sched.requests
-    for _, rid, _, real, _ in read:
+    for table in read:
+        rid = table.rid
         label = labels.get(rid) or labels.setdefault(
             rid, f"{_holder(sched, requests.get(rid))}:{rid}"
         )
-        out.setdefault(label, []).extend(real)
-    for i, (fence, blocks) in enumerate(getattr(sched, "deferred_frees", ())):
-        out[f"deferred:{fence}#{i}"] = [b.block_id for b in blocks if not b.is_null]
-    return out
+        out.setdefault(label, []).extend(table.real)
+    return out | fenced
 
 
-def holdings(read: list[tuple], held: dict[str, list[int]]) -> dict:
+def holdings(read: list[Table], fenced: dict[str, list[int]]) -> dict:
     """Every holding of blocks by a key that lasts across views — each request's table in
-    each KV-cache group (``read``), each batch of deferred frees (from ``held``): a table
-    changes at its ends, a holder's blocks over all its groups anywhere (records.py counts
-    the holders of each block from what changed)."""
-    out: dict = {(m.kv_cache_group_id, rid): real for m, rid, _, real, _ in read}
-    out.update((k, blocks) for k, blocks in held.items() if k.startswith("deferred:"))
-    return out
+    each KV-cache group, each batch of ``fenced`` frees: a table changes at its ends, a
+    holder's blocks over all its groups anywhere (records.py counts the holders of each
+    block from what changed)."""
+    return {(t.manager.kv_cache_group_id, t.rid): t.real for t in read} | fenced
 
 
 def _holder(sched, request) -> str:
@@ -99,7 +114,7 @@ def _holder(sched, request) -> str:
     return "load" if request.status == WAITING_FOR_REMOTE_KVS else "req"
 
 
-def block_tables(sched, read: list[tuple], in_flight: dict[str, int]) -> list[dict]:
+def block_tables(sched, read: list[Table], in_flight: dict[str, int]) -> list[dict]:
     """Each request's table per KV-cache group (``read``: ``read_tables``): the group's block
     size, its sliding window or attention chunk, computed tokens (``in_flight`` of them
     scheduled in a step not yet processed), null entries. A request whose async load failed
@@ -107,13 +122,14 @@ def block_tables(sched, read: list[tuple], in_flight: dict[str, int]) -> list[di
     next schedule, before any forward reads it (_update_waiting_for_remote_kv)."""
     out, failed = [], getattr(sched, "failed_recving_kv_req_ids", ())
     groups = {id(m): _group(m) for m in sched.kv_cache_manager.coordinator.single_type_managers}
-    for manager, rid, num_blocks, _, nulls in read:
+    for table in read:
+        rid, nulls = table.rid, table.nulls
         request = None if rid in failed else sched.requests.get(rid)
         out.append(
             {
                 "rid": rid,
-                **groups[id(manager)],
-                "num_blocks": num_blocks,
+                **groups[id(table.manager)],
+                "num_blocks": table.length,
                 "computed": request.num_computed_tokens if request is not None else -1,
                 "in_flight": in_flight.get(rid, 0),
                 "null_blocks": nulls,
@@ -214,9 +230,9 @@ def state(sched, event: str, step: int, block_size: int, records, reads: list[tu
     and writes (``step_reads``; its tokens are in the tables' ``in_flight``)."""
     in_flight = {read[0]: read[3] for read in reads}
     pool = sched.kv_cache_manager.coordinator.block_pool
-    read = read_tables(sched)
-    walk, held = free_walk(pool), tables(sched, read)
-    changes = records.changes(pool, walk, holdings(read, held))
+    read, fenced = read_tables(sched), deferred(sched)
+    walk, held = free_walk(pool), tables(sched, read, fenced)
+    changes = records.changes(pool, walk, holdings(read, fenced))
     return {
         "event": event,
         "step": step,

@@ -2,13 +2,18 @@
 over a toy engine (requests that finish after their max_new_tokens steps), and, asked by the
 config op, the answers a real driver gives when its engine crashes, when it refuses an op, when
 it never becomes idle, or when its pool's counters stop adding up (``leak_from``: every view
-from that step on). An answer's views follow a record separator, as the vllm driver sends
-them (driverlib/wire.py). Run by the test interpreter; imports nothing of kvspec."""
+from that step on). Its answers are written by driverlib/wire.py's ``answer_line``, as the
+vllm driver's are (views after a record separator). Run by the test interpreter; imports
+nothing of kvspec but driverlib, as every driver does."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[4] / "invariants/targets/driverlib"))
+import wire
 
 EMPTY_POOL = {
     "name": "full",
@@ -87,16 +92,8 @@ def main() -> None:
             engine, answer = Engine(op), {"views": [], "result": {}}
         else:
             answer = engine.answer(op)
-        say.write(encoded(answer) + "\n")
+        say.write(wire.answer_line(answer) + "\n")
         say.flush()
-
-
-def encoded(answer: dict) -> str:
-    """The answer's head, then its views after 0x1e (driverlib/wire.py answer_line)."""
-    if not answer.get("views"):
-        return json.dumps(answer)
-    head = {k: v for k, v in answer.items() if k != "views"}
-    return json.dumps(head) + "\x1e" + json.dumps(answer["views"])
 
 
 if __name__ == "__main__":
