@@ -16,18 +16,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from itertools import repeat
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import and_, attrgetter, ne, not_
+
+from census_deltas import list_delta
 
 CROSSCHECK = os.environ.get("KVSPEC_CROSSCHECK", "") not in ("", "0")
-_HEX: dict = {}  # a block hash (immutable bytes) -> its short hex, each computed once
 
 
-def hex_of(h) -> str:
-    text = _HEX.get(h)
-    if text is None:
-        text = _HEX[h] = bytes(h).hex()[:24]
-    return text
+class _Hexes(dict):
+    """A block hash (immutable bytes) -> its short hex, each computed once; None -> ""."""
+
+    def __missing__(self, h) -> str:
+        text = self[h] = bytes(h).hex()[:24]
+        return text
+
+
+_HEX = _Hexes({None: ""})
+hex_of = _HEX.__getitem__  # (a dict's lookup: a column of hashes maps at C speed)
 
 
 def block_ids(entry) -> tuple[int, ...]:
@@ -51,13 +57,12 @@ def read_map(hash_map) -> tuple[dict[int, set[str]], dict]:
 def _rows(blocks: list, ids: list[int], free: set[int], holders: dict, mapped: dict) -> list:
     """The records of ``blocks`` (ids ``ids``), read a field at a time: a block size of 1
     changes hundreds a step."""
-    hashes = map(attrgetter("block_hash"), blocks)
     return list(
         zip(
             ids,
             map(attrgetter("ref_cnt"), blocks),
             map(free.__contains__, ids),
-            ["" if h is None else hex_of(h) for h in hashes],
+            map(hex_of, map(attrgetter("block_hash"), blocks)),
             [sorted(mapped[i]) if i in mapped else [] for i in ids],
             map(holders.get, ids, repeat(0)),
             map(attrgetter("is_null"), blocks),
@@ -95,7 +100,9 @@ class Records:
     def __init__(self, writes) -> None:
         self.writes = writes  # writes.Writes, or None: read every block at every view
         self.rows: dict[int, tuple] = {}
-        self.free: set[int] = set()
+        self.walk: list[int] = []  # the free queue as last walked
+        self.free: set[int] = set()  # its blocks (kept from the walks' changes)
+        self.distinct = True  # the last walk listed no block twice
         self.held: dict = {}  # each holding's blocks as last read (views.holdings)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
         self.map = None  # the hash map read last (a new one: reset_prefix_cache)
@@ -108,27 +115,47 @@ class Records:
     def changes(self, pool, walk: list[int], held: dict) -> list:
         """The records that changed since the last call, in block order, as columns (none
         changed: an empty list)."""
-        free = set(walk)
-        dirty = sorted(self._dirty(pool, free, held))
-        self.free, rows, blocks = free, self.rows, pool.blocks
-        fresh = _rows([blocks[i] for i in dirty], dirty, free, self.holders, self.mapped)
-        changed = [row for row in fresh if rows.get(row[0]) != row]
-        if changed:
-            rows.update((row[0], row) for row in changed)
-            self._index(changed)
+        dirty = sorted(self._dirty(pool, walk, held))
+        free, rows = self.free, self.rows
+        blocks = list(map(pool.blocks.__getitem__, dirty))
+        fresh = _rows(blocks, dirty, free, self.holders, self.mapped)
+        moved = list(map(ne, fresh, map(rows.get, dirty)))  # (compared at C speed)
+        columns = [list(column) for column in zip(*compress(fresh, moved))]
+        if columns:
+            rows.update(zip(columns[0], compress(fresh, moved)))
+            self._index(columns)
         if CROSSCHECK:
-            self._cross_check(pool, free, self.holders)
-        return [list(column) for column in zip(*changed)]
+            self._cross_check(pool, walk, self.holders)
+        return columns
 
-    def _dirty(self, pool, free: set[int], held: dict) -> Iterable[int]:
+    def _dirty(self, pool, walk: list[int], held: dict) -> Iterable[int]:
         written, keys = self.writes.take() if self.writes is not None else (None, ())
-        counted = self._recount(held)
+        counted, queued = self._recount(held), self._refree(walk)
         if written is None or pool.cached_block_hash_to_block is not self.map:
             self.map = pool.cached_block_hash_to_block
             self.mapped, self.under = read_map(self.map)
             return range(len(pool.blocks))
         written.discard(-1)  # the free queue's fake head and tail (never but by their links)
-        return written | (free ^ self.free) | counted | self._remap(keys)
+        return written | queued | counted | self._remap(keys)
+
+    def _refree(self, walk: list[int]) -> set[int]:
+        """Bring the free set up to date with the walk: the blocks that may have joined or
+        left it. The queue loses blocks at its front (a touched one anywhere) and gains them
+        at its end, so the walk is matched against the last as ``old[s:s + k] + tail``
+        (census_deltas.list_delta) and only what left or came is touched, not the pool; a
+        walk listing a block twice (a double free) is taken whole, as is the one after."""
+        old, self.walk = self.walk, walk
+        if self.distinct:
+            start, kept, came = list_delta(old, walk)
+            gone = old[:start] + old[start + kept :]
+            self.free.difference_update(gone)
+            self.free.update(came)
+            self.distinct = len(self.free) == len(walk)
+            if self.distinct:
+                return set(gone).union(came)
+        self.free = set(walk)
+        self.distinct = len(self.free) == len(walk)
+        return self.free.union(old)
 
     def _recount(self, held: dict) -> set[int]:
         """Bring the holder counts up to date with the tables: the blocks whose count moved
@@ -168,19 +195,22 @@ class Records:
             touched.update(before, now)
         return touched
 
-    def _index(self, changed: list[tuple]) -> None:
-        """The three sets brought up to date with the changed records."""
-        ids = [row[0] for row in changed]
+    def _index(self, columns: list[list]) -> None:
+        """The three sets brought up to date with the changed records (as columns)."""
+        ids, ref_cnt, _, hashes, _, _, is_null = columns
         for members in (self.null, self.hashed, self.in_use):
             members.difference_update(ids)
-        self.null.update(row[0] for row in changed if row[6])
-        self.hashed.update(row[0] for row in changed if row[3] and not row[6])
-        self.in_use.update(row[0] for row in changed if row[1] > 0 and not row[6])
+        real = list(map(not_, is_null))
+        self.null.update(compress(ids, is_null))
+        self.hashed.update(compress(ids, map(and_, map(bool, hashes), real)))
+        self.in_use.update(compress(ids, map(and_, map((0).__lt__, ref_cnt), real)))
 
-    def _cross_check(self, pool, free: set[int], holders: dict[int, int]) -> None:
-        mapped, _ = read_map(pool.cached_block_hash_to_block)
+    def _cross_check(self, pool, walk: list[int], holders: dict[int, int]) -> None:
+        mapped, free = read_map(pool.cached_block_hash_to_block)[0], set(walk)
         if count_holders(self.held) != holders:
             raise AssertionError("holder counts kept incrementally differ from the tables'")
+        if free != self.free:
+            raise AssertionError("the free set kept incrementally differs from the walk's")
         ids = [b.block_id for b in pool.blocks]
         full = dict(zip(ids, _rows(pool.blocks, ids, free, holders, mapped)))
         if full != self.rows:

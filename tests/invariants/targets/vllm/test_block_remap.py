@@ -1,4 +1,5 @@
-"""The vllm driver re-reads only the hash-map keys vLLM wrote (driver/records.py ``_remap``).
+"""The vllm driver re-reads only the hash-map keys vLLM wrote (driver/records.py ``_remap``), and
+keeps its free set from what each walk of the free queue changed (``_refree``).
 Two keys can print the same short hex — one block hash in two KV groups (the group id is the
 key's last 4 bytes) — and a block moved from one to the other within a step must stay listed
 whichever key is re-read first. (vLLM 0.33.0's seed 6 broke this under some PYTHONHASHSEEDs,
@@ -17,11 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 DRIVER = Path(__file__).parents[4] / "invariants/targets/vllm/driver"
+DRIVERLIB = DRIVER.parents[1] / "driverlib"
 
 
 @pytest.fixture
-def records() -> ModuleType:
-    """The driver's own module, loaded from its file (SGLang's drivers have a records.py too)."""
+def records(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The driver's own module, loaded from its file (SGLang's drivers have a records.py too),
+    with the driver's library on the path as the driver puts it."""
+    monkeypatch.syspath_prepend(str(DRIVERLIB))
     spec = importlib.util.spec_from_file_location("vllm_driver_records", DRIVER / "records.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -62,3 +66,18 @@ def test_a_table_change_always_moves_the_counts_to_the_new_table(records, old, n
     added, dropped = records.table_change(old, new)
     assert Counter(old) - Counter(dropped) + Counter(added) == Counter(new)
     assert not Counter(dropped) - Counter(old)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(st.integers(0, 9), max_size=10), min_size=1, max_size=6))
+def test_the_free_set_kept_from_the_walks_is_the_last_walks(records, walks) -> None:
+    """Whatever the walks — a block popped off the front, freed again at the end, listed
+    twice by a double free — the kept set is the last walk's, and every block whose
+    membership changed is among those ``_refree`` names."""
+    rec = records.Records(None)
+    before: set[int] = set()
+    for walk in walks:
+        named = rec._refree(walk)
+        assert rec.free == set(walk)
+        assert before ^ set(walk) <= named
+        before = set(walk)
