@@ -139,9 +139,9 @@ class Records:
         return written | queued | counted | self._remap(keys)
 
     def _refree(self, walk: list[int]) -> set[int]:
-        """Bring the free set up to date with the walk: the blocks that may have joined or
-        left it. The queue loses blocks at its front (a touched one anywhere) and gains them
-        at its end, so the walk is matched against the last as ``old[s:s + k] + tail``
+        """Bring the free set up to date with the walk: the blocks that joined or left it.
+        The queue loses blocks at its front (a touched one anywhere) and gains them at its
+        end, so the walk is matched against the last as ``old[s:s + k] + tail``
         (census_deltas.list_delta) and only what left or came is touched, not the pool; a
         walk listing a block twice (a double free) is taken whole, as is the one after."""
         old, self.walk = self.walk, walk
@@ -152,10 +152,10 @@ class Records:
             self.free.update(came)
             self.distinct = len(self.free) == len(walk)
             if self.distinct:
-                return set(gone).union(came)
+                return set(gone).symmetric_difference(came)
         self.free = set(walk)
         self.distinct = len(self.free) == len(walk)
-        return self.free.union(old)
+        return self.free.symmetric_difference(old)
 
     def _recount(self, held: dict) -> set[int]:
         """Bring the holder counts up to date with the tables: the blocks whose count moved
