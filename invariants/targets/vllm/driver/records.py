@@ -103,6 +103,7 @@ class Records:
         self.walk: list[int] = []  # the free queue as last walked
         self.free: set[int] = set()  # its blocks (kept from the walks' changes)
         self.distinct = True  # the last walk listed no block twice
+        self.tables: dict = {}  # each table as last read (views.read_tables)
         self.held: dict = {}  # each holding's blocks as last read (views.holdings)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
         self.map = None  # the hash map read last (a new one: reset_prefix_cache)

@@ -18,6 +18,7 @@ from itertools import chain, filterfalse
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+from records import CROSSCHECK
 from vllm.v1.request import RequestStatus
 
 WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
@@ -48,14 +49,25 @@ class Table(NamedTuple):
     nulls: list[int]  # the positions of the null block in it
 
 
-def read_tables(sched) -> list[Table]:
-    """Every request's table in every KV-cache group."""
+def read_tables(sched, last: dict) -> list[Table]:
+    """Every request's table in every KV-cache group; ``last`` holds each table as read the
+    view before (its blocks, and the Table made of them), and is brought up to date: a table
+    whose blocks are the very same (most, most steps: a block holds many tokens) is not read
+    again."""
     null = sched.kv_cache_manager.coordinator.block_pool.null_block.block_id
-    out = []
+    out, now = [], {}
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
+        group = manager.kv_cache_group_id
         for rid, blocks in manager.req_to_blocks.items():
-            ids = list(map(BLOCK_ID, blocks))
-            out.append(Table(manager, rid, len(ids), *_real_and_nulls(ids, null)))
+            before = last.get((group, rid))
+            if before is None or before[0] != blocks:  # (identical blocks compare by identity)
+                ids = list(map(BLOCK_ID, blocks))
+                table = Table(manager, rid, len(ids), *_real_and_nulls(ids, null))
+                before = (list(blocks), table)
+            now[group, rid] = before
+            out.append(before[1])
+    last.clear()
+    last.update(now)
     return out
 
 
@@ -230,7 +242,9 @@ def state(sched, event: str, step: int, block_size: int, records, reads: list[tu
     and writes (``step_reads``; its tokens are in the tables' ``in_flight``)."""
     in_flight = {read[0]: read[3] for read in reads}
     pool = sched.kv_cache_manager.coordinator.block_pool
-    read, fenced = read_tables(sched), deferred(sched)
+    read, fenced = read_tables(sched, records.tables), deferred(sched)
+    if CROSSCHECK and read != read_tables(sched, {}):  # every table read again
+        raise AssertionError("block tables kept across views differ from the tables' now")
     walk, held = free_walk(pool), tables(sched, read, fenced)
     changes = records.changes(pool, walk, holdings(read, fenced))
     return {

@@ -1,28 +1,27 @@
 """vLLM's own writes to its blocks and to its hash map, recorded as they happen, so that a view
 re-reads only the blocks whose record may have changed (records.py). Runs inside the vllm venv.
 
-Keeps: every write vLLM makes to a field a record reads — ``ref_cnt``, ``_block_hash`` (what
-``block_hash`` reads), ``is_null`` — goes through that field's slot (``KVCacheBlock`` is a
-slots dataclass: vLLM writes its fields by assignment), which the recording replaces with a
-property whose setter records the block (its getter is the slot's own, at C speed), and every
-change to the hash map through ``BlockHashToBlockMap.insert`` and ``pop`` (the only writers of
-its ``_cache``) — so a block none of them touched holds the record it held. The other fields
-are not hooked: no field of a record reads them — free-queue membership comes from the
-queue's walk, which records.py, like the block tables, compares whole; the free-queue links
-are written by the hundred a step, and a hook on them cost vLLM's allocation twice what the
-recorded fields do. Installed only while a run views: the unchecked mode times vLLM as
-shipped. A release without these classes or slots is read in full at every view, as before.
+Keeps: every write vLLM makes to a block's fields goes through the block's ``__setattr__``
+(``KVCacheBlock`` is a plain dataclass: vLLM writes its fields by assignment, the free queue's
+links included), and every change to the hash map through ``BlockHashToBlockMap.insert`` and
+``pop`` (the only writers of its ``_cache``) — so a block none of them touched holds the record
+it held. A write to a free-queue link (``prev_free_block``, ``next_free_block``) is not
+recorded: no field of a record reads it — free-queue membership comes from the queue's walk,
+which records.py, like the block tables, compares whole. Installed only while a run views:
+the unchecked mode times vLLM as shipped. A release without these classes is read in full at
+every view, as before.
 """
 
 from __future__ import annotations
 
-RECORDED = ("ref_cnt", "_block_hash", "is_null")  # the fields a record reads
+_SET = object.__setattr__
+_LINKS = frozenset(("prev_free_block", "next_free_block"))  # written by the hundred a step
 
 
 class Writes:
     """What vLLM wrote since the last ``take``: block ids, and hash-map keys (the hooks add to
-    the module's two sets, one recording at a time: a field's hook runs on every write vLLM
-    makes to it, so it does no more than the add)."""
+    the module's two sets, one recording at a time: the block hook runs on every field write
+    vLLM makes, so it does no more than the add)."""
 
     def take(self) -> tuple[set[int], set]:
         """The writes so far, and a fresh start."""
@@ -38,15 +37,10 @@ _ADD_BLOCK = _BLOCKS.add
 _ORIGINAL: dict[str, tuple[type, object]] = {}  # a hooked name -> (its class, what it held)
 
 
-def _recorded(slot) -> property:
-    """A field's slot whose writes record the block (its reads: the slot's own getter)."""
-    put = slot.__set__
-
-    def write(block, value) -> None:
-        put(block, value)
+def _block_setattr(block, name: str, value) -> None:
+    _SET(block, name, value)
+    if name not in _LINKS:
         _ADD_BLOCK(block.block_id)  # block_id: the first field __init__ sets
-
-    return property(slot.__get__, write)
 
 
 def _map_insert(self, key, block) -> None:
@@ -71,12 +65,8 @@ def record() -> Writes | None:
         return None
     if not all(callable(BlockHashToBlockMap.__dict__.get(name)) for name in ("insert", "pop")):
         return None  # the map is written some other way here: read it whole
-    slots = [KVCacheBlock.__dict__.get(name) for name in RECORDED]
-    if not all(type(slot).__name__ == "member_descriptor" for slot in slots):
-        return None  # the fields are not slots here: read every block
-    fields = [(KVCacheBlock, name, _recorded(slot)) for name, slot in zip(RECORDED, slots)]
     for cls, name, hook in (
-        *fields,
+        (KVCacheBlock, "__setattr__", _block_setattr),
         (BlockHashToBlockMap, "insert", _map_insert),
         (BlockHashToBlockMap, "pop", _map_pop),
     ):
