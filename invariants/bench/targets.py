@@ -5,7 +5,10 @@ costs on that engine (results: docs/benchmarks.md).
 
 Keeps: both timings of a spec come from the same driver, the same trace and the same release,
 alternated run by run, medians reported; a run's time is its loop's, not the engine's build
-(the config op: ``setup_seconds``).
+(the config op: ``setup_seconds``). ``replay`` (the vllm driver) adds what viewing costs the
+driver's process alone: the ops of one checked run, replayed inside the driver with views off
+and on in turn, in CPU seconds — the pipe, kvspec's side and a busy machine's noise left out,
+so a change to the driver's view is measured to a few per cent where wall time moves by 30.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any
 
 from invariants.checking.loader import shipped_catalog
 from invariants.machine import machine_info
+from invariants.scenarios.ops import Trace
 from invariants.scenarios.scenario import build_trace
 from invariants.scenarios.spec import load_spec
-from invariants.targets.registry import TargetOptions
+from invariants.targets.driver import DriverError, LineDriver
+from invariants.targets.registry import Target, TargetOptions
 from invariants.targets.registry import target as registered
 from invariants.targets.run import run_trace
 
@@ -30,9 +35,11 @@ def bench_target(
     specs: tuple[str, ...] = DEFAULT_SPECS,
     runs: int = 3,
     options: TargetOptions | None = None,
+    replay: bool = False,
 ) -> dict[str, Any]:
     """Per spec: iterations, median seconds and iterations/s unchecked and checked, and the
-    ratio; ``ValueError`` for a spec the target cannot run."""
+    ratio (``replay``: the driver's own CPU time too); ``ValueError`` for a spec the target
+    cannot run, or a replay its driver cannot do."""
     entry = registered(name)
     rows = []
     with entry.adapter().open_driver(options or TargetOptions()) as driver:
@@ -51,7 +58,32 @@ def bench_target(
                         raise RuntimeError(f"{name} bench, {path}: {outcome.error}")
                     times[checked].append(outcome.seconds - outcome.setup_seconds)
             rows.append(_row(path, outcome.iterations, times, driver.version))
+            if replay:
+                rows[-1]["replay"] = _replayed(entry, trace, driver, runs)
     return {"machine": machine_info(), "target": name, "runs": runs, "rows": rows}
+
+
+def _replayed(entry: Target, trace: Trace, driver: LineDriver, runs: int) -> dict[str, Any]:
+    """One checked run with its ops kept, replayed ``runs`` times inside the driver; the
+    replay must end as the run did (its last answer's result: the run's stats)."""
+    driver.posted = []
+    try:
+        run_trace(entry, trace, shipped_catalog(), driver=driver, observe=True)
+    finally:
+        ops, driver.posted = driver.posted, None
+    ran = driver.result
+    try:
+        spent = driver.ask({"op": "replay", "ops": ops, "runs": runs})["result"]
+    except DriverError as exc:
+        raise ValueError(f"the {driver.target} driver cannot replay ({exc})") from None
+    if spent["last"] != ran:
+        raise RuntimeError(f"the replay ended {spent['last']}, the run {ran}")
+    unviewed, viewed = spent["unviewed_s"], spent["viewed_s"]
+    return {
+        "unviewed_cpu_s": round(statistics.median(unviewed), 4),
+        "viewed_cpu_s": round(statistics.median(viewed), 4),
+        "cpu_ratio": round(statistics.median(v / u for u, v in zip(unviewed, viewed)), 2),
+    }
 
 
 def over_bound(result: dict[str, Any], bound: float) -> list[str]:

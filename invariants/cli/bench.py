@@ -153,6 +153,14 @@ def bench_target_command(
     target_version: TargetVersion = None,
     check: CheckOption = False,
     max_ratio: MaxRatioOption = 2.5,
+    replay: Annotated[
+        bool,
+        typer.Option(
+            "--replay",
+            help="Also the driver's own CPU time, views off and on, replaying one checked "
+            "run's ops inside it (the vllm target).",
+        ),
+    ] = False,
     out: OutPath = None,
 ) -> None:
     """A real engine (--target): iterations/s unchecked (the driver only steps) vs checked
@@ -164,8 +172,8 @@ def bench_target_command(
     chosen = tuple(str(p) for p in specs) if specs else DEFAULT_SPECS
     options = target_options(target_python, target_version)
     try:
-        result = bench_target(name, chosen, runs, options)
-    except ValueError as exc:  # a spec the target cannot run
+        result = bench_target(name, chosen, runs, options, replay)
+    except ValueError as exc:  # a spec the target cannot run, a replay it cannot do
         typer.echo(f"kvspec bench target: {exc}", err=True)
         raise typer.Exit(2) from None
     if check:

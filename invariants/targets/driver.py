@@ -73,6 +73,7 @@ class LineDriver:
         self.target, self.python, self.script = target, python, script
         self.faults: list[dict[str, Any]] = []
         self.result: Any = None
+        self.posted: list[dict[str, Any]] | None = None  # a list: every op posted is kept
         self.log = tempfile.TemporaryFile(mode="w+")  # the engine's own logging
         self.proc = subprocess.Popen(
             [str(python), str(script)],
@@ -143,6 +144,8 @@ class LineDriver:
         """Send one op without waiting: the driver works on it while this side does something
         else (checks the last answer); ``collect`` reads its answer, before any other post."""
         assert self.proc.stdin is not None
+        if self.posted is not None:
+            self.posted.append(op)
         try:
             self.proc.stdin.write(json.dumps(op) + "\n")
         except BrokenPipeError:

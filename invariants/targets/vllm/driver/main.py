@@ -24,6 +24,7 @@ flight (what it reads goes into the view: views.step_reads). The engine is idle 
        {"op": "abort", "rid"} | {"op": "abort", "rid": null, "phase", "pick"}
        {"op": "step"}  {"op": "idle"}  {"op": "unfinished", "rids"}  {"op": "stats"}
        {"op": "flush_cache"} (vLLM's reset_prefix_cache: only when no request holds a block)
+       {"op": "replay", "ops", "runs"} (between runs: what viewing costs this process alone)
   out: {"views": [...], "result": ...} or {"error", "drift", "crash"?, "where"?, "trace"}
        (driverlib/answers.py); the first line is a banner {"ready": true, "version": VERSION}.
        ``idle`` answers whether the scheduler is idle (its view the idle event's), as does
@@ -45,6 +46,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -81,14 +83,14 @@ from vllm.v1.request import RequestStatus  # noqa: E402
 class Driver:
     """One scheduler and the state kvspec's ops need around it."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_dir: str | None = None) -> None:
         self.sched = None
         self.result = None
         # what ``stats`` reads, before any config op succeeded (its error is the answer)
         self.counts: dict[str, int] = {}
         self.fault = self.spec = self.connector = None
         self.owners: set[str] = set()
-        self.model_dir = tempfile.mkdtemp(prefix="kvspec-vllm-model-")
+        self.model_dir = model_dir or tempfile.mkdtemp(prefix="kvspec-vllm-model-")
 
     def config(self, op: dict) -> list[dict]:
         """A fresh scheduler and fresh bookkeeping: every run starts here."""
@@ -296,6 +298,34 @@ class Driver:
             "groups": views.group_layout(self.sched) if self.sched is not None else [],
         }
         return []
+
+    def replay(self, op: dict) -> list[dict]:
+        """What viewing costs this process alone (``kvspec bench target --replay``): the ops of
+        one run (``ops``), replayed ``runs`` times by fresh drivers with views off and on in
+        turn, each answer encoded as it would be sent; the CPU seconds of each replay but its
+        config ops (process time: neither the pipe, nor kvspec's side, nor a busy VM's other
+        tenants), and the last op's result (a replay is the run again: the same stats). Between
+        runs only: it leaves the write hooks off (a run's config sets them)."""
+        times: dict[str, list] = {"unviewed_s": [], "viewed_s": []}
+        for _ in range(op["runs"]):
+            for viewing, key in ((False, "unviewed_s"), (True, "viewed_s")):
+                spent, last = self._replayed(op["ops"], viewing)
+                times[key].append(spent)
+        writes.stop()
+        self.result = times | {"last": last}
+        return []
+
+    def _replayed(self, ops: list[dict], viewing: bool) -> tuple[float, object]:
+        replica, spent = Driver(self.model_dir), 0.0
+        for op in ops:
+            if op["op"] == "config":
+                replica.config(dict(op, views=viewing))
+                continue
+            start, replica.result = time.process_time(), None
+            produced = getattr(replica, op["op"])(op)
+            wire.answer_line({"views": produced, "result": replica.result})
+            spent += time.process_time() - start
+        return spent, replica.result
 
 
 def main() -> None:

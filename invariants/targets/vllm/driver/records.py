@@ -141,22 +141,25 @@ class Records:
 
     def _refree(self, walk: list[int]) -> set[int]:
         """Bring the free set up to date with the walk: the blocks that joined or left it.
-        The queue loses blocks at its front (a touched one anywhere) and gains them at its
-        end, so the walk is matched against the last as ``old[s:s + k] + tail``
-        (census_deltas.list_delta) and only what left or came is touched, not the pool; a
-        walk listing a block twice (a double free) is taken whole, as is the one after."""
+        The queue loses blocks at its front and gains them at its end, so the walk is matched
+        against the last as ``old[s:s + k] + tail`` (census_deltas.list_delta) and, when most
+        of it kept its order, only what left or came is touched, not the pool; otherwise (a
+        prefix hit takes blocks from the middle, a double free lists one twice) the set is
+        taken whole."""
         old, self.walk = self.walk, walk
         if self.distinct:
             start, kept, came = list_delta(old, walk)
-            gone = old[:start] + old[start + kept :]
-            self.free.difference_update(gone)
-            self.free.update(came)
-            self.distinct = len(self.free) == len(walk)
-            if self.distinct:
-                return set(gone).symmetric_difference(came)
-        self.free = set(walk)
-        self.distinct = len(self.free) == len(walk)
-        return self.free.symmetric_difference(old)
+            if 2 * kept >= len(walk):
+                gone = old[:start] + old[start + kept :]
+                self.free.difference_update(gone)
+                self.free.update(came)
+                if len(self.free) == len(walk):
+                    return set(gone).symmetric_difference(came)
+                self.free = set(old)  # the walk lists a block twice: as the last walk was
+        fresh = set(walk)
+        moved, self.free = fresh.symmetric_difference(self.free), fresh
+        self.distinct = len(fresh) == len(walk)
+        return moved
 
     def _recount(self, held: dict) -> set[int]:
         """Bring the holder counts up to date with the tables: the blocks whose count moved

@@ -168,3 +168,14 @@ def test_eos_ends_a_request_after_its_minimum(eos_prob: float, sampled: int) -> 
     out = run_trace(VLLM, Trace(name="eos", seed=0, engine=engine, ops=ops), CATALOG, 2)
     assert out.ok and out.stats.finished == 4, (out.error, out.violations[:2])
     assert out.stats.decode_tokens == sampled
+
+
+def test_the_replay_bench_times_the_driver_alone_with_views_off_and_on() -> None:
+    """``kvspec bench target --replay``: one checked run's ops replayed inside the driver with
+    views off and on in turn, ending as the run did; viewing costs the driver CPU time."""
+    from invariants.bench.targets import bench_target
+
+    spec = str(ROOT / "specs" / "vllm" / "chunked-local.yaml")
+    replay = bench_target("vllm", (spec,), runs=1, replay=True)["rows"][0]["replay"]
+    assert 0 < replay["unviewed_cpu_s"] < replay["viewed_cpu_s"]
+    assert replay["cpu_ratio"] > 1
