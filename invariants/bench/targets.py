@@ -7,8 +7,8 @@ Keeps: both timings of a spec come from the same driver, the same trace and the 
 alternated run by run, medians reported; a run's time is its loop's, not the engine's build
 (the config op: ``setup_seconds``). ``replay`` (the vllm driver) adds what viewing costs the
 driver's process alone: the ops of one checked run, replayed inside the driver with views off
-and on in turn, in CPU seconds — the pipe, kvspec's side and a busy machine's noise left out,
-so a change to the driver's view is measured to a few per cent where wall time moves by 30.
+and on in turn, in CPU seconds — the pipe, kvspec's side and a busy machine's other tenants
+left out, so a change to the driver's view shows where wall time moves by thirty per cent.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from invariants.bench.targets import bench_target
 from invariants.checking.loader import load_catalog
 from invariants.scenarios.matrix import ROOT
 from invariants.scenarios.spec import load_spec
@@ -173,8 +174,6 @@ def test_eos_ends_a_request_after_its_minimum(eos_prob: float, sampled: int) -> 
 def test_the_replay_bench_times_the_driver_alone_with_views_off_and_on() -> None:
     """``kvspec bench target --replay``: one checked run's ops replayed inside the driver with
     views off and on in turn, ending as the run did; viewing costs the driver CPU time."""
-    from invariants.bench.targets import bench_target
-
     spec = str(ROOT / "specs" / "vllm" / "chunked-local.yaml")
     replay = bench_target("vllm", (spec,), runs=1, replay=True)["rows"][0]["replay"]
     assert 0 < replay["unviewed_cpu_s"] < replay["viewed_cpu_s"]
