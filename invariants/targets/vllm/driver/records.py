@@ -102,7 +102,6 @@ class Records:
         self.rows: dict[int, tuple] = {}
         self.walk: list[int] = []  # the free queue as last walked
         self.free: set[int] = set()  # its blocks (kept from the walks' changes)
-        self.distinct = True  # the last walk listed no block twice
         self.tables: dict = {}  # each table as last read (views.read_tables)
         self.held: dict = {}  # each holding's blocks as last read (views.holdings)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
@@ -120,10 +119,10 @@ class Records:
         free, rows = self.free, self.rows
         blocks = list(map(pool.blocks.__getitem__, dirty))
         fresh = _rows(blocks, dirty, free, self.holders, self.mapped)
-        moved = list(map(ne, fresh, map(rows.get, dirty)))  # (compared at C speed)
-        columns = [list(column) for column in zip(*compress(fresh, moved))]
+        changed = list(compress(fresh, map(ne, fresh, map(rows.get, dirty))))  # (at C speed)
+        columns = [list(column) for column in zip(*changed)]
         if columns:
-            rows.update(zip(columns[0], compress(fresh, moved)))
+            rows.update(zip(columns[0], changed))
             self._index(columns)
         if CROSSCHECK:
             self._cross_check(pool, walk, self.holders)
@@ -147,7 +146,7 @@ class Records:
         prefix hit takes blocks from the middle, a double free lists one twice) the set is
         taken whole."""
         old, self.walk = self.walk, walk
-        if self.distinct:
+        if len(self.free) == len(old):  # the last walk listed no block twice
             start, kept, came = list_delta(old, walk)
             if 2 * kept >= len(walk):
                 gone = old[:start] + old[start + kept :]
@@ -158,7 +157,6 @@ class Records:
                 self.free = set(old)  # the walk lists a block twice: as the last walk was
         fresh = set(walk)
         moved, self.free = fresh.symmetric_difference(self.free), fresh
-        self.distinct = len(fresh) == len(walk)
         return moved
 
     def _recount(self, held: dict) -> set[int]:
