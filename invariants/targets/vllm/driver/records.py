@@ -94,6 +94,28 @@ def table_change(old: list[int], new: list[int]) -> tuple[list[int], list[int]]:
     return (new[kept:], old[:start]) if old[start:] == new[:kept] else (new, old)
 
 
+BUCKETS = ("null", "hashed", "evictable", "protected", "request_owned", "cache")
+
+
+def buckets_of(rows: Iterable[tuple]) -> dict[str, set[int]]:
+    """Each bucket's blocks from whole records, a record at a time (what the kept sets must
+    equal under cross-check)."""
+    out: dict[str, set[int]] = {name: set() for name in BUCKETS}
+    for i, ref_cnt, free, hashed, _, holders, is_null in rows:
+        tests = (
+            is_null,
+            hashed,
+            free and hashed,
+            ref_cnt > 0 and hashed,
+            ref_cnt > 0 and not hashed,
+            hashed and holders > 0 and not free,
+        )
+        for name, test in zip(BUCKETS, tests):
+            if test and (name == "null" or not is_null):
+                out[name].add(i)
+    return out
+
+
 class Records:
     """One run's block records as last sent, with the sets the pool's counters are sums of."""
 
@@ -103,24 +125,34 @@ class Records:
         self.walk: list[int] = []  # the free queue as last walked
         self.free: set[int] = set()  # its blocks (kept from the walks' changes)
         self.tables: dict = {}  # each table as last read (views.read_tables)
+        self.joined: dict = {}  # each holder's blocks over its groups, as last joined (views)
+        self.owned: dict = {}  # each owner's blocks no hash covers, as last filtered (views)
         self.held: dict = {}  # each holding's blocks as last read (views.holdings)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
         self.map = None  # the hash map read last (a new one: reset_prefix_cache)
         self.mapped: dict[int, set[str]] = {}
         self.under: dict = {}
-        self.hashed: set[int] = set()  # real (not null) blocks with a hash
-        self.in_use: set[int] = set()  # real blocks with ref_cnt > 0
+        # the real (not null) blocks in each of the pool's buckets, kept from the changed
+        # records (a bucket is a test of one record: the pool's counters are their sizes)
         self.null: set[int] = set()
+        self.hashed: set[int] = set()  # with a hash
+        self.evictable: set[int] = set()  # ... in the free queue
+        self.protected: set[int] = set()  # ... with ref_cnt > 0
+        self.request_owned: set[int] = set()  # ref_cnt > 0, no hash
+        self.cache: set[int] = set()  # with a hash, held, not free: the census's cache owner
+        self.toggled: set[int] = set()  # the blocks whose hash came or went at the last view
 
-    def changes(self, pool, walk: list[int], held: dict) -> list:
+    def changes(self, pool, walk: list[int], held: dict, moved: set) -> list:
         """The records that changed since the last call, in block order, as columns (none
-        changed: an empty list)."""
-        dirty = sorted(self._dirty(pool, walk, held))
+        changed: an empty list); ``moved``: the keys of ``held`` whose blocks may differ from
+        the last call's (every other holding is the very same)."""
+        dirty = sorted(self._dirty(pool, walk, held, moved))
         free, rows = self.free, self.rows
         blocks = list(map(pool.blocks.__getitem__, dirty))
         fresh = _rows(blocks, dirty, free, self.holders, self.mapped)
         changed = list(compress(fresh, map(ne, fresh, map(rows.get, dirty))))  # (at C speed)
         columns = [list(column) for column in zip(*changed)]
+        self.toggled = set()
         if columns:
             rows.update(zip(columns[0], changed))
             self._index(columns)
@@ -128,9 +160,9 @@ class Records:
             self._cross_check(pool, walk, self.holders)
         return columns
 
-    def _dirty(self, pool, walk: list[int], held: dict) -> Iterable[int]:
+    def _dirty(self, pool, walk: list[int], held: dict, moved: set) -> Iterable[int]:
         written, keys = self.writes.take() if self.writes is not None else (None, ())
-        counted, queued = self._recount(held), self._refree(walk)
+        counted, queued = self._recount(held, moved), self._refree(walk)
         if written is None or pool.cached_block_hash_to_block is not self.map:
             self.map = pool.cached_block_hash_to_block
             self.mapped, self.under = read_map(self.map)
@@ -159,11 +191,11 @@ class Records:
         moved, self.free = fresh.symmetric_difference(self.free), fresh
         return moved
 
-    def _recount(self, held: dict) -> set[int]:
-        """Bring the holder counts up to date with the tables: the blocks whose count moved
-        (a table unchanged since the last read costs one comparison)."""
+    def _recount(self, held: dict, keys: set) -> set[int]:
+        """Bring the holder counts up to date with the holdings ``keys`` names (those that
+        may have changed): the blocks whose count moved."""
         before, holders, moved = self.held, self.holders, set()
-        for rid in before.keys() | held.keys():
+        for rid in keys | (before.keys() - held.keys()):  # (and every holding gone)
             old, new = before.get(rid, []), held.get(rid, [])
             if old == new:
                 continue
@@ -198,14 +230,28 @@ class Records:
         return touched
 
     def _index(self, columns: list[list]) -> None:
-        """The three sets brought up to date with the changed records (as columns)."""
-        ids, ref_cnt, _, hashes, _, _, is_null = columns
-        for members in (self.null, self.hashed, self.in_use):
+        """The buckets brought up to date with the changed records (as columns, each test
+        at C speed); ``toggled``: the changed blocks whose hash came or went."""
+        ids, ref_cnt, free, hashes, _, holders, is_null = columns
+        self.toggled = self.hashed.intersection(ids)
+        buckets = (self.null, self.hashed, self.evictable, self.protected, self.request_owned)
+        for members in (*buckets, self.cache):
             members.difference_update(ids)
         real = list(map(not_, is_null))
+        hashed = list(map(and_, map(bool, hashes), real))
+        in_use = list(map(and_, map((0).__lt__, ref_cnt), real))
+        unfree = list(map(not_, free))
         self.null.update(compress(ids, is_null))
-        self.hashed.update(compress(ids, map(and_, map(bool, hashes), real)))
-        self.in_use.update(compress(ids, map(and_, map((0).__lt__, ref_cnt), real)))
+        self.hashed.update(compress(ids, hashed))
+        self.evictable.update(compress(ids, map(and_, free, hashed)))
+        self.protected.update(compress(ids, map(and_, in_use, hashed)))
+        self.request_owned.update(compress(ids, map(and_, in_use, map(not_, hashed))))
+        held = map(and_, map((0).__lt__, holders), unfree)
+        self.cache.update(compress(ids, map(and_, held, hashed)))
+        self.toggled.symmetric_difference_update(self.hashed.intersection(ids))
+
+    def buckets(self) -> dict[str, set[int]]:
+        return {name: getattr(self, name) for name in BUCKETS}
 
     def _cross_check(self, pool, walk: list[int], holders: dict[int, int]) -> None:
         mapped, free = read_map(pool.cached_block_hash_to_block)[0], set(walk)
@@ -221,3 +267,5 @@ class Records:
             )
             wrong = [(i, full.get(i), self.rows.get(i)) for i in wrong[:4]]  # (id, full, kept)
             raise AssertionError(f"block records read incrementally differ at blocks {wrong}")
+        if buckets_of(full.values()) != self.buckets():
+            raise AssertionError("the pool's buckets kept incrementally differ from its blocks'")

@@ -14,7 +14,7 @@ the rest (invariants/targets/vllm/blocks.py); the census input goes as what chan
 
 from __future__ import annotations
 
-from itertools import chain, filterfalse
+from itertools import filterfalse
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -47,28 +47,37 @@ class Table(NamedTuple):
     length: int
     real: list[int]  # its real blocks' ids
     nulls: list[int]  # the positions of the null block in it
+    row: dict  # its row in ``block_tables`` but the counts that move every step
 
 
-def read_tables(sched, last: dict) -> list[Table]:
-    """Every request's table in every KV-cache group; ``last`` holds each table as read the
-    view before (its blocks, and the Table made of them), and is brought up to date: a table
-    whose blocks are the very same (most, most steps: a block holds many tokens) is not read
-    again."""
+def read_tables(sched, last: dict) -> tuple[list[Table], set]:
+    """Every request's table in every KV-cache group, and the keys ``(group, rid)`` of those
+    new, changed or gone since the view before; ``last`` holds each table as read then (its
+    blocks, and the Table made of them), and is brought up to date: a table whose blocks are
+    the very same (most, most steps: a block holds many tokens) is not read again."""
     null = sched.kv_cache_manager.coordinator.block_pool.null_block.block_id
-    out, now = [], {}
+    out, now, moved = [], {}, set()
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
-        group = manager.kv_cache_group_id
+        group, shared = manager.kv_cache_group_id, None
         for rid, blocks in manager.req_to_blocks.items():
-            before = last.get((group, rid))
+            before = last.pop((group, rid), None)
             if before is None or before[0] != blocks:  # (identical blocks compare by identity)
-                ids = list(map(BLOCK_ID, blocks))
-                table = Table(manager, rid, len(ids), *_real_and_nulls(ids, null))
-                before = (list(blocks), table)
+                shared = shared or _group(manager)
+                before = (list(blocks), _table(manager, rid, blocks, null, shared))
+                moved.add((group, rid))
             now[group, rid] = before
             out.append(before[1])
+    moved.update(last)  # the tables gone since
     last.clear()
     last.update(now)
-    return out
+    return out, moved
+
+
+def _table(manager, rid: str, blocks: list, null: int, group: dict) -> Table:
+    ids = list(map(BLOCK_ID, blocks))
+    real, nulls = _real_and_nulls(ids, null)
+    row = {"rid": rid, **group, "num_blocks": len(ids), "null_blocks": nulls}
+    return Table(manager, rid, len(ids), real, nulls, row)
 
 
 def _real_and_nulls(ids: list[int], null: int) -> tuple[list[int], list[int]]:
@@ -91,21 +100,23 @@ def deferred(sched) -> dict[str, list[int]]:
     }
 
 
-def tables(sched, read: list[Table], fenced: dict[str, list[int]]) -> dict[str, list[int]]:
+def tables(sched, read: list[Table], fenced: dict, moved: set, records) -> dict:
     """Each holder's blocks over every KV-cache group (the null block left out), by owner: a
     request (``req:``), one whose blocks await a connector load (``load:``: WAITING_FOR_
     REMOTE_KVS, or finished with the load in flight) or a send (``send:``: finished, its free
     delayed by the connector), and each batch of ``fenced`` frees (``deferred``) — an
-    in-flight transfer is an owner, as a request is."""
-    out: dict[str, list[int]] = {}
-    labels: dict[str, str] = {}  # rid -> its owner label (once, not once per group)
-    requests = sched.requests
+    in-flight transfer is an owner, as a request is. A request none of whose tables is in
+    ``moved`` keeps the very list joined the view before (``records.joined``)."""
+    joined: dict[str, list[int]] = {}
+    last, rebuilt = records.joined, {rid for _, rid in moved}
     for table in read:
         rid = table.rid
-        label = labels.get(rid) or labels.setdefault(
-            rid, f"{_holder(sched, requests.get(rid))}:{rid}"
-        )
-        out.setdefault(label, []).extend(table.real)
+        if rid in rebuilt or rid not in last:
+            joined.setdefault(rid, []).extend(table.real)
+        else:
+            joined[rid] = last[rid]
+    records.joined, requests = joined, sched.requests
+    out = {f"{_holder(sched, requests.get(rid))}:{rid}": blocks for rid, blocks in joined.items()}
     return out | fenced
 
 
@@ -132,21 +143,13 @@ def block_tables(sched, read: list[Table], in_flight: dict[str, int]) -> list[di
     scheduled in a step not yet processed), null entries. A request whose async load failed
     has no computed count (-1): vLLM reset it to 0 and frees or re-caches the table at the
     next schedule, before any forward reads it (_update_waiting_for_remote_kv)."""
-    out, failed = [], getattr(sched, "failed_recving_kv_req_ids", ())
-    groups = {id(m): _group(m) for m in sched.kv_cache_manager.coordinator.single_type_managers}
+    failed, requests = getattr(sched, "failed_recving_kv_req_ids", ()), sched.requests
+    out = []
     for table in read:
-        rid, nulls = table.rid, table.nulls
-        request = None if rid in failed else sched.requests.get(rid)
-        out.append(
-            {
-                "rid": rid,
-                **groups[id(table.manager)],
-                "num_blocks": table.length,
-                "computed": request.num_computed_tokens if request is not None else -1,
-                "in_flight": in_flight.get(rid, 0),
-                "null_blocks": nulls,
-            }
-        )
+        rid = table.rid
+        request = None if rid in failed else requests.get(rid)
+        computed = request.num_computed_tokens if request is not None else -1
+        out.append({**table.row, "computed": computed, "in_flight": in_flight.get(rid, 0)})
     return out
 
 
@@ -242,11 +245,11 @@ def state(sched, event: str, step: int, block_size: int, records, reads: list[tu
     and writes (``step_reads``; its tokens are in the tables' ``in_flight``)."""
     in_flight = {read[0]: read[3] for read in reads}
     pool = sched.kv_cache_manager.coordinator.block_pool
-    read, fenced = read_tables(sched, records.tables), deferred(sched)
-    if CROSSCHECK and read != read_tables(sched, {}):  # every table read again
+    (read, moved), fenced = read_tables(sched, records.tables), deferred(sched)
+    if CROSSCHECK and read != read_tables(sched, {})[0]:  # every table read again
         raise AssertionError("block tables kept across views differ from the tables' now")
-    walk, held = free_walk(pool), tables(sched, read, fenced)
-    changes = records.changes(pool, walk, holdings(read, fenced))
+    walk, held = free_walk(pool), tables(sched, read, fenced, moved, records)
+    changes = records.changes(pool, walk, holdings(read, fenced), moved | fenced.keys())
     return {
         "event": event,
         "step": step,
@@ -259,25 +262,38 @@ def state(sched, event: str, step: int, block_size: int, records, reads: list[tu
 
 
 def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int, records) -> dict:
-    hashed, in_use, free = records.hashed, records.in_use, records.free
-    evictable = len(free & hashed)
-    shared = hashed.intersection(chain.from_iterable(held.values()))
-    owned = [("cache", sorted(shared - free))]  # a cached block some request holds
-    cached = hashed.__contains__  # (the filters run at C speed: tables are long at size 1)
-    owned += [(owner, list(filterfalse(cached, blocks))) for owner, blocks in held.items()]
     live = len(pool.blocks) - len(records.null)
+    evictable = len(records.evictable)
     return {
         "name": "full",
         "page_size": bs,
         "capacity": live * bs,
         "free": (pool.free_block_queue.num_free_blocks - evictable) * bs,
         "evictable": evictable * bs,
-        "protected": len(in_use & hashed) * bs,
-        "request_owned": len(in_use - hashed) * bs,
+        "protected": len(records.protected) * bs,
+        "request_owned": len(records.request_owned) * bs,
         "census_input": {
             "num_pages": live,
             "free_pages": walk,
-            "owned": owned,
+            "owned": [("cache", sorted(records.cache)), *_owned(held, records)],
             "referenced": list(held.items()),
         },
     }
+
+
+def _owned(held: dict[str, list[int]], records) -> list[tuple[str, list[int]]]:
+    """Each holder's blocks no hash covers (a cached one is the cache's): the list filtered
+    the view before when its blocks are the very same list and none of them gained or lost
+    a hash since (``records.toggled``)."""
+    last, toggled, now = records.owned, records.toggled, {}
+    cached = records.hashed.__contains__  # (the filter runs at C speed: tables are long at 1)
+    for owner, blocks in held.items():
+        before = last.get(owner)
+        stale = before is None or before[0] is not blocks
+        if stale or (toggled and not toggled.isdisjoint(blocks)):
+            before = (blocks, list(filterfalse(cached, blocks)))
+        now[owner] = before
+    records.owned = now
+    if CROSSCHECK and any(kept != [b for b in bs if not cached(b)] for bs, kept in now.values()):
+        raise AssertionError("owned blocks kept across views differ from the tables' now")
+    return [(owner, kept) for owner, (_, kept) in now.items()]

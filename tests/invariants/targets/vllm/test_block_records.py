@@ -25,7 +25,7 @@ from vllm.v1.core.block_pool import BlockPool
 pool = BlockPool(8, True, 1)
 rec = records.Records(writes.record())
 def ids(held):
-    columns = rec.changes(pool, views.free_walk(pool), held)
+    columns = rec.changes(pool, views.free_walk(pool), held, set(held))
     return columns[0] if columns else []
 
 print("first", ids({{}}))
