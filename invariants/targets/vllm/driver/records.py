@@ -43,15 +43,21 @@ def block_ids(entry) -> tuple[int, ...]:
     return (entry.block_id,) if hasattr(entry, "block_id") else tuple(entry)
 
 
-def read_map(hash_map) -> tuple[dict[int, set[str]], dict]:
-    """Every block's keys (short hex) in the hash map, and every key's block ids."""
-    mapped: dict[int, set[str]] = {}
+def read_map(hash_map) -> tuple[dict[int, set], dict]:
+    """Every block's keys in the hash map, and every key's block ids."""
+    keys: dict[int, set] = {}
     under = {}
     for key, entry in hash_map._cache.items():
         under[key] = ids = block_ids(entry)
         for b in ids:
-            mapped.setdefault(b, set()).add(hex_of(key))
-    return mapped, under
+            keys.setdefault(b, set()).add(key)
+    return keys, under
+
+
+def mapped_as(keys: Iterable) -> list[str]:
+    """The record's ``mapped_as``: the short hexes of a block's keys, sorted (two keys can share
+    one: the same hash in two KV groups)."""
+    return sorted(set(map(hex_of, keys)))
 
 
 def _rows(blocks: list, ids: list[int], free: set[int], holders: dict, mapped: dict) -> list:
@@ -63,11 +69,14 @@ def _rows(blocks: list, ids: list[int], free: set[int], holders: dict, mapped: d
             map(attrgetter("ref_cnt"), blocks),
             map(free.__contains__, ids),
             map(hex_of, map(attrgetter("block_hash"), blocks)),
-            [sorted(mapped[i]) if i in mapped else [] for i in ids],
+            map(mapped.get, ids, repeat(_UNMAPPED)),
             map(holders.get, ids, repeat(0)),
             map(attrgetter("is_null"), blocks),
         )
     )
+
+
+_UNMAPPED: list[str] = []  # (shared by every record of a block no key lists: never changed)
 
 
 def count_holders(held: dict) -> dict[int, int]:
@@ -130,7 +139,8 @@ class Records:
         self.held: dict = {}  # each holding's blocks as last read (views.holdings)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
         self.map = None  # the hash map read last (a new one: reset_prefix_cache)
-        self.mapped: dict[int, set[str]] = {}
+        self.keys: dict[int, set] = {}  # each listed block's keys
+        self.mapped: dict[int, list[str]] = {}  # ... and its mapped_as
         self.under: dict = {}
         # the real (not null) blocks in each of the pool's buckets, kept from the changed
         # records (a bucket is a test of one record: the pool's counters are their sizes)
@@ -165,7 +175,8 @@ class Records:
         counted, queued = self._recount(held, moved), self._refree(walk)
         if written is None or pool.cached_block_hash_to_block is not self.map:
             self.map = pool.cached_block_hash_to_block
-            self.mapped, self.under = read_map(self.map)
+            self.keys, self.under = read_map(self.map)
+            self.mapped = {b: mapped_as(listed) for b, listed in self.keys.items()}
             return range(len(pool.blocks))
         written.discard(-1)  # the free queue's fake head and tail (never but by their links)
         return written | queued | counted | self._remap(keys)
@@ -210,23 +221,25 @@ class Records:
         return moved
 
     def _remap(self, keys: Iterable) -> set[int]:
-        """Re-read the written keys: the blocks listed under them before or now. Every key's
-        old listing is dropped before any new one is added: two keys can share a short hex
-        (the same hash in two KV groups), and a block moved from one to the other within a
-        step must keep it whatever order the keys come in."""
-        listings = [
-            (key, self.under.pop(key, ()), block_ids(self.map._cache.get(key))) for key in keys
-        ]
-        touched: set[int] = set()
-        for key, before, _ in listings:
+        """Re-read the written keys: the blocks listed under them before or now, whose keys
+        and ``mapped_as`` are brought up to date (by whole keys: two keys sharing a short hex
+        are two keys here)."""
+        cache, under, listed, touched = self.map._cache, self.under, self.keys, set()
+        for key in keys:
+            before, now = under.pop(key, ()), block_ids(cache.get(key))
             for b in before:
-                self.mapped[b].discard(hex_of(key))
-        for key, before, now in listings:
+                listed[b].discard(key)
             for b in now:
-                self.mapped.setdefault(b, set()).add(hex_of(key))
+                listed.setdefault(b, set()).add(key)
             if now:
-                self.under[key] = now
+                under[key] = now
             touched.update(before, now)
+        for b in touched:
+            if listed.get(b):
+                self.mapped[b] = mapped_as(listed[b])
+            else:
+                listed.pop(b, None)
+                self.mapped.pop(b, None)
         return touched
 
     def _index(self, columns: list[list]) -> None:
@@ -254,7 +267,8 @@ class Records:
         return {name: getattr(self, name) for name in BUCKETS}
 
     def _cross_check(self, pool, walk: list[int], holders: dict[int, int]) -> None:
-        mapped, free = read_map(pool.cached_block_hash_to_block)[0], set(walk)
+        keys, free = read_map(pool.cached_block_hash_to_block)[0], set(walk)
+        mapped = {b: mapped_as(listed) for b, listed in keys.items()}
         if count_holders(self.held) != holders:
             raise AssertionError("holder counts kept incrementally differ from the tables'")
         if free != self.free:

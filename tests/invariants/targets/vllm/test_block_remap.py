@@ -42,11 +42,12 @@ def test_a_block_moved_between_same_hex_keys_stays_listed(records, order: int) -
     pool_map = SimpleNamespace(_cache={in_group[1]: block})
     rec = records.Records(None)
     rec.map = pool_map
-    rec.mapped, rec.under = records.read_map(pool_map)
+    rec.keys, rec.under = records.read_map(pool_map)
     pool_map._cache = {in_group[0]: block}  # evicted from group 1, cached again in group 0
     keys = [in_group[1], in_group[0]][:: 1 if order else -1]
     assert rec._remap(keys) == {2}
-    assert rec.mapped[2] == {records.hex_of(in_group[0])}
+    assert rec.mapped[2] == [records.hex_of(in_group[0])]
+    assert rec.keys[2] == {in_group[0]}
     assert rec.under == {in_group[0]: (2,)}
 
 
