@@ -34,19 +34,22 @@ class _Input:
     num_pages: int
     free: np.ndarray
     owners: dict[str, list[Owner]]
+    slots: dict[str, int]  # {"slots_per_page": n} where the driver says so, else empty
     arrays: dict[str, Any] | None = None  # as_arrays', built once (a copied view reuses it)
 
     def as_arrays(self) -> dict[str, Any]:
         """The input ``to_state_view`` takes (pages as arrays)."""
         if self.arrays is None:
             parts = {p: [[label, arr] for label, arr in self.owners[p]] for p in PARTS}
-            self.arrays = {"num_pages": self.num_pages, "free_pages": self.free, **parts}
+            free = self.free
+            self.arrays = {"num_pages": self.num_pages, "free_pages": free, **parts, **self.slots}
         return self.arrays
 
     def as_lists(self) -> dict[str, Any]:
         """The input as the driver lists it (what cross-check compares)."""
         parts = {p: [[label, arr.tolist()] for label, arr in self.owners[p]] for p in PARTS}
-        return {"num_pages": self.num_pages, "free_pages": self.free.tolist(), **parts}
+        free = self.free.tolist()
+        return {"num_pages": self.num_pages, "free_pages": free, **parts, **self.slots}
 
 
 class CensusMirror:
@@ -86,7 +89,8 @@ class CensusMirror:
 def _whole(delta: dict[str, Any]) -> _Input:
     full = delta["whole"]
     owners = {p: [(label, _array(pages)) for label, pages in full[p]] for p in PARTS}
-    return _Input(delta["seq"], full["num_pages"], _array(full["free_pages"]), owners)
+    free = _array(full["free_pages"])
+    return _Input(delta["seq"], full["num_pages"], free, owners, _slots(full))
 
 
 def _applied(name: str, last: _Input | None, delta: dict[str, Any]) -> _Input:
@@ -94,7 +98,11 @@ def _applied(name: str, last: _Input | None, delta: dict[str, Any]) -> _Input:
         raise ValueError(f"pool {name}: a census delta with nothing before it")
     free = _sliced(name, last.free, *delta["free_pages"])
     owners = {p: _owners(name, last.owners[p], delta[p]) for p in PARTS}
-    return _Input(delta["seq"], delta["num_pages"], free, owners)
+    return _Input(delta["seq"], delta["num_pages"], free, owners, _slots(delta))
+
+
+def _slots(raw: dict[str, Any]) -> dict[str, int]:
+    return {"slots_per_page": raw["slots_per_page"]} if "slots_per_page" in raw else {}
 
 
 def _owners(name: str, last: list[Owner], changes: list[list[Any]]) -> list[Owner]:

@@ -18,6 +18,11 @@ from invariants.checking.schema import build_view, unknown_view_keys
 
 
 def _census(raw: dict[str, Any], page_size: int) -> dict[str, Any]:
+    """The census of one pool's input; its owners list one id per slot held unless the input
+    says how many equal ids in a row one holding lists (``slots_per_page``: 1 where a driver
+    lists each block once per holding, as vLLM's does — a block twice in a row in one table
+    is then held twice, not one holding of two slots)."""
+    page_size = raw.get("slots_per_page", page_size)
     owned = [(label, np.asarray(pages, dtype=np.int64)) for label, pages in raw["owned"]]
     referenced = [(label, np.asarray(pages, dtype=np.int64)) for label, pages in raw["referenced"]]
     free = np.asarray(raw["free_pages"], dtype=np.int64)

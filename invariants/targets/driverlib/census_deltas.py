@@ -67,6 +67,8 @@ class CensusEncoder:
         old = self.last.get(name)
         seq = self.seq[name] = self.seq.get(name, 0) + 1
         delta: dict = dict(seq=seq, num_pages=full["num_pages"])
+        if "slots_per_page" in full:
+            delta["slots_per_page"] = full["slots_per_page"]
         if old is None or not _labels_unique(full):
             delta["whole"] = full
         else:
@@ -80,8 +82,15 @@ class CensusEncoder:
 
 
 def _owners_delta(old: list, new: list) -> list:
-    before = dict((label, pages) for label, pages in old)
-    return [[label, *list_delta(before.get(label, []), pages)] for label, pages in new]
+    """(An owner whose pages are the very list sent before — a driver that keeps unchanged
+    lists across views — costs no comparison.)"""
+    before = dict(old)
+    return [
+        [label, 0, len(pages), []]
+        if before.get(label) is pages
+        else [label, *list_delta(before.get(label, []), pages)]
+        for label, pages in new
+    ]
 
 
 def _labels_unique(census_input: dict) -> bool:

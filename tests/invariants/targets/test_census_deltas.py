@@ -109,3 +109,21 @@ def test_under_crosscheck_a_wrong_rebuild_is_named(monkeypatch: pytest.MonkeyPat
     mirror.view(first)
     with pytest.raises(CrossCheckMismatch, match="census input of pool full"):
         mirror.view(second)
+
+
+def test_a_block_twice_in_a_row_in_one_table_is_held_twice_where_blocks_are_listed_once() -> None:
+    """A driver that lists each block once per holding (vLLM's: ``slots_per_page`` 1 in its
+    input, through the deltas and the mirror) has a block listed twice in a row in one table
+    counted as two holdings — a duplicate naming the block and its holder — where an input
+    listing one id per slot (pages of 16 slots) reads the same list as one holding."""
+    table = [["req:a", [5, 5, 6]]]
+    per_slot = census([1, 2, 3, 4, 7, 8, 9, 10, 11, 12], table, [])
+    per_block = dict(per_slot, slots_per_page=1)
+    sixteen = view(0, {"census_input": per_slot, "page_size": 16})
+    assert to_state_view(sixteen).pools[0].census.duplicates == ()
+    encoder, mirror = deltas.CensusEncoder(), CensusMirror()
+    for step in (0, 1):  # the first view sent whole, the second as a delta
+        full = copy.deepcopy(per_block)
+        sent = encoder.encode(view(step, {"census_input": full, "page_size": 16}))
+        (duplicate,) = mirror.view(sent).pools[0].census.duplicates
+        assert (duplicate.page, duplicate.owners) == (5, ("req:a (twice)",))

@@ -151,6 +151,7 @@ class Records:
         self.request_owned: set[int] = set()  # ref_cnt > 0, no hash
         self.cache: set[int] = set()  # with a hash, held, not free: the census's cache owner
         self.toggled: set[int] = set()  # the blocks whose hash came or went at the last view
+        self.cached: list[int] | None = []  # the cache's blocks sorted (None: sort them again)
 
     def changes(self, pool, walk: list[int], held: dict, moved: set) -> list:
         """The records that changed since the last call, in block order, as columns (none
@@ -247,6 +248,7 @@ class Records:
         at C speed); ``toggled``: the changed blocks whose hash came or went."""
         ids, ref_cnt, free, hashes, _, holders, is_null = columns
         self.toggled = self.hashed.intersection(ids)
+        cache_moved = not self.cache.isdisjoint(ids)
         buckets = (self.null, self.hashed, self.evictable, self.protected, self.request_owned)
         for members in (*buckets, self.cache):
             members.difference_update(ids)
@@ -262,6 +264,15 @@ class Records:
         held = map(and_, map((0).__lt__, holders), unfree)
         self.cache.update(compress(ids, map(and_, held, hashed)))
         self.toggled.symmetric_difference_update(self.hashed.intersection(ids))
+        if cache_moved or not self.cache.isdisjoint(ids):
+            self.cached = None
+
+    def cache_blocks(self) -> list[int]:
+        """The census's cache owner: blocks with a hash some holder holds, not free, sorted
+        (again only when one of them changed)."""
+        if self.cached is None:
+            self.cached = sorted(self.cache)
+        return self.cached
 
     def buckets(self) -> dict[str, set[int]]:
         return {name: getattr(self, name) for name in BUCKETS}
@@ -283,3 +294,5 @@ class Records:
             raise AssertionError(f"block records read incrementally differ at blocks {wrong}")
         if buckets_of(full.values()) != self.buckets():
             raise AssertionError("the pool's buckets kept incrementally differ from its blocks'")
+        if self.cached not in (None, sorted(self.cache)):
+            raise AssertionError("the cache's blocks as kept sorted differ from the cache's")

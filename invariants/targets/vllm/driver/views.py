@@ -14,8 +14,8 @@ the rest (invariants/targets/vllm/blocks.py); the census input goes as what chan
 
 from __future__ import annotations
 
-from itertools import filterfalse
-from operator import attrgetter
+from itertools import compress, filterfalse
+from operator import attrgetter, ne
 from typing import Any, NamedTuple
 
 from records import CROSSCHECK
@@ -52,24 +52,26 @@ class Table(NamedTuple):
 
 def read_tables(sched, last: dict) -> tuple[list[Table], set]:
     """Every request's table in every KV-cache group, and the keys ``(group, rid)`` of those
-    new, changed or gone since the view before; ``last`` holds each table as read then (its
-    blocks, and the Table made of them), and is brought up to date: a table whose blocks are
-    the very same (most, most steps: a block holds many tokens) is not read again."""
+    new, changed or gone since the view before; ``last`` holds, per group, each table as read
+    then (a copy of its blocks, and the Table made of them) and is brought up to date: a table
+    whose blocks are the very same (most, most steps: a block holds many tokens) is not read
+    again — which are is found at C speed (identical blocks compare by identity)."""
     null = sched.kv_cache_manager.coordinator.block_pool.null_block.block_id
-    out, now, moved = [], {}, set()
+    out, moved = [], set()
     for manager in sched.kv_cache_manager.coordinator.single_type_managers:
-        group, shared = manager.kv_cache_group_id, None
-        for rid, blocks in manager.req_to_blocks.items():
-            before = last.pop((group, rid), None)
-            if before is None or before[0] != blocks:  # (identical blocks compare by identity)
-                shared = shared or _group(manager)
-                before = (list(blocks), _table(manager, rid, blocks, null, shared))
-                moved.add((group, rid))
-            now[group, rid] = before
-            out.append(before[1])
-    moved.update(last)  # the tables gone since
-    last.clear()
-    last.update(now)
+        group, now = manager.kv_cache_group_id, manager.req_to_blocks
+        copies, made = last.setdefault(group, ({}, {}))
+        for rid in copies.keys() - now.keys():  # the tables gone since
+            del copies[rid], made[rid]
+            moved.add((group, rid))
+        rids = list(now)
+        stale = list(compress(rids, map(ne, now.values(), map(copies.get, rids))))
+        shared = _group(manager) if stale else None
+        for rid in stale:
+            copies[rid] = list(now[rid])
+            made[rid] = _table(manager, rid, copies[rid], null, shared)
+            moved.add((group, rid))
+        out += map(made.__getitem__, rids)
     return out, moved
 
 
@@ -274,8 +276,9 @@ def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int, records) -
         "request_owned": len(records.request_owned) * bs,
         "census_input": {
             "num_pages": live,
+            "slots_per_page": 1,  # a block is listed once per holding, whatever its size
             "free_pages": walk,
-            "owned": [("cache", sorted(records.cache)), *_owned(held, records)],
+            "owned": [("cache", records.cache_blocks()), *_owned(held, records)],
             "referenced": list(held.items()),
         },
     }
