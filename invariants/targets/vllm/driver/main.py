@@ -221,6 +221,8 @@ class Driver:
         the transfers the workers report, as vLLM's engine core queues every step)."""
         if not out.total_num_scheduled_tokens and self.connector is None:
             return None
+        if not self.viewing:  # what it reads is read for the views alone
+            return (*done, [])
         k = self.spec.k if self.spec is not None else 0
         return (*done, views.step_reads(self.sched, out.num_scheduled_tokens, k))
 
