@@ -11,7 +11,9 @@ being ``[0, 0, new]``; an owner list as ``[label, s, k, tail]`` per owner, in th
 against the same label's last pages (labels repeated: the whole input is sent instead). Each
 pool's encodings are numbered (``seq``) so the reader applies each once, in order; a view
 copied into another (the session view of a step) carries the same number. Under
-``KVSPEC_CROSSCHECK`` the whole input rides along, and kvspec compares.
+``KVSPEC_CROSSCHECK`` the whole input rides along, and kvspec compares. An input may say how many
+equal ids in a row one holding lists (``slots_per_page``: vLLM's driver lists a block once per
+holding); it rides along with each delta.
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ records that changed (``block_changes``, as seven columns in that order: kvspec'
 rest, invariants/targets/vllm/blocks.py). Runs inside the vllm venv.
 
 Keeps: at every view a record is rebuilt for each block vLLM wrote (writes.py), each block whose
-free-queue membership or holder count changed (the free queue's walk and the block tables are
-read whole at every view and compared), and each block listed under a hash-map key vLLM wrote
-(that key re-read) — every other block's fields, and so its record, are as they were. Without a
+free-queue membership or holder count changed (the free queue's walk is read whole at every view
+and compared; a holder is recounted when one of its tables is not the very same as the view
+before), and each block listed under a hash-map key vLLM wrote (that key re-read) — every other
+block's fields, and so its record, are as they were. The pool's buckets (evictable, protected,
+request-owned, the census's cache owner) are sets kept from the changed records too. Without a
 recording (a release lacking the hooked classes) or once the map was replaced
 (``reset_prefix_cache``), every block is read. Under ``KVSPEC_CROSSCHECK`` every view reads every
 block too and must agree: a difference is the driver's error, never a finding.

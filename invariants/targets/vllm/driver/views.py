@@ -2,15 +2,18 @@
 
 Keeps: the pool counters are vLLM's own free count and its ref counts — free + evictable is
 ``free_block_queue.num_free_blocks``, protected / request-owned the blocks with ref_cnt > 0
-with / without a hash — so their sum equals the capacity only if vLLM's counter and its ref
-counts agree; the census input is raw block ids (the free queue walked link by link, each
-holder's blocks: requests, connector transfers, frees deferred behind the step in flight), so
-kvspec computes the census by id on its side; under async scheduling the view also lists what
-the step in flight reads (``step_reads``, taken when it was scheduled). Block records go
+with / without a hash (records.py keeps each bucket from the changed records) — so their sum
+equals the capacity only if vLLM's counter and its ref counts agree; the census input is raw
+block ids, each listed once per holding (the free queue walked link by link, each holder's
+blocks: requests, connector transfers, frees deferred behind the step in flight), so kvspec
+computes the census by id on its side; under async scheduling the view also lists what the
+step in flight reads (``step_reads``, taken when it was scheduled). Block records go
 incrementally: a view lists only the blocks whose record changed since the run's previous
 view (``block_changes``: records.py, which says which blocks it re-reads), kvspec's side keeps
 the rest (invariants/targets/vllm/blocks.py); the census input goes as what changed too
-(driverlib/census_deltas.py, by main.py)."""
+(driverlib/census_deltas.py, by main.py). A table, a holder's joined blocks and its blocks no
+hash covers are built again only when the table is not the very same list as the view before.
+"""
 
 from __future__ import annotations
 
