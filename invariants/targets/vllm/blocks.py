@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, get_origin, get_type_hints
 
 from engine.mem.feed import ChangedTuple
-from engine.view import BlockView, StateView
+from engine.view import BlockTableView, BlockView, InFlightView, StateView
 from invariants.targets.views import to_state_view
 
 Decode = Callable[[dict[str, Any]], StateView]
@@ -35,10 +35,14 @@ class BlockMirror:
         self.handed: ChangedTuple[BlockView] | None = None
 
     def view(self, raw: dict[str, Any]) -> StateView:
-        """The driver's view with the mirror brought up to date and every block attached."""
+        """The driver's view with the mirror brought up to date and every block attached (and
+        its block tables and in-flight reads, sent as rows: ``ROWS``)."""
+        rows = {field: _rows(raw, key, cls) for key, (field, cls) in ROWS.items() if key in raw}
+        if rows:
+            raw = {k: v for k, v in raw.items() if k not in ROWS}
         changes = raw.get("block_changes")
         if changes is None:
-            return self.decode(raw)
+            return replace(self.decode(raw), **rows)
         fresh, ids, blocks = _records(changes), changes[0] if changes else [], self.blocks
         known = len(blocks)
         placeholders = self._grow(ids)
@@ -49,7 +53,7 @@ class BlockMirror:
         if placeholders:  # (block order, as the driver sends the changes)
             fresh = sorted(placeholders + fresh, key=lambda b: b.id)
         self.handed = ChangedTuple.of(self.blocks, self.handed, tuple(fresh), tuple(gone))
-        return replace(self.decode(rest), blocks=self.handed)
+        return replace(self.decode(rest), blocks=self.handed, **rows)
 
     def _grow(self, ids: list[int]) -> list[BlockView]:
         """Room for the blocks ``ids`` lists past the known ones: a placeholder for each id
@@ -72,5 +76,31 @@ def _records(columns: list[list[Any]]) -> list[BlockView]:
     return list(map(_BLOCK, rows))
 
 
+def _rows(raw: dict[str, Any], key: str, cls: type) -> tuple:
+    """A view's records sent as rows (``{"fields", "rows"}``: the record's fields in order,
+    each row its values; a list where the record holds a tuple), built at C speed, as the
+    block records are; fields that are not the record's, or a row of another length, are an
+    error naming them."""
+    part, fields = raw[key], cls._fields  # type: ignore[attr-defined]
+    if tuple(part["fields"]) != fields:
+        raise ValueError(f"a driver view's {key} lists {part['fields']}, {cls.__name__} {fields}")
+    rows = part["rows"]
+    if any(len(row) != len(fields) for row in rows):
+        raise ValueError(f"a driver view's {key} has a row of other than {len(fields)} values")
+    columns: list[Any] = list(zip(*rows)) or [()] * len(fields)
+    for i in _TUPLED[cls]:
+        columns[i] = map(tuple, columns[i])
+    return tuple(map(partial(tuple.__new__, cls), zip(*columns)))
+
+
+# a view's records sent as rows: the key in the driver's view -> the StateView field and record
+ROWS = {
+    "block_table_rows": ("block_tables", BlockTableView),
+    "in_flight_rows": ("in_flight_blocks", InFlightView),
+}
+_TUPLED = {  # each record's fields that hold a tuple (JSON sends a list), by position
+    cls: [i for i, hint in enumerate(get_type_hints(cls).values()) if get_origin(hint) is tuple]
+    for _, cls in ROWS.values()
+}
 _BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
 _SLOT = BlockView(-1)  # a listed block's place between growing the mirror and filling it

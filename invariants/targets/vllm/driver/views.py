@@ -50,7 +50,8 @@ class Table(NamedTuple):
     length: int
     real: list[int]  # its real blocks' ids
     nulls: list[int]  # the positions of the null block in it
-    row: dict  # its row in ``block_tables`` but the counts that move every step
+    head: tuple  # its row in ``block_tables`` before the counts that move every step
+    tail: tuple  # ... and after them (``TABLE_FIELDS``)
 
 
 def read_tables(sched, last: dict) -> tuple[list[Table], set]:
@@ -81,8 +82,9 @@ def read_tables(sched, last: dict) -> tuple[list[Table], set]:
 def _table(manager, rid: str, blocks: list, null: int, group: dict) -> Table:
     ids = list(map(BLOCK_ID, blocks))
     real, nulls = _real_and_nulls(ids, null)
-    row = {"rid": rid, **group, "num_blocks": len(ids), "null_blocks": nulls}
-    return Table(manager, rid, len(ids), real, nulls, row)
+    head = (rid, group["group"], group["window"], group["chunk"])
+    tail = (group["block_size"], len(ids), nulls, group["kind"], group["spec_blocks"])
+    return Table(manager, rid, len(ids), real, nulls, head, tail)
 
 
 def _real_and_nulls(ids: list[int], null: int) -> tuple[list[int], list[int]]:
@@ -142,20 +144,27 @@ def _holder(sched, request) -> str:
     return "load" if request.status == WAITING_FOR_REMOTE_KVS else "req"
 
 
-def block_tables(sched, read: list[Table], in_flight: dict[str, int]) -> list[dict]:
-    """Each request's table per KV-cache group (``read``: ``read_tables``): the group's block
-    size, its sliding window or attention chunk, computed tokens (``in_flight`` of them
-    scheduled in a step not yet processed), null entries. A request whose async load failed
-    has no computed count (-1): vLLM reset it to 0 and frees or re-caches the table at the
-    next schedule, before any forward reads it (_update_waiting_for_remote_kv)."""
+# a block table's row, field by field (kvspec's BlockTableView: its side checks the names)
+TABLE_FIELDS = ("rid", "group", "window", "chunk", "computed", "in_flight", "block_size")
+TABLE_FIELDS += ("num_blocks", "null_blocks", "kind", "spec_blocks")
+IN_FLIGHT_FIELDS = ("rid", "blocks", "live", "fenced")  # (InFlightView's)
+
+
+def block_tables(sched, read: list[Table], in_flight: dict[str, int]) -> dict:
+    """Each request's table per KV-cache group (``read``: ``read_tables``) as a row of
+    ``TABLE_FIELDS``: the group's block size, its sliding window or attention chunk, computed
+    tokens (``in_flight`` of them scheduled in a step not yet processed), null entries. A
+    request whose async load failed has no computed count (-1): vLLM reset it to 0 and frees
+    or re-caches the table at the next schedule, before any forward reads it
+    (_update_waiting_for_remote_kv)."""
     failed, requests = getattr(sched, "failed_recving_kv_req_ids", ()), sched.requests
-    out = []
+    rows = []
     for table in read:
         rid = table.rid
         request = None if rid in failed else requests.get(rid)
         computed = request.num_computed_tokens if request is not None else -1
-        out.append({**table.row, "computed": computed, "in_flight": in_flight.get(rid, 0)})
-    return out
+        rows.append((*table.head, computed, in_flight.get(rid, 0), *table.tail))
+    return {"fields": TABLE_FIELDS, "rows": rows}
 
 
 def _group(manager) -> dict:
@@ -226,7 +235,7 @@ def _is_mamba(manager) -> bool:
     return type(manager).__name__ == "MambaManager"
 
 
-def in_flight_views(sched, reads: list[tuple]) -> list[dict]:
+def in_flight_views(sched, reads: list[tuple]) -> dict:
     """The step in flight's reads (``step_reads``) as the view lists them: whether the request
     still owns them (live: not finished, not preempted since) and whether the scheduler
     fences frees behind the step (vLLM's ``defer_block_free``: a consumer connector under
@@ -240,8 +249,8 @@ def in_flight_views(sched, reads: list[tuple]) -> list[dict]:
             and not request.is_finished()
             and request.num_preemptions == preemptions
         )
-        out.append({"rid": rid, "blocks": blocks, "live": live, "fenced": fenced})
-    return out
+        out.append((rid, blocks, live, fenced))
+    return {"fields": IN_FLIGHT_FIELDS, "rows": out}
 
 
 def state(sched, event: str, step: int, block_size: int, records, reads: list[tuple]) -> dict:
@@ -261,8 +270,8 @@ def state(sched, event: str, step: int, block_size: int, records, reads: list[tu
         "page_size": block_size,
         "pools": [_pool(pool, walk, held, block_size, records)],
         "block_changes": changes,
-        "block_tables": block_tables(sched, read, in_flight),
-        "in_flight_blocks": in_flight_views(sched, reads),
+        "block_table_rows": block_tables(sched, read, in_flight),
+        "in_flight_rows": in_flight_views(sched, reads),
     }
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.view import BlockView
+import pytest
+
+from engine.view import BlockTableView, BlockView
+from invariants.targets.views import to_state_view
 from invariants.targets.vllm.blocks import BlockMirror
 
 
@@ -71,3 +74,43 @@ def test_a_block_rule_over_the_fresh_records_answers_as_over_all() -> None:
     assert checker.check("step", mirror.view(raw([[2, 0, True, "", [], 0, False]]))) == ()
     (found,) = checker.check("step", mirror.view(raw([[1, 2, False, "", [], 1, False]])))
     assert found.invariant == "vllm.ref_cnt_is_holders" and "block 1" in found.message
+
+
+TABLE_ROW = ["r1", "0:FullAttentionManager", 0, 0, 9, 4, 4, 3, [0], "attention", 0]
+
+
+def test_tables_and_in_flight_reads_sent_as_rows_are_the_records_a_listing_gives() -> None:
+    """Block tables and the step in flight's reads come as rows of their records' fields in
+    order (``block_table_rows``, ``in_flight_rows``): the mirror makes the very records the
+    same view listed field by field makes (lists become tuples), with or without block
+    changes."""
+    fields, flight = list(BlockTableView._fields), ["r1", [5, 6], True, False]
+    plain = {k: v for k, v in raw([]).items() if k != "block_changes"}
+    listed = to_state_view(
+        dict(
+            plain,
+            block_tables=[dict(zip(fields, TABLE_ROW))],
+            in_flight_blocks=[dict(zip(["rid", "blocks", "live", "fenced"], flight))],
+        )
+    )
+    rows = {
+        "block_table_rows": {"fields": fields, "rows": [TABLE_ROW]},
+        "in_flight_rows": {"fields": ["rid", "blocks", "live", "fenced"], "rows": [flight]},
+    }
+    for view in (dict(raw([]), **rows), dict(plain, **rows)):
+        got = BlockMirror().view(view)
+        assert got.block_tables == listed.block_tables
+        assert got.in_flight_blocks == listed.in_flight_blocks
+        assert type(got.block_tables[0].null_blocks) is tuple
+
+
+def test_rows_of_other_fields_or_lengths_are_an_error_naming_them() -> None:
+    """A driver whose rows name other fields (a record that moved) or a row of another length
+    is refused by name, never read into the wrong fields."""
+    fields = list(BlockTableView._fields)
+    renamed = {"fields": [*fields[:-1], "spec"], "rows": [TABLE_ROW]}
+    with pytest.raises(ValueError, match=r"block_table_rows lists .*spec"):
+        BlockMirror().view(dict(raw([]), block_table_rows=renamed))
+    short = {"fields": fields, "rows": [TABLE_ROW[:-1]]}
+    with pytest.raises(ValueError, match="block_table_rows has a row of other than 11 values"):
+        BlockMirror().view(dict(raw([]), block_table_rows=short))
