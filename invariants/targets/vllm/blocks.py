@@ -37,7 +37,9 @@ class BlockMirror:
     def view(self, raw: dict[str, Any]) -> StateView:
         """The driver's view with the mirror brought up to date and every block attached (and
         its block tables and in-flight reads, sent as rows: ``ROWS``)."""
-        rows = {field: _rows(raw, key, cls) for key, (field, cls) in ROWS.items() if key in raw}
+        rows: dict[str, Any] = {
+            f: _rows(raw, key, cls) for key, (f, cls) in ROWS.items() if key in raw
+        }
         if rows:
             raw = {k: v for k, v in raw.items() if k not in ROWS}
         changes = raw.get("block_changes")
