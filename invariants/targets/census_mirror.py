@@ -31,25 +31,22 @@ class _Input:
     """One pool's census input as last rebuilt (``seq``: the delta that made it)."""
 
     seq: int
-    num_pages: int
+    fields: dict[str, Any]  # its fields but the lists: num_pages, slots_per_page if sent
     free: np.ndarray
     owners: dict[str, list[Owner]]
-    slots: dict[str, int]  # {"slots_per_page": n} where the driver says so, else empty
     arrays: dict[str, Any] | None = None  # as_arrays', built once (a copied view reuses it)
 
     def as_arrays(self) -> dict[str, Any]:
         """The input ``to_state_view`` takes (pages as arrays)."""
         if self.arrays is None:
             parts = {p: [[label, arr] for label, arr in self.owners[p]] for p in PARTS}
-            free = self.free
-            self.arrays = {"num_pages": self.num_pages, "free_pages": free, **parts, **self.slots}
+            self.arrays = {**self.fields, "free_pages": self.free, **parts}
         return self.arrays
 
     def as_lists(self) -> dict[str, Any]:
         """The input as the driver lists it (what cross-check compares)."""
         parts = {p: [[label, arr.tolist()] for label, arr in self.owners[p]] for p in PARTS}
-        free = self.free.tolist()
-        return {"num_pages": self.num_pages, "free_pages": free, **parts, **self.slots}
+        return {**self.fields, "free_pages": self.free.tolist(), **parts}
 
 
 class CensusMirror:
@@ -89,8 +86,7 @@ class CensusMirror:
 def _whole(delta: dict[str, Any]) -> _Input:
     full = delta["whole"]
     owners = {p: [(label, _array(pages)) for label, pages in full[p]] for p in PARTS}
-    free = _array(full["free_pages"])
-    return _Input(delta["seq"], full["num_pages"], free, owners, _slots(full))
+    return _Input(delta["seq"], _fields(full), _array(full["free_pages"]), owners)
 
 
 def _applied(name: str, last: _Input | None, delta: dict[str, Any]) -> _Input:
@@ -98,11 +94,15 @@ def _applied(name: str, last: _Input | None, delta: dict[str, Any]) -> _Input:
         raise ValueError(f"pool {name}: a census delta with nothing before it")
     free = _sliced(name, last.free, *delta["free_pages"])
     owners = {p: _owners(name, last.owners[p], delta[p]) for p in PARTS}
-    return _Input(delta["seq"], delta["num_pages"], free, owners, _slots(delta))
+    return _Input(delta["seq"], _fields(delta), free, owners)
 
 
-def _slots(raw: dict[str, Any]) -> dict[str, int]:
-    return {"slots_per_page": raw["slots_per_page"]} if "slots_per_page" in raw else {}
+def _fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """An input's fields but its lists (a delta's: but its lists, its number, its check)."""
+    return {k: v for k, v in raw.items() if k not in _NOT_FIELDS}
+
+
+_NOT_FIELDS = frozenset(("free_pages", *PARTS, "seq", "whole", "check"))
 
 
 def _owners(name: str, last: list[Owner], changes: list[list[Any]]) -> list[Owner]:

@@ -11,9 +11,9 @@ being ``[0, 0, new]``; an owner list as ``[label, s, k, tail]`` per owner, in th
 against the same label's last pages (labels repeated: the whole input is sent instead). Each
 pool's encodings are numbered (``seq``) so the reader applies each once, in order; a view
 copied into another (the session view of a step) carries the same number. Under
-``KVSPEC_CROSSCHECK`` the whole input rides along, and kvspec compares. An input may say how many
-equal ids in a row one holding lists (``slots_per_page``: vLLM's driver lists a block once per
-holding); it rides along with each delta.
+``KVSPEC_CROSSCHECK`` the whole input rides along, and kvspec compares. The input's other
+fields — ``num_pages``, and ``slots_per_page`` where a driver says how many equal ids in a row
+one holding lists (vLLM's lists a block once per holding) — ride along with each delta whole.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ def _common_run(old: list, start: int, new: list) -> int:
     return lo
 
 
+LISTS = ("free_pages", "owned", "referenced")  # an input's lists (the rest is sent whole)
+
+
 class CensusEncoder:
     """One trace's census inputs, per pool name: what was last sent, and its number."""
 
@@ -68,9 +71,7 @@ class CensusEncoder:
         name, full = pool["name"], pool.pop("census_input")
         old = self.last.get(name)
         seq = self.seq[name] = self.seq.get(name, 0) + 1
-        delta: dict = dict(seq=seq, num_pages=full["num_pages"])
-        if "slots_per_page" in full:
-            delta["slots_per_page"] = full["slots_per_page"]
+        delta: dict = {k: v for k, v in full.items() if k not in LISTS} | {"seq": seq}
         if old is None or not _labels_unique(full):
             delta["whole"] = full
         else:

@@ -40,18 +40,17 @@ class BlockMirror:
         rows: dict[str, Any] = {
             f: _rows(raw, key, cls) for key, (f, cls) in ROWS.items() if key in raw
         }
-        if rows:
-            raw = {k: v for k, v in raw.items() if k not in ROWS}
+        rest = {k: v for k, v in raw.items() if k not in ROWS and k != "block_changes"}
         changes = raw.get("block_changes")
         if changes is None:
-            return replace(self.decode(raw), **rows)
+            view = self.decode(rest)
+            return replace(view, **rows) if rows else view
         fresh, ids, blocks = _records(changes), changes[0] if changes else [], self.blocks
         known = len(blocks)
         placeholders = self._grow(ids)
         gone = [blocks[i] for i in ids if i < known]
         for i, block in zip(ids, fresh):
             blocks[i] = block
-        rest = {k: v for k, v in raw.items() if k != "block_changes"}
         if placeholders:  # (block order, as the driver sends the changes)
             fresh = sorted(placeholders + fresh, key=lambda b: b.id)
         self.handed = ChangedTuple.of(self.blocks, self.handed, tuple(fresh), tuple(gone))

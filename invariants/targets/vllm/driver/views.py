@@ -47,9 +47,7 @@ class Table(NamedTuple):
 
     manager: Any
     rid: str
-    length: int
     real: list[int]  # its real blocks' ids
-    nulls: list[int]  # the positions of the null block in it
     head: tuple  # its row in ``block_tables`` before the counts that move every step
     tail: tuple  # ... and after them (``TABLE_FIELDS``)
 
@@ -84,7 +82,7 @@ def _table(manager, rid: str, blocks: list, null: int, group: dict) -> Table:
     real, nulls = _real_and_nulls(ids, null)
     head = (rid, group["group"], group["window"], group["chunk"])
     tail = (group["block_size"], len(ids), nulls, group["kind"], group["spec_blocks"])
-    return Table(manager, rid, len(ids), real, nulls, head, tail)
+    return Table(manager, rid, real, head, tail)
 
 
 def _real_and_nulls(ids: list[int], null: int) -> tuple[list[int], list[int]]:
