@@ -89,7 +89,7 @@ def _owners_delta(old: list, new: list) -> list:
     lists across views — costs no comparison.)"""
     before = dict(old)
     return [
-        [label, 0, len(pages), []]
+        [label, 0, len(before[label]), []]
         if before.get(label) is pages
         else [label, *list_delta(before.get(label, []), pages)]
         for label, pages in new

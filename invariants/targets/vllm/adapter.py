@@ -31,6 +31,7 @@ from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
 from invariants.targets.registry import TargetOptions, stamped_releases
 from invariants.targets.vllm.blocks import BlockMirror
+from invariants.targets.vllm.pool import PoolMirror
 
 ROOT = Path(__file__).resolve().parents[3]
 DRIVER = Path(__file__).resolve().parent / "driver" / "main.py"
@@ -150,8 +151,11 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
 
 
 def decoder() -> Callable[[dict[str, Any]], StateView]:
-    """Block records and census inputs come as deltas: one mirror of each per run."""
-    return BlockMirror(CensusMirror().view).view
+    """The driver sends what it read of the pool, as what changed: one run's pool is rebuilt
+    and derived here (pool.py), its block records and census inputs kept as deltas by one
+    mirror of each per run."""
+    pool, blocks = PoolMirror(), BlockMirror(CensusMirror().view)
+    return lambda raw: blocks.view(pool.view(raw))
 
 
 def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:

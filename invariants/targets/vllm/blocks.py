@@ -1,11 +1,12 @@
-"""The vllm target's block records across one run: the driver sends, per view, only the
-blocks whose record changed since its previous view (``block_changes``: seven columns in
-``BlockView``'s field order, or none); ``BlockMirror`` keeps every block's current
-``BlockView`` and hands each view the whole tuple.
+"""The vllm target's block records across one run: each view brings only the blocks whose
+record changed since the run's previous view (``block_changes``: their ``BlockView``s in block
+order, derived on this side from the driver's reads: pool.py, records.py); ``BlockMirror``
+keeps every block's current ``BlockView`` and hands each view the whole tuple.
 
 Keeps: the views the checker reads are exactly those a full listing would give (a block's
-record is replaced whenever any field changed, and the driver compares every block at every
-view); unchanged records are the same objects, so a view costs the changes, not the pool.
+record is replaced whenever any field changed, and records.py compares every block it may have
+changed at every view); unchanged records are the same objects, so a view costs the changes,
+not the pool.
 The tuple says what changed (``prior``: the tuple handed out before, ``fresh``: the records
 built since, ``gone``: those they replaced), as the tree's node tuple does: a per-block rule
 is then re-tested on the fresh records only (invariants/checking/memos.py).
@@ -45,7 +46,8 @@ class BlockMirror:
         if changes is None:
             view = self.decode(rest)
             return replace(view, **rows) if rows else view
-        fresh, ids, blocks = _records(changes), changes[0] if changes else [], self.blocks
+        fresh, blocks = changes, self.blocks
+        ids = [block.id for block in fresh]
         known = len(blocks)
         placeholders = self._grow(ids)
         gone = [blocks[i] for i in ids if i < known]
@@ -66,15 +68,6 @@ class BlockMirror:
         room = [_SLOT if i in listed else BlockView(i) for i in range(start, last + 1)]
         self.blocks.extend(room)  # (a listed id's slot is filled next)
         return [b for b in room if b is not _SLOT]
-
-
-def _records(columns: list[list[Any]]) -> list[BlockView]:
-    """The changed blocks' records from their columns (mapped_as comes as a list)."""
-    if not columns:
-        return []
-    ids, ref_cnt, in_free_queue, hashes, mapped_as, holders, is_null = columns
-    rows = zip(ids, ref_cnt, in_free_queue, hashes, map(tuple, mapped_as), holders, is_null)
-    return list(map(_BLOCK, rows))
 
 
 def _rows(raw: dict[str, Any], key: str, cls: type) -> tuple:
@@ -103,5 +96,4 @@ _TUPLED = {  # each record's fields that hold a tuple (JSON sends a list), by po
     cls: [i for i, hint in enumerate(get_type_hints(cls).values()) if get_origin(hint) is tuple]
     for _, cls in ROWS.values()
 }
-_BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
 _SLOT = BlockView(-1)  # a listed block's place between growing the mirror and filling it

@@ -32,10 +32,10 @@ flight (what it reads goes into the view: views.step_reads). The engine is idle 
        ``stats`` answers {"counts", "scheduler", "drafts", "connector", "owners", "groups",
        "fault", "fault_fired"} (``owners``: the kinds of block owner the views listed, with
        a connector; ``groups``: each KV-cache group's spec and block size, the scheduler's).
-A view is kvspec's state view as data (views.py): the block pool as one pool (counters from
-vLLM's free count and ref counts, the census input by block id, as what changed since the
-run's previous view), the block records changed since then (records.py), and each request's
-block table per KV-cache group.
+A view is what the driver read of the scheduler (views.py): the block pool as what changed
+since the run's previous view (pool_reads.py: kvspec's side derives the block records, the
+pool's counters and the census input from it), and each request's block table per KV-cache
+group.
 """
 
 from __future__ import annotations
@@ -61,9 +61,8 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 import answers  # noqa: E402
-import census_deltas  # noqa: E402
 import faults  # noqa: E402
-import records  # noqa: E402
+import pool_reads  # noqa: E402
 import spec  # noqa: E402
 import views  # noqa: E402
 import vllm  # noqa: E402
@@ -125,10 +124,9 @@ class Driver:
         self.inflight = None  # async: the scheduled step whose output is not processed yet
         self.asynchronous = bool(op.get("async_scheduling"))
         self.eos_prob = op.get("eos_prob", 0.0)
-        # views are deltas: the block records and the census input as last sent
+        # views are deltas: the pool's reads as last sent
         writes.stop()  # (a run that views records vLLM's writes from here on)
-        self.records = records.Records(writes.record() if self.viewing else None)
-        self.census = census_deltas.CensusEncoder()
+        self.reads = pool_reads.PoolReads(writes.record() if self.viewing else None)
         k = op.get("num_speculative_tokens") or 0
         self.spec = spec.Speculation(k, op.get("accept_prob", 0.7)) if k else None
         return self._view("step")
@@ -166,13 +164,14 @@ class Driver:
             return []
         step, size = self.counts["steps"], self.block_size
         reads = self.inflight[2] if self.inflight else []
-        view = views.state(self.sched, event, step, size, self.records, reads)
+        view = views.state(self.sched, event, step, size, self.reads, reads)
         if self.connector is not None:  # transfer and deferred owners exist only with one
-            owned = view["pools"][0]["census_input"]["owned"]
-            self.owners.update(label.split(":")[0] for label, _ in owned)
+            owners = view["pool"]["kinds"] or {}
+            self.owners.update(["cache", *owners.values()])
+            self.owners.update(label.split(":")[0] for label in view["pool"]["fenced"])
         view["sched"] = {"preempted_unfreed": list(self.unfreed)}
         self.unfreed.clear()  # each preemption is reported by the view after it, once
-        return [self.census.encode(view)]
+        return [view]
 
     def _pick(self, phase: str, pick: int) -> str | None:
         live = [r for r in self.order if r in self.sched.requests]

@@ -1,27 +1,21 @@
-"""The block pool as kvspec's state view (data): one pool and one record per block.
+"""What a view reads of vLLM's scheduler (data): each request's table per KV-cache group, the
+free queue walked link by link, who holds blocks besides the requests, and under async
+scheduling what the step in flight reads (``step_reads``, taken when it was scheduled).
 
-Keeps: the pool counters are vLLM's own free count and its ref counts — free + evictable is
-``free_block_queue.num_free_blocks``, protected / request-owned the blocks with ref_cnt > 0
-with / without a hash (records.py keeps each bucket from the changed records) — so their sum
-equals the capacity only if vLLM's counter and its ref counts agree; the census input is raw
-block ids, each listed once per holding (the free queue walked link by link, each holder's
-blocks: requests, connector transfers, frees deferred behind the step in flight), so kvspec
-computes the census by id on its side; under async scheduling the view also lists what the
-step in flight reads (``step_reads``, taken when it was scheduled). Block records go
-incrementally: a view lists only the blocks whose record changed since the run's previous
-view (``block_changes``: records.py, which says which blocks it re-reads), kvspec's side keeps
-the rest (invariants/targets/vllm/blocks.py); the census input goes as what changed too
-(driverlib/census_deltas.py, by main.py). A table, a holder's joined blocks and its blocks no
-hash covers are built again only when the table is not the very same list as the view before.
+Keeps: the driver only reads — the pool's blocks and keys as what vLLM wrote since the last
+view (pool_reads.py), a table again only when it is not the very same list as the view
+before — and kvspec's side derives each block's record, the pool's counters and the census
+input from the reads (invariants/targets/vllm/pool.py): the driver's process is the engine's,
+and the derivation runs beside it while it steps.
 """
 
 from __future__ import annotations
 
-from itertools import compress, filterfalse
+from itertools import compress
 from operator import attrgetter, ne
 from typing import Any, NamedTuple
 
-from records import CROSSCHECK
+from census_deltas import CROSSCHECK
 from vllm.v1.request import RequestStatus
 
 WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
@@ -105,32 +99,21 @@ def deferred(sched) -> dict[str, list[int]]:
     }
 
 
-def tables(sched, read: list[Table], fenced: dict, moved: set, records) -> dict:
-    """Each holder's blocks over every KV-cache group (the null block left out), by owner: a
-    request (``req:``), one whose blocks await a connector load (``load:``: WAITING_FOR_
-    REMOTE_KVS, or finished with the load in flight) or a send (``send:``: finished, its free
-    delayed by the connector), and each batch of ``fenced`` frees (``deferred``) — an
-    in-flight transfer is an owner, as a request is. A request none of whose tables is in
-    ``moved`` keeps the very list joined the view before (``records.joined``)."""
-    joined: dict[str, list[int]] = {}
-    last, rebuilt = records.joined, {rid for _, rid in moved}
-    for table in read:
-        rid = table.rid
-        if rid in rebuilt or rid not in last:
-            joined.setdefault(rid, []).extend(table.real)
-        else:
-            joined[rid] = last[rid]
-    records.joined, requests = joined, sched.requests
-    out = {f"{_holder(sched, requests.get(rid))}:{rid}": blocks for rid, blocks in joined.items()}
-    return out | fenced
+def owners(sched, read: list[Table]) -> dict:
+    """Who holds blocks besides the tables' requests, and as what: each request's kind —
+    ``req``, ``load`` (its blocks await a connector load: WAITING_FOR_REMOTE_KVS, or finished
+    with the load in flight) or ``send`` (finished, its free delayed by the connector) — and
+    each batch of frees deferred past the step in flight (``fenced``): an in-flight transfer
+    is an owner, as a request is."""
+    requests = sched.requests
+    kinds = {t.rid: _holder(sched, requests.get(t.rid)) for t in read}
+    return {"kinds": kinds, "fenced": deferred(sched)}
 
 
-def holdings(read: list[Table], fenced: dict[str, list[int]]) -> dict:
-    """Every holding of blocks by a key that lasts across views — each request's table in
-    each KV-cache group, each batch of ``fenced`` frees: a table changes at its ends, a
-    holder's blocks over all its groups anywhere (records.py counts the holders of each
-    block from what changed)."""
-    return {(t.manager.kv_cache_group_id, t.rid): t.real for t in read} | fenced
+def holdings(read: list[Table]) -> dict:
+    """Every table's real blocks by a key that lasts across views, ``(group, rid)``: a table
+    changes at its ends, a holder's blocks over all its groups anywhere."""
+    return {(t.manager.kv_cache_group_id, t.rid): t.real for t in read}
 
 
 def _holder(sched, request) -> str:
@@ -251,62 +234,21 @@ def in_flight_views(sched, reads: list[tuple]) -> dict:
     return {"fields": IN_FLIGHT_FIELDS, "rows": out}
 
 
-def state(sched, event: str, step: int, block_size: int, records, reads: list[tuple]) -> dict:
-    """The view; ``records`` (records.Records: the run's block records as last sent) is
+def state(sched, event: str, step: int, block_size: int, reads_of, reads: list[tuple]) -> dict:
+    """The view; ``reads_of`` (pool_reads.PoolReads: the run's pool reads as last sent) is
     brought up to date; ``reads``: what the step scheduled but not processed (async) reads
     and writes (``step_reads``; its tokens are in the tables' ``in_flight``)."""
     in_flight = {read[0]: read[3] for read in reads}
     pool = sched.kv_cache_manager.coordinator.block_pool
-    (read, moved), fenced = read_tables(sched, records.tables), deferred(sched)
+    read, moved = read_tables(sched, reads_of.tables)
     if CROSSCHECK and read != read_tables(sched, {})[0]:  # every table read again
         raise AssertionError("block tables kept across views differ from the tables' now")
-    walk, held = free_walk(pool), tables(sched, read, fenced, moved, records)
-    changes = records.changes(pool, walk, holdings(read, fenced), moved | fenced.keys())
+    held = holdings(read)
     return {
         "event": event,
         "step": step,
         "page_size": block_size,
-        "pools": [_pool(pool, walk, held, block_size, records)],
-        "block_changes": changes,
+        "pool": reads_of.read(pool, free_walk(pool), held, moved, owners(sched, read)),
         "block_table_rows": block_tables(sched, read, in_flight),
         "in_flight_rows": in_flight_views(sched, reads),
     }
-
-
-def _pool(pool, walk: list[int], held: dict[str, list[int]], bs: int, records) -> dict:
-    live = len(pool.blocks) - len(records.null)
-    evictable = len(records.evictable)
-    return {
-        "name": "full",
-        "page_size": bs,
-        "capacity": live * bs,
-        "free": (pool.free_block_queue.num_free_blocks - evictable) * bs,
-        "evictable": evictable * bs,
-        "protected": len(records.protected) * bs,
-        "request_owned": len(records.request_owned) * bs,
-        "census_input": {
-            "num_pages": live,
-            "slots_per_page": 1,  # a block is listed once per holding, whatever its size
-            "free_pages": walk,
-            "owned": [("cache", records.cache_blocks()), *_owned(held, records)],
-            "referenced": list(held.items()),
-        },
-    }
-
-
-def _owned(held: dict[str, list[int]], records) -> list[tuple[str, list[int]]]:
-    """Each holder's blocks no hash covers (a cached one is the cache's): the list filtered
-    the view before when its blocks are the very same list and none of them gained or lost
-    a hash since (``records.toggled``)."""
-    last, toggled, now = records.owned, records.toggled, {}
-    cached = records.hashed.__contains__  # (the filter runs at C speed: tables are long at 1)
-    for owner, blocks in held.items():
-        before = last.get(owner)
-        stale = before is None or before[0] is not blocks
-        if stale or (toggled and not toggled.isdisjoint(blocks)):
-            before = (blocks, list(filterfalse(cached, blocks)))
-        now[owner] = before
-    records.owned = now
-    if CROSSCHECK and any(kept != [b for b in bs if not cached(b)] for bs, kept in now.values()):
-        raise AssertionError("owned blocks kept across views differ from the tables' now")
-    return [(owner, kept) for owner, (_, kept) in now.items()]

@@ -1,5 +1,6 @@
 """vLLM's own writes to its blocks and to its hash map, recorded as they happen, so that a view
-re-reads only the blocks whose record may have changed (records.py). Runs inside the vllm venv.
+re-reads only the blocks whose record may have changed (pool_reads.py). Runs inside the vllm
+venv.
 
 Keeps: every write vLLM makes to a block's fields goes through the block's ``__setattr__``
 (``KVCacheBlock`` is a plain dataclass: vLLM writes its fields by assignment, the free queue's
@@ -7,7 +8,7 @@ links included), and every change to the hash map through ``BlockHashToBlockMap.
 ``pop`` (the only writers of its ``_cache``) — so a block none of them touched holds the record
 it held. A write to a free-queue link (``prev_free_block``, ``next_free_block``) is not
 recorded: no field of a record reads it — free-queue membership comes from the queue's walk,
-which records.py, like the block tables, compares whole. Installed only while a run views:
+which kvspec's side, like the block tables, compares whole. Installed only while a run views:
 the unchecked mode times vLLM as shipped. A release without these classes is read in full at
 every view, as before.
 """

@@ -1,6 +1,6 @@
 """The vllm target's incremental block records (invariants/targets/vllm/blocks.py): a view carries
-only the blocks whose record changed; the mirror hands the checker every block, each as the
-driver last described it — the same views a full listing would give."""
+only the blocks whose record changed; the mirror hands the checker every block, each as last
+derived — the same views a full listing would give."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from invariants.targets.vllm.blocks import BlockMirror
 
 
 def raw(changes: list[list[Any]]) -> dict[str, Any]:
-    """A view whose changed blocks are ``changes`` (records, sent as the driver sends them:
-    seven columns)."""
+    """A view whose changed blocks are ``changes`` (records' fields in order, as pool.py
+    hands them: ``BlockView``s)."""
     pool = {
         "name": "full", "page_size": 1, "capacity": 3, "free": 3,
         "census_input": {"num_pages": 3, "free_pages": [1, 2, 3], "owned": [], "referenced": []},
     }  # fmt: skip
-    columns = [list(c) for c in zip(*changes)]
-    return {"event": "step", "step": 1, "page_size": 1, "pools": [pool], "block_changes": columns}
+    records = [BlockView(*c[:4], tuple(c[4]), *c[5:]) for c in changes]
+    return {"event": "step", "step": 1, "page_size": 1, "pools": [pool], "block_changes": records}
 
 
 def test_changed_blocks_replace_their_records_and_the_rest_stay() -> None:

@@ -1,70 +1,77 @@
-"""The vllm driver reads a block's record again only when vLLM wrote to it (driver/records.py,
-driver/writes.py): on vLLM's own BlockPool, taking blocks re-reads exactly those blocks, a table
-that grows re-counts only what it added, and a write that no hook saw — the one thing that
-could make an incremental read wrong — is caught by the cross-check's full read. Run under the
-vllm venv's python (the driver's modules import vLLM)."""
+"""The vllm driver reads a block again only when vLLM wrote to it (driver/pool_reads.py,
+driver/writes.py), and kvspec's side derives the records from those reads (pool.py,
+records.py): on vLLM's own BlockPool, taking blocks re-reads exactly those blocks, a table that
+grows re-counts only what it added, and a write that no hook saw — the one thing that could
+make an incremental read wrong — is caught by the cross-check's whole read. The driver's half
+runs under the vllm venv's python (its modules import vLLM)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from invariants.targets.vllm.adapter import vllm_python
+from invariants.targets.vllm.pool import PoolMirror
 
 pytestmark = pytest.mark.vllm
 DRIVER = Path(__file__).parents[4] / "invariants/targets/vllm/driver"
 
 SCRIPT = """
-import sys
+import json, sys
 sys.path[:0] = [{driver!r}, {driverlib!r}]
-import records, views, writes
+import pool_reads, views, writes
 from vllm.v1.core.block_pool import BlockPool
 
 pool = BlockPool(8, True, 1)
-rec = records.Records(writes.record())
-def ids(held):
-    columns = rec.changes(pool, views.free_walk(pool), held, set(held))
-    return columns[0] if columns else []
+reads, out = pool_reads.PoolReads(writes.record()), []
+def read(held):
+    owners = {{"kinds": {{rid: "req" for _, rid in held}}, "fenced": {{}}}}
+    out.append(reads.read(pool, views.free_walk(pool), held, set(held) | set(reads.held), owners))
 
-print("first", ids({{}}))
+read({{}})
 taken = pool.get_new_blocks(2)
-held = {{"r": [b.block_id for b in taken]}}
-print("taken", ids(held), [b.block_id for b in taken])
-print("unchanged", ids(held))
+held = {{(0, "r"): [b.block_id for b in taken]}}
+read(held)
+read(held)
 grown = pool.get_new_blocks(1)
-print("grown", ids({{"r": held["r"] + [grown[0].block_id]}}), grown[0].block_id)
-records.CROSSCHECK = True
+read({{(0, "r"): held[0, "r"] + [grown[0].block_id]}})
+pool_reads.CROSSCHECK = True
 object.__setattr__(taken[0], "ref_cnt", 5)  # a write past the hook
-try:
-    ids({{"r": held["r"] + [grown[0].block_id]}})
-    print("missed")
-except AssertionError as exc:
-    print("caught", exc)
+read({{(0, "r"): held[0, "r"] + [grown[0].block_id]}})
 writes.stop()
+print(json.dumps(out))
 """
 
 
-def _run() -> dict[str, str]:
+def _run() -> list[dict]:
     script = SCRIPT.format(driver=str(DRIVER), driverlib=str(DRIVER.parent.parent / "driverlib"))
     out = subprocess.run(
         [str(vllm_python()), "-c", script], capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    return dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 def test_only_written_blocks_are_read_again_and_a_missed_write_is_caught() -> None:
     """The first view reads every block (the null block and 7 more); taking two re-reads those
     two; a view with nothing written reads none; a grown table re-reads the one block added;
     a ref count written past the hook is named by the cross-check's full read."""
-    lines = _run()
-    assert lines["first"] == str(list(range(8)))
-    taken, ids = lines["taken"].split("] [")
-    assert taken + "]" == "[" + ids
-    assert lines["unchanged"] == "[]"
-    grown, block = lines["grown"].rsplit(" ", 1)
-    assert grown == f"[{block}]"
-    assert lines["caught"].startswith("block records read incrementally differ at blocks")
-    assert "missed" not in lines
+    first, taken, unchanged, grown, unhooked = _run()
+    assert first["blocks"][0] == list(range(8)) and first["whole"]
+    table = taken["tables"][0]  # [group, rid, start, kept, tail]
+    assert taken["blocks"][0] == sorted(table[4]) and len(table[4]) == 2
+    assert unchanged["blocks"][0] == [] and unchanged["tables"] == []
+    assert grown["blocks"][0] == grown["tables"][0][4]  # the one block the table gained
+    mirror = PoolMirror()
+    changed = [mirror.view(_view(read))["block_changes"] for read in (first, taken, unchanged)]
+    assert [len(c) for c in changed] == [8, 2, 0]
+    mirror.view(_view(grown))
+    with pytest.raises(AssertionError, match="a write the driver did not re-read"):
+        mirror.view(_view(unhooked))
+
+
+def _view(read: dict) -> dict:
+    return {"event": "step", "step": 1, "page_size": 1, "pool": read}

@@ -1,84 +1,81 @@
 """Each block's record as kvspec's ``BlockView`` lists it — ``(id, ref_cnt, in_free_queue, hash,
-mapped_as, holders, is_null)`` — kept across one run's views, so that a view lists only the
-records that changed (``block_changes``, as seven columns in that order: kvspec's side keeps the
-rest, invariants/targets/vllm/blocks.py). Runs inside the vllm venv.
+mapped_as, holders, is_null)`` — kept across one run's views from what the vllm driver read
+(its ``pool``: driver/pool_reads.py), so that a view lists only the records that changed
+(``block_changes``, as seven columns in that order: blocks.py keeps the rest), with the
+pool's buckets the counters are sums of.
 
-Keeps: at every view a record is rebuilt for each block vLLM wrote (writes.py), each block whose
-free-queue membership or holder count changed (the free queue's walk is read whole at every view
-and compared; a holder is recounted when one of its tables is not the very same as the view
-before), and each block listed under a hash-map key vLLM wrote (that key re-read) — every other
-block's fields, and so its record, are as they were. The pool's buckets (evictable, protected,
-request-owned, the census's cache owner) are sets kept from the changed records too. Without a
-recording (a release lacking the hooked classes) or once the map was replaced
-(``reset_prefix_cache``), every block is read. Under ``KVSPEC_CROSSCHECK`` every view reads every
-block too and must agree: a difference is the driver's error, never a finding.
+Keeps: at every view a record is rebuilt for each block the driver re-read (those vLLM wrote),
+each block whose free-queue membership or holder count changed (the free queue's walk is
+compared with the last; a holder is recounted when one of its tables moved), and each block
+listed under a hash-map key vLLM wrote — every other block's fields, and so its record, are
+as they were. The buckets (evictable, protected, request-owned, the census's cache owner) are
+sets kept from the changed records. A ``whole`` read (a run's first view, a release without
+the write hooks, a replaced map) rebuilds every record. Under ``KVSPEC_CROSSCHECK`` the driver
+sends everything too and every kept structure must agree with it: a difference is the
+harness's error, never a finding.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
+from functools import partial
 from itertools import compress, repeat
-from operator import and_, attrgetter, ne, not_
+from operator import and_, itemgetter, ne, not_
+from typing import Any
 
-from census_deltas import list_delta
+from engine.view import BlockView
+from invariants.targets.driverlib.census_deltas import list_delta
 
-CROSSCHECK = os.environ.get("KVSPEC_CROSSCHECK", "") not in ("", "0")
-
-
-class _Hexes(dict):
-    """A block hash (immutable bytes) -> its short hex, each computed once; None -> ""."""
-
-    def __missing__(self, h) -> str:
-        text = self[h] = bytes(h).hex()[:24]
-        return text
+REF_CNT, HASH, IS_NULL = itemgetter(0), itemgetter(1), itemgetter(2)  # a block's raw read
+_BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
 
 
-_HEX = _Hexes({None: ""})
-hex_of = _HEX.__getitem__  # (a dict's lookup: a column of hashes maps at C speed)
+class _Short(dict):
+    """A hash-map key (whole hex) -> its first 24 digits (a record's hash), each cut once."""
+
+    def __missing__(self, key: str) -> str:
+        short = self[key] = key[:24]
+        return short
 
 
-def block_ids(entry) -> tuple[int, ...]:
-    """The blocks a hash-map entry lists (one block, or a dict of them by id)."""
-    if entry is None:
-        return ()
-    return (entry.block_id,) if hasattr(entry, "block_id") else tuple(entry)
+short_hex = _Short().__getitem__  # (a dict's lookup: a block's keys map at C speed)
 
 
-def read_map(hash_map) -> tuple[dict[int, set], dict]:
-    """Every block's keys in the hash map, and every key's block ids."""
+def read_map(listing: list) -> tuple[dict[int, set], dict]:
+    """Every block's keys in the hash map, and every key's block ids, from a whole listing
+    (``[key, ids]`` per key)."""
     keys: dict[int, set] = {}
     under = {}
-    for key, entry in hash_map._cache.items():
-        under[key] = ids = block_ids(entry)
+    for key, ids in listing:
+        under[key] = ids
         for b in ids:
             keys.setdefault(b, set()).add(key)
     return keys, under
 
 
-def mapped_as(keys: Iterable) -> list[str]:
-    """The record's ``mapped_as``: the short hexes of a block's keys, sorted (two keys can share
-    one: the same hash in two KV groups)."""
-    return sorted(set(map(hex_of, keys)))
+def mapped_as(keys: Iterable[str]) -> tuple[str, ...]:
+    """The record's ``mapped_as``: the short hexes (24 digits, as a record's hash) of a block's
+    keys, sorted (two keys can share one: the same hash in two KV groups)."""
+    return tuple(sorted(set(map(short_hex, keys))))
 
 
-def _rows(blocks: list, ids: list[int], free: set[int], holders: dict, mapped: dict) -> list:
-    """The records of ``blocks`` (ids ``ids``), read a field at a time: a block size of 1
-    changes hundreds a step."""
+def _rows(raw: list[tuple], ids: list[int], free: set[int], holders: dict, mapped: dict) -> list:
+    """The records of blocks ``ids`` (``raw``: their reads), a field at a time: a block size
+    of 1 changes hundreds a step."""
     return list(
         zip(
             ids,
-            map(attrgetter("ref_cnt"), blocks),
+            map(REF_CNT, raw),
             map(free.__contains__, ids),
-            map(hex_of, map(attrgetter("block_hash"), blocks)),
+            map(HASH, raw),
             map(mapped.get, ids, repeat(_UNMAPPED)),
             map(holders.get, ids, repeat(0)),
-            map(attrgetter("is_null"), blocks),
+            map(IS_NULL, raw),
         )
     )
 
 
-_UNMAPPED: list[str] = []  # (shared by every record of a block no key lists: never changed)
+_UNMAPPED: tuple[str, ...] = ()  # (every record of a block no key lists)
 
 
 def count_holders(held: dict) -> dict[int, int]:
@@ -130,19 +127,15 @@ def buckets_of(rows: Iterable[tuple]) -> dict[str, set[int]]:
 class Records:
     """One run's block records as last sent, with the sets the pool's counters are sums of."""
 
-    def __init__(self, writes) -> None:
-        self.writes = writes  # writes.Writes, or None: read every block at every view
+    def __init__(self) -> None:
         self.rows: dict[int, tuple] = {}
+        self.raw: dict[int, tuple] = {}  # each block's (ref_cnt, hash, is_null) as last read
         self.walk: list[int] = []  # the free queue as last walked
         self.free: set[int] = set()  # its blocks (kept from the walks' changes)
-        self.tables: dict = {}  # each table as last read (views.read_tables)
-        self.joined: dict = {}  # each holder's blocks over its groups, as last joined (views)
-        self.owned: dict = {}  # each owner's blocks no hash covers, as last filtered (views)
-        self.held: dict = {}  # each holding's blocks as last read (views.holdings)
+        self.held: dict = {}  # each holding's blocks as last read (pool.py)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
-        self.map = None  # the hash map read last (a new one: reset_prefix_cache)
-        self.keys: dict[int, set] = {}  # each listed block's keys
-        self.mapped: dict[int, list[str]] = {}  # ... and its mapped_as
+        self.keys: dict[int, set] = {}  # each listed block's keys (whole hexes)
+        self.mapped: dict[int, tuple[str, ...]] = {}  # ... and its mapped_as
         self.under: dict = {}
         # the real (not null) blocks in each of the pool's buckets, kept from the changed
         # records (a bucket is a test of one record: the pool's counters are their sizes)
@@ -155,34 +148,33 @@ class Records:
         self.toggled: set[int] = set()  # the blocks whose hash came or went at the last view
         self.cached: list[int] | None = []  # the cache's blocks sorted (None: sort them again)
 
-    def changes(self, pool, walk: list[int], held: dict, moved: set) -> list:
-        """The records that changed since the last call, in block order, as columns (none
-        changed: an empty list); ``moved``: the keys of ``held`` whose blocks may differ from
-        the last call's (every other holding is the very same)."""
-        dirty = sorted(self._dirty(pool, walk, held, moved))
+    def changes(self, read: dict[str, Any], walk: list[int], held: dict, moved: set) -> list:
+        """The records that changed since the last call, in block order (``BlockView``s);
+        ``read``: the driver's pool reads, ``moved``: the keys of ``held`` whose blocks may
+        differ from the last call's (every other holding is the very same list)."""
+        dirty = sorted(self._dirty(read, walk, held, moved))
         free, rows = self.free, self.rows
-        blocks = list(map(pool.blocks.__getitem__, dirty))
-        fresh = _rows(blocks, dirty, free, self.holders, self.mapped)
-        changed = list(compress(fresh, map(ne, fresh, map(rows.get, dirty))))  # (at C speed)
-        columns = [list(column) for column in zip(*changed)]
+        raw = list(map(self.raw.__getitem__, dirty))
+        fresh = _rows(raw, dirty, free, self.holders, self.mapped)
+        changed = list(map(_BLOCK, compress(fresh, map(ne, fresh, map(rows.get, dirty)))))
         self.toggled = set()
-        if columns:
+        if changed:
+            columns = list(zip(*changed))
             rows.update(zip(columns[0], changed))
             self._index(columns)
-        if CROSSCHECK:
-            self._cross_check(pool, walk, self.holders)
-        return columns
+        if "check" in read:
+            self._cross_check(read["check"], walk)
+        return changed
 
-    def _dirty(self, pool, walk: list[int], held: dict, moved: set) -> Iterable[int]:
-        written, keys = self.writes.take() if self.writes is not None else (None, ())
+    def _dirty(self, read: dict[str, Any], walk: list[int], held: dict, moved: set) -> Iterable:
+        ids, ref_cnt, hashes, is_null = read["blocks"]
+        self.raw.update(zip(ids, zip(ref_cnt, hashes, is_null)))
         counted, queued = self._recount(held, moved), self._refree(walk)
-        if written is None or pool.cached_block_hash_to_block is not self.map:
-            self.map = pool.cached_block_hash_to_block
-            self.keys, self.under = read_map(self.map)
+        if read["whole"]:
+            self.keys, self.under = read_map(read["keys"])
             self.mapped = {b: mapped_as(listed) for b, listed in self.keys.items()}
-            return range(len(pool.blocks))
-        written.discard(-1)  # the free queue's fake head and tail (never but by their links)
-        return written | queued | counted | self._remap(keys)
+            return range(read["num_blocks"])
+        return set(ids) | queued | counted | self._remap(read["keys"])
 
     def _refree(self, walk: list[int]) -> set[int]:
         """Bring the free set up to date with the walk: the blocks that joined or left it.
@@ -223,13 +215,13 @@ class Records:
         self.held = held
         return moved
 
-    def _remap(self, keys: Iterable) -> set[int]:
-        """Re-read the written keys: the blocks listed under them before or now, whose keys
-        and ``mapped_as`` are brought up to date (by whole keys: two keys sharing a short hex
-        are two keys here)."""
-        cache, under, listed, touched = self.map._cache, self.under, self.keys, set()
-        for key in keys:
-            before, now = under.pop(key, ()), block_ids(cache.get(key))
+    def _remap(self, keys: list) -> set[int]:
+        """Take in the written keys (``[key, ids]``: the blocks listed under it now): the
+        blocks listed under them before or now, whose keys and ``mapped_as`` are brought up
+        to date (by whole keys: two keys sharing a short hex are two keys here)."""
+        under, listed, touched = self.under, self.keys, set[int]()
+        for key, now in keys:
+            before = under.pop(key, ())
             for b in before:
                 listed[b].discard(key)
             for b in now:
@@ -245,7 +237,7 @@ class Records:
                 self.mapped.pop(b, None)
         return touched
 
-    def _index(self, columns: list[list]) -> None:
+    def _index(self, columns: list[tuple]) -> None:
         """The buckets brought up to date with the changed records (as columns, each test
         at C speed); ``toggled``: the changed blocks whose hash came or went."""
         ids, ref_cnt, free, hashes, _, holders, is_null = columns
@@ -279,22 +271,27 @@ class Records:
     def buckets(self) -> dict[str, set[int]]:
         return {name: getattr(self, name) for name in BUCKETS}
 
-    def _cross_check(self, pool, walk: list[int], holders: dict[int, int]) -> None:
-        keys, free = read_map(pool.cached_block_hash_to_block)[0], set(walk)
+    def _cross_check(self, check: dict[str, Any], walk: list[int]) -> None:
+        """Every kept structure against the driver's whole reads (``check``)."""
+        keys, free = read_map(check["keys"])[0], set(walk)
         mapped = {b: mapped_as(listed) for b, listed in keys.items()}
-        if count_holders(self.held) != holders:
+        if count_holders(self.held) != self.holders:
             raise AssertionError("holder counts kept incrementally differ from the tables'")
         if free != self.free:
             raise AssertionError("the free set kept incrementally differs from the walk's")
-        ids = [b.block_id for b in pool.blocks]
-        full = dict(zip(ids, _rows(pool.blocks, ids, free, holders, mapped)))
-        if full != self.rows:
-            wrong = sorted(
-                i for i in full.keys() | self.rows.keys() if full.get(i) != self.rows.get(i)
-            )
-            wrong = [(i, full.get(i), self.rows.get(i)) for i in wrong[:4]]  # (id, full, kept)
-            raise AssertionError(f"block records read incrementally differ at blocks {wrong}")
+        ids, ref_cnt, hashes, is_null = check["blocks"]
+        raw = dict(zip(ids, zip(ref_cnt, hashes, is_null)))
+        _same("block reads (a write the driver did not re-read)", raw, self.raw)
+        full = dict(zip(ids, _rows(list(raw.values()), ids, free, self.holders, mapped)))
+        _same("block records", full, self.rows)
         if buckets_of(full.values()) != self.buckets():
             raise AssertionError("the pool's buckets kept incrementally differ from its blocks'")
         if self.cached not in (None, sorted(self.cache)):
             raise AssertionError("the cache's blocks as kept sorted differ from the cache's")
+
+
+def _same(what: str, full: dict, kept: dict) -> None:
+    if full != kept:
+        wrong = sorted(i for i in full.keys() | kept.keys() if full.get(i) != kept.get(i))
+        shown = [(i, full.get(i), kept.get(i)) for i in wrong[:4]]  # (id, whole, kept)
+        raise AssertionError(f"{what} kept incrementally differ at blocks {shown}")

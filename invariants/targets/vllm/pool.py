@@ -1,0 +1,162 @@
+"""The vllm target's block pool rebuilt on kvspec's side from what the driver read (its view's
+``pool``: driver/pool_reads.py) — the free queue's walk, each table, each holder's kind, the
+blocks and hash-map keys vLLM wrote — and everything that follows from it derived here: each
+block's record (records.py), the pool's counters and the census input by block id. The view
+then goes on as the driver once sent it: ``pools`` with the census input as deltas
+(driverlib/census_deltas.py, read back by the census mirror) and ``block_changes`` (blocks.py).
+
+Keeps: the driver's process is the engine's, so it only reads; the derivation runs here, beside
+the engine, while the driver runs the next step. The counters are vLLM's own free count and
+its ref counts — free + evictable is ``num_free_blocks``, protected / request-owned the blocks
+with ref_cnt > 0 with / without a hash — so their sum equals the capacity only if vLLM's
+counter and its ref counts agree; the census input lists raw block ids, each once per holding:
+the free queue as walked link by link, each holder's blocks over its KV-cache groups — a
+request (``req:``), one whose blocks await a connector load (``load:``) or a send (``send:``),
+each batch of frees deferred past the step in flight (``deferred:``) — and, as owners, the
+cache (blocks with a hash some holder holds, not free) and each holder's blocks no hash covers.
+A holder's joined and unhashed lists are built again only when one of its tables moved (or a
+block of it gained or lost a hash). Under ``KVSPEC_CROSSCHECK`` the rebuilt walk, tables and
+kinds must equal the driver's whole reads.
+"""
+
+from __future__ import annotations
+
+from itertools import filterfalse
+from typing import Any
+
+from invariants.targets.driverlib.census_deltas import CensusEncoder
+from invariants.targets.vllm.records import Records
+
+Key = tuple[int, str]  # a table's: (KV-cache group, request id)
+
+
+class PoolMirror:
+    """One run's pool as the driver read it (a new run — a new config op — needs a new one)."""
+
+    def __init__(self) -> None:
+        self.records = Records()
+        self.encoder = CensusEncoder()
+        self.walk: list[int] = []
+        self.tables: dict[Key, list[int]] = {}  # each table's real blocks
+        self.groups: dict[str, list[int]] = {}  # each request's groups with a table, sorted
+        self.kinds: dict[str, str] = {}  # each request's holder kind
+        self.fenced: dict[str, list[int]] = {}  # each batch of deferred frees
+        self.joined: dict[str, list[int]] = {}  # each request's blocks over its groups
+        self.owned: dict[str, tuple[list[int], list[int]]] = {}  # holder: (blocks, unhashed)
+
+    def view(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """The driver's view with its ``pool`` reads turned into ``pools`` (the census input
+        as a delta) and ``block_changes``."""
+        raw = dict(raw)
+        read, page_size = raw.pop("pool"), raw["page_size"]
+        self.walk = _sliced(self.walk, *read["free"])
+        moved = self._retable(read["tables"])
+        rebuilt = {rid for _, rid in moved}
+        fenced = self.fenced = read["fenced"]
+        held: dict[Any, list[int]] = {**self.tables, **fenced}
+        if read["kinds"] is not None:
+            self.kinds = read["kinds"]
+        if "check" in read:
+            self._cross_check(read["check"])
+        changes = self.records.changes(read, self.walk, held, moved | fenced.keys())
+        raw["block_changes"] = changes
+        raw["pools"] = [self._pool(read, page_size, rebuilt)]
+        if "check" in read:
+            self._check_owned()
+        return self.encoder.encode(raw)
+
+    def _retable(self, changes: list[list[Any]]) -> set[Key]:
+        """Apply the moved tables (``[group, rid, start, kept, tail]``; gone: ``[group,
+        rid]``): their keys."""
+        moved: set[Key] = set()
+        for group, rid, *delta in changes:
+            key = (group, rid)
+            moved.add(key)
+            groups = self.groups.setdefault(rid, [])
+            if delta:
+                self.tables[key] = _sliced(self.tables.get(key, []), *delta)
+                if group not in groups:
+                    groups.append(group)
+                    groups.sort()
+                continue
+            self.tables.pop(key, None)
+            groups.remove(group)
+            if not groups:
+                del self.groups[rid]
+        return moved
+
+    def _pool(self, read: dict[str, Any], page_size: int, rebuilt: set[str]) -> dict[str, Any]:
+        records, bs = self.records, page_size
+        live = read["num_blocks"] - len(records.null)
+        evictable = len(records.evictable)
+        held = self._holders(rebuilt)
+        return {
+            "name": "full",
+            "page_size": bs,
+            "capacity": live * bs,
+            "free": (read["num_free_blocks"] - evictable) * bs,
+            "evictable": evictable * bs,
+            "protected": len(records.protected) * bs,
+            "request_owned": len(records.request_owned) * bs,
+            "census_input": {
+                "num_pages": live,
+                "slots_per_page": 1,  # a block is listed once per holding, whatever its size
+                "free_pages": self.walk,
+                "owned": [["cache", records.cache_blocks()], *self._owned(held)],
+                "referenced": [[owner, blocks] for owner, blocks in held.items()],
+            },
+        }
+
+    def _holders(self, rebuilt: set[str]) -> dict[str, list[int]]:
+        """Each holder's blocks over its KV-cache groups by owner label (the very list of the
+        view before for a request none of whose tables moved), then the deferred frees."""
+        last, tables = self.joined, self.tables
+        joined: dict[str, list[int]] = {}
+        for rid, groups in self.groups.items():
+            if rid in rebuilt or rid not in last:
+                blocks = joined[rid] = []
+                for group in groups:
+                    blocks += tables[group, rid]
+            else:
+                joined[rid] = last[rid]
+        self.joined, kinds = joined, self.kinds
+        return {f"{kinds[rid]}:{rid}": blocks for rid, blocks in joined.items()} | self.fenced
+
+    def _owned(self, held: dict[str, list[int]]) -> list[list[Any]]:
+        """Each holder's blocks no hash covers (a cached one is the cache's): the list filtered
+        the view before when its blocks are the very same list and none of them gained or lost
+        a hash since (``records.toggled``)."""
+        last, toggled = self.owned, self.records.toggled
+        now: dict[str, tuple[list[int], list[int]]] = {}
+        cached = self.records.hashed.__contains__  # (filtered at C speed: tables are long at 1)
+        for owner, blocks in held.items():
+            before = last.get(owner)
+            if before is None or before[0] is not blocks or not toggled.isdisjoint(blocks):
+                before = (blocks, list(filterfalse(cached, blocks)))
+            now[owner] = before
+        self.owned = now
+        return [[owner, kept] for owner, (_, kept) in now.items()]
+
+    def _cross_check(self, check: dict[str, Any]) -> None:
+        tables = sorted([*key, blocks] for key, blocks in self.tables.items())
+        for what, kept, whole in (
+            ("free queue walk", self.walk, check["walk"]),
+            ("block tables", tables, check["tables"]),
+            ("holder kinds", self.kinds, check["kinds"]),
+        ):
+            if kept != whole:
+                raise AssertionError(f"the {what} rebuilt from the driver's deltas differ")
+
+    def _check_owned(self) -> None:
+        cached = self.records.hashed.__contains__
+        if any(kept != [b for b in bs if not cached(b)] for bs, kept in self.owned.values()):
+            raise AssertionError("owned blocks kept across views differ from the tables' now")
+
+
+def _sliced(old: list[int], start: int, kept: int, tail: list[int]) -> list[int]:
+    """``old[start:start + kept] + tail`` (``old`` itself when that is all of it)."""
+    if start < 0 or kept < 0 or start + kept > len(old):
+        raise ValueError(f"a vllm pool delta slices [{start}, {start + kept}) of {len(old)}")
+    if kept == len(old) and not tail:
+        return old
+    return old[start : start + kept] + tail
