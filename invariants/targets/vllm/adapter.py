@@ -26,7 +26,6 @@ from engine.view import StateView
 from invariants.explore.swarm import NEW_MAX, Swarm, sample_prompts, sample_weights
 from invariants.scenarios.ops import CloseSession, OpenSession, Trace
 from invariants.scenarios.spec import EngineSpec, KVConnectorSpec, KVGroupsSpec
-from invariants.targets.census_mirror import CensusMirror
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
 from invariants.targets.registry import TargetOptions, stamped_releases
@@ -152,9 +151,8 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
 
 def decoder() -> Callable[[dict[str, Any]], StateView]:
     """The driver sends what it read of the pool, as what changed: one run's pool is rebuilt
-    and derived here (pool.py), its block records and census inputs kept as deltas by one
-    mirror of each per run."""
-    pool, blocks = PoolMirror(), BlockMirror(CensusMirror().view)
+    and derived here (pool.py: its block records and census input), one per run."""
+    pool, blocks = PoolMirror(), BlockMirror()
     return lambda raw: blocks.view(pool.view(raw))
 
 

@@ -1,9 +1,9 @@
 """The vllm target's block pool rebuilt on kvspec's side from what the driver read (its view's
 ``pool``: driver/pool_reads.py) — the free queue's walk, each table, each holder's kind, the
 blocks and hash-map keys vLLM wrote — and everything that follows from it derived here: each
-block's record (records.py), the pool's counters and the census input by block id. The view
-then goes on as the driver once sent it: ``pools`` with the census input as deltas
-(driverlib/census_deltas.py, read back by the census mirror) and ``block_changes`` (blocks.py).
+block's record (records.py), the pool's counters and the census input by block id: the view
+goes on with ``pools`` (the census input's blocks as arrays, what the census reads) and
+``block_changes`` (blocks.py).
 
 Keeps: the driver's process is the engine's, so it only reads; the derivation runs here, beside
 the engine, while the driver runs the next step. The counters are vLLM's own free count and
@@ -15,8 +15,8 @@ request (``req:``), one whose blocks await a connector load (``load:``) or a sen
 each batch of frees deferred past the step in flight (``deferred:``) — and, as owners, the
 cache (blocks with a hash some holder holds, not free) and each holder's blocks no hash covers.
 A holder's joined and unhashed lists are built again only when one of its tables moved (or a
-block of it gained or lost a hash). Under ``KVSPEC_CROSSCHECK`` the rebuilt walk, tables and
-kinds must equal the driver's whole reads.
+block of it gained or lost a hash), and made an array again only then. Under
+``KVSPEC_CROSSCHECK`` the rebuilt walk, tables and kinds must equal the driver's whole reads.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from __future__ import annotations
 from itertools import filterfalse
 from typing import Any
 
-from invariants.targets.driverlib.census_deltas import CensusEncoder
+import numpy as np
+
 from invariants.targets.vllm.records import Records
 
 Key = tuple[int, str]  # a table's: (KV-cache group, request id)
@@ -35,8 +36,9 @@ class PoolMirror:
 
     def __init__(self) -> None:
         self.records = Records()
-        self.encoder = CensusEncoder()
         self.walk: list[int] = []
+        self.free = _EMPTY  # the walk as an array (what the census reads), kept from its deltas
+        self.arrays: dict[str, tuple[list[int], np.ndarray]] = {}  # owner: its list, as array
         self.tables: dict[Key, list[int]] = {}  # each table's real blocks
         self.groups: dict[str, list[int]] = {}  # each request's groups with a table, sorted
         self.kinds: dict[str, str] = {}  # each request's holder kind
@@ -50,6 +52,7 @@ class PoolMirror:
         raw = dict(raw)
         read, page_size = raw.pop("pool"), raw["page_size"]
         self.walk = _sliced(self.walk, *read["free"])
+        self.free = _sliced_array(self.free, *read["free"])
         moved = self._retable(read["tables"])
         rebuilt = {rid for _, rid in moved}
         fenced = self.fenced = read["fenced"]
@@ -63,7 +66,7 @@ class PoolMirror:
         raw["pools"] = [self._pool(read, page_size, rebuilt)]
         if "check" in read:
             self._check_owned()
-        return self.encoder.encode(raw)
+        return raw
 
     def _retable(self, changes: list[list[Any]]) -> set[Key]:
         """Apply the moved tables (``[group, rid, start, kept, tail]``; gone: ``[group,
@@ -101,11 +104,28 @@ class PoolMirror:
             "census_input": {
                 "num_pages": live,
                 "slots_per_page": 1,  # a block is listed once per holding, whatever its size
-                "free_pages": self.walk,
-                "owned": [["cache", records.cache_blocks()], *self._owned(held)],
-                "referenced": [[owner, blocks] for owner, blocks in held.items()],
+                "free_pages": self.free,
+                **self._as_arrays(
+                    [("cache", records.cache_blocks()), *self._owned(held)], list(held.items())
+                ),
             },
         }
+
+    def _as_arrays(self, owned: list, referenced: list) -> dict[str, list]:
+        """The census input's owners with their blocks as arrays (what the census reads): the
+        array of the view before where the list is the very same (a holder none of whose
+        tables moved), else made again."""
+        last, now = self.arrays, {}
+        parts: dict[str, list] = {"owned": [], "referenced": []}
+        for part, owners in (("owned", owned), ("referenced", referenced)):
+            for owner, blocks in owners:
+                kept = last.get(part + owner)
+                if kept is None or kept[0] is not blocks:
+                    kept = (blocks, np.asarray(blocks, dtype=np.int64))
+                now[part + owner] = kept
+                parts[part].append([owner, kept[1]])
+        self.arrays = now
+        return parts
 
     def _holders(self, rebuilt: set[str]) -> dict[str, list[int]]:
         """Each holder's blocks over its KV-cache groups by owner label (the very list of the
@@ -141,6 +161,7 @@ class PoolMirror:
         tables = sorted([*key, blocks] for key, blocks in self.tables.items())
         for what, kept, whole in (
             ("free queue walk", self.walk, check["walk"]),
+            ("free queue walk's array", self.free.tolist(), check["walk"]),
             ("block tables", tables, check["tables"]),
             ("holder kinds", self.kinds, check["kinds"]),
         ):
@@ -151,6 +172,16 @@ class PoolMirror:
         cached = self.records.hashed.__contains__
         if any(kept != [b for b in bs if not cached(b)] for bs, kept in self.owned.values()):
             raise AssertionError("owned blocks kept across views differ from the tables' now")
+
+
+def _sliced_array(old: np.ndarray, start: int, kept: int, tail: list[int]) -> np.ndarray:
+    """``old[start:start + kept] + tail`` as an array (``old`` itself when that is all)."""
+    if not tail:
+        return old if kept == len(old) else old[start : start + kept]
+    return np.concatenate((old[start : start + kept], np.asarray(tail, dtype=np.int64)))
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _sliced(old: list[int], start: int, kept: int, tail: list[int]) -> list[int]:
