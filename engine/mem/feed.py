@@ -99,4 +99,8 @@ class ChangedTuple(tuple[T, ...]):
     ) -> ChangedTuple[T]:
         out = cls(items)
         out.prior, out.fresh, out.gone = prior, fresh, gone
+        if isinstance(prior, ChangedTuple):
+            # only the newest tuple's prior is read: a chain would keep every tuple handed
+            # out, and every record it held, alive (and walked by each collection) for good
+            prior.prior = None
         return out

@@ -20,13 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 from itertools import compress, repeat
-from operator import and_, itemgetter, ne, not_
+from operator import and_, ne, not_
 from typing import Any
 
 from engine.view import BlockView
 from invariants.targets.driverlib.census_deltas import list_delta
 
-REF_CNT, HASH, IS_NULL = itemgetter(0), itemgetter(1), itemgetter(2)  # a block's raw read
 _BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
 
 
@@ -41,36 +40,40 @@ class _Short(dict):
 short_hex = _Short().__getitem__  # (a dict's lookup: a block's keys map at C speed)
 
 
-def read_map(listing: list) -> tuple[dict[int, set], dict]:
+def read_map(listing: list) -> tuple[dict[int, tuple[str, ...]], dict]:
     """Every block's keys in the hash map, and every key's block ids, from a whole listing
     (``[key, ids]`` per key)."""
-    keys: dict[int, set] = {}
+    keys: dict[int, tuple[str, ...]] = {}
     under = {}
     for key, ids in listing:
         under[key] = ids
         for b in ids:
-            keys.setdefault(b, set()).add(key)
+            keys[b] = (*keys.get(b, ()), key)
     return keys, under
 
 
-def mapped_as(keys: Iterable[str]) -> tuple[str, ...]:
+def mapped_as(keys: tuple[str, ...]) -> tuple[str, ...]:
     """The record's ``mapped_as``: the short hexes (24 digits, as a record's hash) of a block's
     keys, sorted (two keys can share one: the same hash in two KV groups)."""
+    if len(keys) == 1:  # (most blocks: one key)
+        return (short_hex(keys[0]),)
     return tuple(sorted(set(map(short_hex, keys))))
 
 
-def _rows(raw: list[tuple], ids: list[int], free: set[int], holders: dict, mapped: dict) -> list:
-    """The records of blocks ``ids`` (``raw``: their reads), a field at a time: a block size
-    of 1 changes hundreds a step."""
+def _rows(ids: list[int], read: tuple[dict, dict, dict], free: set[int], holders: dict,
+          mapped: dict) -> list:  # fmt: skip
+    """The records of blocks ``ids`` (``read``: each block's ref_cnt, hash and null flag as
+    last read), a field at a time: a block size of 1 changes hundreds a step."""
+    ref_cnt, hashes, is_null = read
     return list(
         zip(
             ids,
-            map(REF_CNT, raw),
+            map(ref_cnt.__getitem__, ids),
             map(free.__contains__, ids),
-            map(HASH, raw),
+            map(hashes.__getitem__, ids),
             map(mapped.get, ids, repeat(_UNMAPPED)),
             map(holders.get, ids, repeat(0)),
-            map(IS_NULL, raw),
+            map(is_null.__getitem__, ids),
         )
     )
 
@@ -129,12 +132,14 @@ class Records:
 
     def __init__(self) -> None:
         self.rows: dict[int, tuple] = {}
-        self.raw: dict[int, tuple] = {}  # each block's (ref_cnt, hash, is_null) as last read
+        # each block's ref_cnt, hash and null flag as last read (three dicts of plain values:
+        # a tuple a block would be one more object for every collection to walk)
+        self.read: tuple[dict, dict, dict] = ({}, {}, {})
         self.walk: list[int] = []  # the free queue as last walked
         self.free: set[int] = set()  # its blocks (kept from the walks' changes)
         self.held: dict = {}  # each holding's blocks as last read (pool.py)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
-        self.keys: dict[int, set] = {}  # each listed block's keys (whole hexes)
+        self.keys: dict[int, tuple[str, ...]] = {}  # each listed block's keys (whole hexes)
         self.mapped: dict[int, tuple[str, ...]] = {}  # ... and its mapped_as
         self.under: dict = {}
         # the real (not null) blocks in each of the pool's buckets, kept from the changed
@@ -154,8 +159,7 @@ class Records:
         differ from the last call's (every other holding is the very same list)."""
         dirty = sorted(self._dirty(read, walk, held, moved))
         free, rows = self.free, self.rows
-        raw = list(map(self.raw.__getitem__, dirty))
-        fresh = _rows(raw, dirty, free, self.holders, self.mapped)
+        fresh = _rows(dirty, self.read, free, self.holders, self.mapped)
         changed = list(map(_BLOCK, compress(fresh, map(ne, fresh, map(rows.get, dirty)))))
         self.toggled = set()
         if changed:
@@ -167,8 +171,9 @@ class Records:
         return changed
 
     def _dirty(self, read: dict[str, Any], walk: list[int], held: dict, moved: set) -> Iterable:
-        ids, ref_cnt, hashes, is_null = read["blocks"]
-        self.raw.update(zip(ids, zip(ref_cnt, hashes, is_null)))
+        ids, *columns = read["blocks"]
+        for kept, column in zip(self.read, columns):
+            kept.update(zip(ids, column))
         counted, queued = self._recount(held, moved), self._refree(walk)
         if read["whole"]:
             self.keys, self.under = read_map(read["keys"])
@@ -223,9 +228,11 @@ class Records:
         for key, now in keys:
             before = under.pop(key, ())
             for b in before:
-                listed[b].discard(key)
+                kept = listed[b]
+                at = kept.index(key)
+                listed[b] = kept[:at] + kept[at + 1 :]
             for b in now:
-                listed.setdefault(b, set()).add(key)
+                listed[b] = (*listed.get(b, ()), key)
             if now:
                 under[key] = now
             touched.update(before, now)
@@ -279,10 +286,12 @@ class Records:
             raise AssertionError("holder counts kept incrementally differ from the tables'")
         if free != self.free:
             raise AssertionError("the free set kept incrementally differs from the walk's")
-        ids, ref_cnt, hashes, is_null = check["blocks"]
-        raw = dict(zip(ids, zip(ref_cnt, hashes, is_null)))
-        _same("block reads (a write the driver did not re-read)", raw, self.raw)
-        full = dict(zip(ids, _rows(list(raw.values()), ids, free, self.holders, mapped)))
+        ids, *columns = check["blocks"]
+        whole = tuple(dict(zip(ids, column)) for column in columns)
+        read = {i: tuple(column[i] for column in whole) for i in ids}
+        kept = {i: tuple(column.get(i) for column in self.read) for i in self.read[0]}
+        _same("block reads (a write the driver did not re-read)", read, kept)
+        full = dict(zip(ids, _rows(ids, whole, free, self.holders, mapped)))
         _same("block records", full, self.rows)
         if buckets_of(full.values()) != self.buckets():
             raise AssertionError("the pool's buckets kept incrementally differ from its blocks'")

@@ -30,7 +30,7 @@ def test_a_block_moved_between_same_hex_keys_stays_listed(order: int) -> None:
     keys = [[in_group[1], []], [in_group[0], [2]]][:: 1 if order else -1]
     assert rec._remap(keys) == {2}
     assert rec.mapped[2] == (short,)
-    assert rec.keys[2] == {in_group[0]}
+    assert rec.keys[2] == (in_group[0],)
     assert rec.under == {in_group[0]: [2]}
 
 
