@@ -286,8 +286,8 @@ class Records:
             raise AssertionError("holder counts kept incrementally differ from the tables'")
         if free != self.free:
             raise AssertionError("the free set kept incrementally differs from the walk's")
-        ids, *columns = check["blocks"]
-        whole = tuple(dict(zip(ids, column)) for column in columns)
+        ids, ref_cnt, hashes, is_null = check["blocks"]
+        whole = (dict(zip(ids, ref_cnt)), dict(zip(ids, hashes)), dict(zip(ids, is_null)))
         read = {i: tuple(column[i] for column in whole) for i in ids}
         kept = {i: tuple(column.get(i) for column in self.read) for i in self.read[0]}
         _same("block reads (a write the driver did not re-read)", read, kept)
