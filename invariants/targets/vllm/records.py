@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import partial
-from itertools import compress, repeat
-from operator import and_, ne, not_
+from itertools import chain, compress, repeat
+from operator import and_, itemgetter, ne, not_
 from typing import Any
 
 from engine.view import BlockView
@@ -78,6 +78,7 @@ def _rows(ids: list[int], read: tuple[dict, dict, dict], free: set[int], holders
     )
 
 
+_KEY, _KEY_IDS = itemgetter(0), itemgetter(1)  # a written key's ``[key, ids]``
 _UNMAPPED: tuple[str, ...] = ()  # (every record of a block no key lists)
 
 
@@ -223,19 +224,26 @@ class Records:
     def _remap(self, keys: list) -> set[int]:
         """Take in the written keys (``[key, ids]``: the blocks listed under it now): the
         blocks listed under them before or now, whose keys and ``mapped_as`` are brought up
-        to date (by whole keys: two keys sharing a short hex are two keys here)."""
-        under, listed, touched = self.under, self.keys, set[int]()
-        for key, now in keys:
-            before = under.pop(key, ())
-            for b in before:
-                kept = listed[b]
-                at = kept.index(key)
-                listed[b] = kept[:at] + kept[at + 1 :]
-            for b in now:
+        to date (by whole keys: two keys sharing a short hex are two keys here). A block's
+        keys after are its keys before that were not written, and the written keys that list
+        it now — whatever order they were written in."""
+        if not keys:
+            return set()
+        under, listed = self.under, self.keys
+        written = list(map(_KEY, keys))
+        before = set(chain.from_iterable(map(under.pop, written, repeat(()))))
+        listing = list(compress(keys, map(_KEY_IDS, keys)))  # (the written keys listing any)
+        under.update(listing)
+        gone = set(written)
+        for b in before:  # the written keys leave the blocks they listed...
+            kept = listed[b]  # (most: one key, so the written one)
+            listed[b] = () if len(kept) == 1 else tuple(k for k in kept if k not in gone)
+        now = set()
+        for key, ids in listing:  # ... and join those they list now
+            for b in ids:
                 listed[b] = (*listed.get(b, ()), key)
-            if now:
-                under[key] = now
-            touched.update(before, now)
+            now.update(ids)
+        touched = before | now
         for b in touched:
             if listed.get(b):
                 self.mapped[b] = mapped_as(listed[b])

@@ -70,3 +70,25 @@ def test_the_free_set_kept_from_the_walks_is_the_last_walks(first, edits) -> Non
         assert rec.free == set(walk)
         assert named == before ^ set(walk)
         before = set(walk)
+
+
+KEYS = [f"{i:02x}" * 36 for i in range(5)] + [("00" * 12) + f"{i:02x}" * 24 for i in (7, 8)]
+WRITES = st.lists(
+    st.dictionaries(st.sampled_from(KEYS), st.lists(st.integers(0, 5), max_size=2, unique=True)),
+    max_size=6,
+)
+
+
+@given(WRITES)
+def test_the_kept_keys_are_the_whole_maps_whatever_was_written(steps) -> None:
+    """Whatever keys a view writes — a key moved, dropped, listing two blocks, two keys with
+    one short hex — each block's kept keys and ``mapped_as`` are those the whole map lists
+    (what the cross-check compares on every view of a real run)."""
+    rec, whole = Records(), {}
+    rec.keys, rec.under = records.read_map([])
+    for written in steps:
+        whole.update(written)
+        rec._remap([[key, ids] for key, ids in written.items()])
+        keys = records.read_map([[k, ids] for k, ids in whole.items() if ids])[0]
+        assert {b: set(ks) for b, ks in rec.keys.items()} == {b: set(ks) for b, ks in keys.items()}
+        assert rec.mapped == {b: records.mapped_as(ks) for b, ks in keys.items()}
