@@ -38,7 +38,7 @@ class PoolMirror:
         self.records = Records()
         self.walk: list[int] = []
         self.free = _EMPTY  # the walk as an array (what the census reads), kept from its deltas
-        self.arrays: dict[str, tuple[list[int], np.ndarray]] = {}  # owner: its list, as array
+        self.arrays: dict[tuple, tuple[list[int], np.ndarray]] = {}  # owner: list, as array
         self.tables: dict[Key, list[int]] = {}  # each table's real blocks
         self.groups: dict[str, list[int]] = {}  # each request's groups with a table, sorted
         self.kinds: dict[str, str] = {}  # each request's holder kind
@@ -47,8 +47,8 @@ class PoolMirror:
         self.owned: dict[str, tuple[list[int], list[int]]] = {}  # holder: (blocks, unhashed)
 
     def view(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """The driver's view with its ``pool`` reads turned into ``pools`` (the census input
-        as a delta) and ``block_changes``."""
+        """The driver's view with its ``pool`` reads turned into ``pools`` (the counters and
+        the census input) and ``block_changes`` (the records that changed)."""
         raw = dict(raw)
         read, page_size = raw.pop("pool"), raw["page_size"]
         self.walk = _sliced(self.walk, *read["free"])
@@ -119,10 +119,10 @@ class PoolMirror:
         parts: dict[str, list] = {"owned": [], "referenced": []}
         for part, owners in (("owned", owned), ("referenced", referenced)):
             for owner, blocks in owners:
-                kept = last.get(part + owner)
+                kept = last.get((part, owner))
                 if kept is None or kept[0] is not blocks:
                     kept = (blocks, np.asarray(blocks, dtype=np.int64))
-                now[part + owner] = kept
+                now[part, owner] = kept
                 parts[part].append([owner, kept[1]])
         self.arrays = now
         return parts

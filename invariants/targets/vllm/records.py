@@ -1,8 +1,8 @@
 """Each block's record as kvspec's ``BlockView`` lists it — ``(id, ref_cnt, in_free_queue, hash,
 mapped_as, holders, is_null)`` — kept across one run's views from what the vllm driver read
-(its ``pool``: driver/pool_reads.py), so that a view lists only the records that changed
-(``block_changes``, as seven columns in that order: blocks.py keeps the rest), with the
-pool's buckets the counters are sums of.
+(its ``pool``: driver/pool_reads.py), so that a view hands on only the records that changed
+(``block_changes``: their ``BlockView``s, the rest the very objects of the view before), with
+the pool's buckets the counters are sums of.
 
 Keeps: at every view a record is rebuilt for each block the driver re-read (those vLLM wrote),
 each block whose free-queue membership or holder count changed (the free queue's walk is
@@ -37,7 +37,8 @@ class _Short(dict):
         return short
 
 
-short_hex = _Short().__getitem__  # (a dict's lookup: a block's keys map at C speed)
+_SHORT = _Short()
+short_hex = _SHORT.__getitem__  # (a dict's lookup: a block's keys map at C speed)
 
 
 def read_map(listing: list) -> tuple[dict[int, tuple[str, ...]], dict]:
@@ -60,8 +61,10 @@ def mapped_as(keys: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(set(map(short_hex, keys))))
 
 
-def _rows(ids: list[int], read: tuple[dict, dict, dict], free: set[int], holders: dict,
-          mapped: dict) -> list:  # fmt: skip
+Read = tuple[dict, dict, dict]  # each block's ref_cnt, hash and null flag as last read
+
+
+def _rows(ids: list[int], read: Read, free: set[int], holders: dict, mapped: dict) -> list:
     """The records of blocks ``ids`` (``read``: each block's ref_cnt, hash and null flag as
     last read), a field at a time: a block size of 1 changes hundreds a step."""
     ref_cnt, hashes, is_null = read
@@ -132,10 +135,11 @@ class Records:
     """One run's block records as last sent, with the sets the pool's counters are sums of."""
 
     def __init__(self) -> None:
+        _SHORT.clear()  # (a run's keys: the memo would grow run after run)
         self.rows: dict[int, tuple] = {}
         # each block's ref_cnt, hash and null flag as last read (three dicts of plain values:
         # a tuple a block would be one more object for every collection to walk)
-        self.read: tuple[dict, dict, dict] = ({}, {}, {})
+        self.read: Read = ({}, {}, {})
         self.walk: list[int] = []  # the free queue as last walked
         self.free: set[int] = set()  # its blocks (kept from the walks' changes)
         self.held: dict = {}  # each holding's blocks as last read (pool.py)

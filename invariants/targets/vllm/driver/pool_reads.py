@@ -36,8 +36,8 @@ class _ShortHexes(dict):
         return text
 
 
-_HEX = _Hexes({None: ""})
-hex_of = _ShortHexes({None: ""}).__getitem__  # (a dict's lookup: a column maps at C speed)
+_HEX, _SHORT = _Hexes({None: ""}), _ShortHexes({None: ""})
+hex_of = _SHORT.__getitem__  # (a dict's lookup: a column maps at C speed)
 key_of = _HEX.__getitem__  # a hash-map key, whole: two keys can share a short hex
 REF_CNT, HASH, IS_NULL = attrgetter("ref_cnt"), attrgetter("block_hash"), attrgetter("is_null")
 
@@ -65,6 +65,9 @@ class PoolReads:
     """One run's reads of the pool as last sent (what the next view's deltas are against)."""
 
     def __init__(self, writes) -> None:
+        for memo in (_HEX, _SHORT):  # (a run's hashes: the memos would grow run after run)
+            memo.clear()
+            memo[None] = ""
         self.writes = writes  # writes.Writes, or None: read every block at every view
         self.map = None  # the hash map read last (a new one: reset_prefix_cache)
         self.walk: list[int] = []  # the free queue as last sent
