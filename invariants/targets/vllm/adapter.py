@@ -29,7 +29,7 @@ from invariants.scenarios.spec import EngineSpec, KVConnectorSpec, KVGroupsSpec
 from invariants.targets.drive import Drive
 from invariants.targets.driver import LineDriver, TargetUnavailable
 from invariants.targets.registry import TargetOptions, stamped_releases
-from invariants.targets.vllm.blocks import BlockMirror
+from invariants.targets.vllm.blocks import state_view
 from invariants.targets.vllm.pool import PoolMirror
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -152,8 +152,8 @@ def config(trace: Trace, fault: dict[str, Any] | None, observe: bool = True) -> 
 def decoder() -> Callable[[dict[str, Any]], StateView]:
     """The driver sends what it read of the pool, as what changed: one run's pool is rebuilt
     and derived here (pool.py: its block records and census input), one per run."""
-    pool, blocks = PoolMirror(), BlockMirror()
-    return lambda raw: blocks.view(pool.view(raw))
+    pool = PoolMirror()
+    return lambda raw: state_view(pool.view(raw))
 
 
 def notes(trace: Trace, drive: Drive) -> tuple[str, ...]:

@@ -1,73 +1,37 @@
-"""The vllm target's block records across one run: each view brings only the blocks whose
-record changed since the run's previous view (``block_changes``: their ``BlockView``s in block
-order, derived on this side from the driver's reads: pool.py, records.py); ``BlockMirror``
-keeps every block's current ``BlockView`` and hands each view the whole tuple.
+"""The vllm target's view as the checker reads it: the rest of the view decoded, then every
+block's record attached as pool.py derived it (``block_records``: records.py), and the block
+tables and the step in flight's reads, which the driver sends as rows of their records'
+fields (``ROWS``).
 
-Keeps: the views the checker reads are exactly those a full listing would give (a block's
-record is replaced whenever any field changed, and records.py compares every block it may have
-changed at every view); unchanged records are the same objects, so a view costs the changes,
-not the pool.
-The tuple says what changed (``prior``: the tuple handed out before, ``fresh``: the records
-built since, ``gone``: those they replaced), as the tree's node tuple does: a per-block rule
-is then re-tested on the fresh records only (invariants/checking/memos.py).
+Keeps: the records are exactly those a full listing would give (records.py rebuilds a block's
+record whenever any field may have changed, and compares it); unchanged records are the very
+objects of the view before, so a view costs the changes, not the pool. The records' tuple says
+what changed (``prior``: the tuple handed out before, ``fresh``: the records built since,
+``gone``: those they replaced), as the tree's node tuple does: a per-block rule is then
+re-tested on the fresh records only (invariants/checking/memos.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any, get_origin, get_type_hints
 
-from engine.mem.feed import ChangedTuple
-from engine.view import BlockTableView, BlockView, InFlightView, StateView
+from engine.view import BlockTableView, InFlightView, StateView
 from invariants.targets.views import to_state_view
 
-Decode = Callable[[dict[str, Any]], StateView]
 
-
-class BlockMirror:
-    """One run's blocks by id (a new run — a new config op — needs a new mirror); ``decode``
-    makes the rest of the view (the census mirror's, whose input comes as deltas too)."""
-
-    def __init__(self, decode: Decode = to_state_view) -> None:
-        self.decode = decode
-        self.blocks: list[BlockView] = []
-        self.handed: ChangedTuple[BlockView] | None = None
-
-    def view(self, raw: dict[str, Any]) -> StateView:
-        """The driver's view with the mirror brought up to date and every block attached (and
-        its block tables and in-flight reads, sent as rows: ``ROWS``)."""
-        rows: dict[str, Any] = {
-            f: _rows(raw, key, cls) for key, (f, cls) in ROWS.items() if key in raw
-        }
-        rest = {k: v for k, v in raw.items() if k not in ROWS and k != "block_changes"}
-        changes = raw.get("block_changes")
-        if changes is None:
-            view = self.decode(rest)
-            return replace(view, **rows) if rows else view
-        fresh, blocks = changes, self.blocks
-        ids = [block.id for block in fresh]
-        known = len(blocks)
-        placeholders = self._grow(ids)
-        gone = [blocks[i] for i in ids if i < known]
-        for i, block in zip(ids, fresh):
-            blocks[i] = block
-        if placeholders:  # (block order, as the driver sends the changes)
-            fresh = sorted(placeholders + fresh, key=lambda b: b.id)
-        self.handed = ChangedTuple.of(self.blocks, self.handed, tuple(fresh), tuple(gone))
-        return replace(self.decode(rest), blocks=self.handed, **rows)
-
-    def _grow(self, ids: list[int]) -> list[BlockView]:
-        """Room for the blocks ``ids`` lists past the known ones: a placeholder for each id
-        in between that it does not list (a first view lists every block: none)."""
-        start, last = len(self.blocks), max(ids, default=-1)
-        if last < start:
-            return []
-        listed = set(ids)
-        room = [_SLOT if i in listed else BlockView(i) for i in range(start, last + 1)]
-        self.blocks.extend(room)  # (a listed id's slot is filled next)
-        return [b for b in room if b is not _SLOT]
+def state_view(raw: dict[str, Any]) -> StateView:
+    """The view with its block records (where pool.py derived them), block tables and
+    in-flight reads attached; a view without any of them decodes as it is."""
+    found: dict[str, Any] = {
+        f: _rows(raw, key, cls) for key, (f, cls) in ROWS.items() if key in raw
+    }
+    if "block_records" in raw:
+        found["blocks"] = raw["block_records"]
+    rest = {k: v for k, v in raw.items() if k not in ROWS and k != "block_records"}
+    view = to_state_view(rest)
+    return replace(view, **found) if found else view
 
 
 def _rows(raw: dict[str, Any], key: str, cls: type) -> tuple:
@@ -96,4 +60,3 @@ _TUPLED = {  # each record's fields that hold a tuple (JSON sends a list), by po
     cls: [i for i, hint in enumerate(get_type_hints(cls).values()) if get_origin(hint) is tuple]
     for _, cls in ROWS.values()
 }
-_SLOT = BlockView(-1)  # a listed block's place between growing the mirror and filling it

@@ -3,7 +3,7 @@
 blocks and hash-map keys vLLM wrote — and everything that follows from it derived here: each
 block's record (records.py), the pool's counters and the census input by block id: the view
 goes on with ``pools`` (the census input's blocks as arrays, what the census reads) and
-``block_changes`` (blocks.py).
+``block_records`` (blocks.py hands them to the checker).
 
 Keeps: the driver's process is the engine's, so it only reads; the derivation runs here, beside
 the engine, while the driver runs the next step. The counters are vLLM's own free count and
@@ -48,7 +48,7 @@ class PoolMirror:
 
     def view(self, raw: dict[str, Any]) -> dict[str, Any]:
         """The driver's view with its ``pool`` reads turned into ``pools`` (the counters and
-        the census input) and ``block_changes`` (the records that changed)."""
+        the census input) and ``block_records`` (every block's, naming those that changed)."""
         raw = dict(raw)
         read, page_size = raw.pop("pool"), raw["page_size"]
         self.walk = _sliced(self.walk, *read["free"])
@@ -61,8 +61,7 @@ class PoolMirror:
             self.kinds = read["kinds"]
         if "check" in read:
             self._cross_check(read["check"])
-        changes = self.records.changes(read, self.walk, held, moved | fenced.keys())
-        raw["block_changes"] = changes
+        raw["block_records"] = self.records.changes(read, self.walk, held, moved | fenced.keys())
         raw["pools"] = [self._pool(read, page_size, rebuilt)]
         if "check" in read:
             self._check_owned()

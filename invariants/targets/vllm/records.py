@@ -23,6 +23,7 @@ from itertools import chain, compress, repeat
 from operator import and_, itemgetter, ne, not_
 from typing import Any
 
+from engine.mem.feed import ChangedTuple
 from engine.view import BlockView
 from invariants.targets.driverlib.census_deltas import list_delta
 
@@ -136,7 +137,8 @@ class Records:
 
     def __init__(self) -> None:
         _SHORT.clear()  # (a run's keys: the memo would grow run after run)
-        self.rows: dict[int, tuple] = {}
+        self.rows: dict[int, BlockView] = {}  # (in block order: a first view lists them all)
+        self.handed: ChangedTuple[BlockView] | None = None  # the records handed out last
         # each block's ref_cnt, hash and null flag as last read (three dicts of plain values:
         # a tuple a block would be one more object for every collection to walk)
         self.read: Read = ({}, {}, {})
@@ -158,14 +160,19 @@ class Records:
         self.toggled: set[int] = set()  # the blocks whose hash came or went at the last view
         self.cached: list[int] | None = []  # the cache's blocks sorted (None: sort them again)
 
-    def changes(self, read: dict[str, Any], walk: list[int], held: dict, moved: set) -> list:
-        """The records that changed since the last call, in block order (``BlockView``s);
-        ``read``: the driver's pool reads, ``moved``: the keys of ``held`` whose blocks may
-        differ from the last call's (every other holding is the very same list)."""
+    def changes(
+        self, read: dict[str, Any], walk: list[int], held: dict, moved: set
+    ) -> ChangedTuple[BlockView]:
+        """Every block's record in block order, naming those that changed since the last call
+        (``fresh``) and those they replaced (``gone``); ``read``: the driver's pool reads,
+        ``moved``: the keys of ``held`` whose blocks may differ from the last call's (every
+        other holding is the very same list)."""
         dirty = sorted(self._dirty(read, walk, held, moved))
         free, rows = self.free, self.rows
         fresh = _rows(dirty, self.read, free, self.holders, self.mapped)
-        changed = list(map(_BLOCK, compress(fresh, map(ne, fresh, map(rows.get, dirty)))))
+        before = list(map(rows.get, dirty))
+        differ = list(map(ne, fresh, before))
+        changed = tuple(map(_BLOCK, compress(fresh, differ)))
         self.toggled = set()
         if changed:
             columns = list(zip(*changed))
@@ -173,7 +180,9 @@ class Records:
             self._index(columns)
         if "check" in read:
             self._cross_check(read["check"], walk)
-        return changed
+        gone = tuple(filter(None, compress(before, differ)))  # (a first view replaces none)
+        self.handed = ChangedTuple.of(rows.values(), self.handed, changed, gone)
+        return self.handed
 
     def _dirty(self, read: dict[str, Any], walk: list[int], held: dict, moved: set) -> Iterable:
         ids, *columns = read["blocks"]

@@ -66,8 +66,8 @@ def test_only_written_blocks_are_read_again_and_a_missed_write_is_caught() -> No
     assert unchanged["blocks"][0] == [] and unchanged["tables"] == []
     assert grown["blocks"][0] == grown["tables"][0][4]  # the one block the table gained
     mirror = PoolMirror()
-    changed = [mirror.view(_view(read))["block_changes"] for read in (first, taken, unchanged)]
-    assert [len(c) for c in changed] == [8, 2, 0]
+    changed = [mirror.view(_view(read))["block_records"] for read in (first, taken, unchanged)]
+    assert [len(c.fresh) for c in changed] == [8, 2, 0]
     mirror.view(_view(grown))
     with pytest.raises(AssertionError, match="a write the driver did not re-read"):
         mirror.view(_view(unhooked))
