@@ -332,7 +332,7 @@ class Driver:
 def main() -> None:
     driver = Driver()
     gc.freeze()  # the start-up heap (vLLM, torch) is never collected: vLLM's EngineCore does so
-    gc.set_threshold(20_000, *gc.get_threshold()[1:])  # a view allocates records by the hundred
+    gc.set_threshold(20_000, *gc.get_threshold()[1:])  # a view allocates reads by the hundred
     print(wire.line({"ready": True, "version": vllm.__version__}), file=PROTOCOL, flush=True)
     for line in sys.stdin:
         op = json.loads(line)
