@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from invariants.targets.vllm.records import Records
+from invariants.targets.census_mirror import sliced as sliced_array
+from invariants.targets.vllm.records import Records, sliced
 
 Key = tuple[int, str]  # a table's: (KV-cache group, request id)
 
@@ -35,8 +36,7 @@ class PoolMirror:
     """One run's pool as the driver read it (a new run — a new config op — needs a new one)."""
 
     def __init__(self) -> None:
-        self.records = Records()
-        self.walk: list[int] = []
+        self.records = Records()  # (the free walk among what it keeps)
         self.free = _EMPTY  # the walk as an array (what the census reads), kept from its deltas
         self.arrays: dict[tuple, tuple[list[int], np.ndarray]] = {}  # owner: list, as array
         self.tables: dict[Key, list[int]] = {}  # each table's real blocks
@@ -51,8 +51,7 @@ class PoolMirror:
         the census input) and ``block_records`` (every block's, naming those that changed)."""
         raw = dict(raw)
         read, page_size = raw.pop("pool"), raw["page_size"]
-        self.walk = _sliced(self.walk, *read["free"])
-        self.free = _sliced_array(self.free, *read["free"])
+        self.free = sliced_array("full", self.free, *read["free"])
         moved = self._retable(read["tables"])
         rebuilt = {rid for _, rid in moved}
         fenced = self.fenced = read["fenced"]
@@ -61,7 +60,7 @@ class PoolMirror:
             self.kinds = read["kinds"]
         if "check" in read:
             self._cross_check(read["check"])
-        raw["block_records"] = self.records.changes(read, self.walk, held, moved | fenced.keys())
+        raw["block_records"] = self.records.changes(read, held, moved | fenced.keys())
         raw["pools"] = [self._pool(read, page_size, rebuilt)]
         if "check" in read:
             self._check_owned()
@@ -76,7 +75,7 @@ class PoolMirror:
             moved.add(key)
             groups = self.groups.setdefault(rid, [])
             if delta:
-                self.tables[key] = _sliced(self.tables.get(key, []), *delta)
+                self.tables[key] = sliced(self.tables.get(key, []), *delta)
                 if group not in groups:
                     groups.append(group)
                     groups.sort()
@@ -159,7 +158,6 @@ class PoolMirror:
     def _cross_check(self, check: dict[str, Any]) -> None:
         tables = sorted([*key, blocks] for key, blocks in self.tables.items())
         for what, kept, whole in (
-            ("free queue walk", self.walk, check["walk"]),
             ("free queue walk's array", self.free.tolist(), check["walk"]),
             ("block tables", tables, check["tables"]),
             ("holder kinds", self.kinds, check["kinds"]),
@@ -173,20 +171,4 @@ class PoolMirror:
             raise AssertionError("owned blocks kept across views differ from the tables' now")
 
 
-def _sliced_array(old: np.ndarray, start: int, kept: int, tail: list[int]) -> np.ndarray:
-    """``old[start:start + kept] + tail`` as an array (``old`` itself when that is all)."""
-    if not tail:
-        return old if kept == len(old) else old[start : start + kept]
-    return np.concatenate((old[start : start + kept], np.asarray(tail, dtype=np.int64)))
-
-
 _EMPTY = np.zeros(0, dtype=np.int64)
-
-
-def _sliced(old: list[int], start: int, kept: int, tail: list[int]) -> list[int]:
-    """``old[start:start + kept] + tail`` (``old`` itself when that is all of it)."""
-    if start < 0 or kept < 0 or start + kept > len(old):
-        raise ValueError(f"a vllm pool delta slices [{start}, {start + kept}) of {len(old)}")
-    if kept == len(old) and not tail:
-        return old
-    return old[start : start + kept] + tail

@@ -25,7 +25,6 @@ from typing import Any
 
 from engine.mem.feed import ChangedTuple
 from engine.view import BlockView
-from invariants.targets.driverlib.census_deltas import list_delta
 
 _BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
 
@@ -40,6 +39,16 @@ class _Short(dict):
 
 _SHORT = _Short()
 short_hex = _SHORT.__getitem__  # (a dict's lookup: a block's keys map at C speed)
+
+
+def sliced(old: list[int], start: int, kept: int, tail: list[int]) -> list[int]:
+    """``old[start:start + kept] + tail`` (a list delta as driverlib/census_deltas.py makes
+    it; ``old`` itself when that is all of it)."""
+    if start < 0 or kept < 0 or start + kept > len(old):
+        raise ValueError(f"a vllm pool delta slices [{start}, {start + kept}) of {len(old)}")
+    if kept == len(old) and not tail:
+        return old
+    return old[start : start + kept] + tail
 
 
 def read_map(listing: list) -> tuple[dict[int, tuple[str, ...]], dict]:
@@ -160,14 +169,13 @@ class Records:
         self.toggled: set[int] = set()  # the blocks whose hash came or went at the last view
         self.cached: list[int] | None = []  # the cache's blocks sorted (None: sort them again)
 
-    def changes(
-        self, read: dict[str, Any], walk: list[int], held: dict, moved: set
-    ) -> ChangedTuple[BlockView]:
+    def changes(self, read: dict[str, Any], held: dict, moved: set) -> ChangedTuple[BlockView]:
         """Every block's record in block order, naming those that changed since the last call
-        (``fresh``) and those they replaced (``gone``); ``read``: the driver's pool reads,
-        ``moved``: the keys of ``held`` whose blocks may differ from the last call's (every
-        other holding is the very same list)."""
-        dirty = sorted(self._dirty(read, walk, held, moved))
+        (``fresh``) and those they replaced (``gone``); ``read``: the driver's pool reads (the
+        free walk among them, as its delta: ``walk`` is kept from it), ``moved``: the keys of
+        ``held`` whose blocks may differ from the last call's (every other holding is the very
+        same list)."""
+        dirty = sorted(self._dirty(read, held, moved))
         free, rows = self.free, self.rows
         fresh = _rows(dirty, self.read, free, self.holders, self.mapped)
         before = list(map(rows.get, dirty))
@@ -179,39 +187,39 @@ class Records:
             rows.update(zip(columns[0], changed))
             self._index(columns)
         if "check" in read:
-            self._cross_check(read["check"], walk)
+            self._cross_check(read["check"])
         gone = tuple(filter(None, compress(before, differ)))  # (a first view replaces none)
         self.handed = ChangedTuple.of(rows.values(), self.handed, changed, gone)
         return self.handed
 
-    def _dirty(self, read: dict[str, Any], walk: list[int], held: dict, moved: set) -> Iterable:
+    def _dirty(self, read: dict[str, Any], held: dict, moved: set) -> Iterable:
         ids, *columns = read["blocks"]
         for kept, column in zip(self.read, columns):
             kept.update(zip(ids, column))
-        counted, queued = self._recount(held, moved), self._refree(walk)
+        counted, queued = self._recount(held, moved), self._refree(read["free"])
         if read["whole"]:
             self.keys, self.under = read_map(read["keys"])
             self.mapped = {b: mapped_as(listed) for b, listed in self.keys.items()}
             return range(read["num_blocks"])
         return set(ids) | queued | counted | self._remap(read["keys"])
 
-    def _refree(self, walk: list[int]) -> set[int]:
-        """Bring the free set up to date with the walk: the blocks that joined or left it.
-        The queue loses blocks at its front and gains them at its end, so the walk is matched
-        against the last as ``old[s:s + k] + tail`` (census_deltas.list_delta) and, when most
-        of it kept its order, only what left or came is touched, not the pool; otherwise (a
-        prefix hit takes blocks from the middle, a double free lists one twice) the set is
-        taken whole."""
-        old, self.walk = self.walk, walk
-        if len(self.free) == len(old):  # the last walk listed no block twice
-            start, kept, came = list_delta(old, walk)
-            if 2 * kept >= len(walk):
-                gone = old[:start] + old[start + kept :]
-                self.free.difference_update(gone)
-                self.free.update(came)
-                if len(self.free) == len(walk):
-                    return set(gone).symmetric_difference(came)
-                self.free = set(old)  # the walk lists a block twice: as the last walk was
+    def _refree(self, delta: list) -> set[int]:
+        """Bring the walk and the free set up to date with the driver's ``delta`` of the walk
+        (``[s, k, tail]``: the walk is the last one's ``[s:s + k]`` and ``tail`` — the queue
+        loses blocks at its front and gains them at its end): the blocks that joined or left
+        it. When most of the walk kept its order only what left or came is touched, not the
+        pool; otherwise (a prefix hit takes blocks from the middle, a double free lists one
+        twice) the set is taken whole."""
+        old = self.walk
+        walk = self.walk = sliced(old, *delta)
+        start, kept, came = delta
+        if len(self.free) == len(old) and 2 * kept >= len(walk):  # (the last listed none twice)
+            gone = old[:start] + old[start + kept :]
+            self.free.difference_update(gone)
+            self.free.update(came)
+            if len(self.free) == len(walk):
+                return set(gone).symmetric_difference(came)
+            self.free = set(old)  # the walk lists a block twice: as the last walk was
         fresh = set(walk)
         moved, self.free = fresh.symmetric_difference(self.free), fresh
         return moved
@@ -299,9 +307,11 @@ class Records:
     def buckets(self) -> dict[str, set[int]]:
         return {name: getattr(self, name) for name in BUCKETS}
 
-    def _cross_check(self, check: dict[str, Any], walk: list[int]) -> None:
+    def _cross_check(self, check: dict[str, Any]) -> None:
         """Every kept structure against the driver's whole reads (``check``)."""
-        keys, free = read_map(check["keys"])[0], set(walk)
+        if self.walk != check["walk"]:
+            raise AssertionError("the free queue walk rebuilt from the driver's deltas differs")
+        keys, free = read_map(check["keys"])[0], set(self.walk)
         mapped = {b: mapped_as(listed) for b, listed in keys.items()}
         if count_holders(self.held) != self.holders:
             raise AssertionError("holder counts kept incrementally differ from the tables'")
