@@ -92,7 +92,7 @@ def _whole(delta: dict[str, Any]) -> _Input:
 def _applied(name: str, last: _Input | None, delta: dict[str, Any]) -> _Input:
     if last is None:
         raise ValueError(f"pool {name}: a census delta with nothing before it")
-    free = sliced(name, last.free, *delta["free_pages"])
+    free = _sliced(name, last.free, *delta["free_pages"])
     owners = {p: _owners(name, last.owners[p], delta[p]) for p in PARTS}
     return _Input(delta["seq"], _fields(delta), free, owners)
 
@@ -108,12 +108,12 @@ _NOT_FIELDS = frozenset(("free_pages", *PARTS, "seq", "whole", "check"))
 def _owners(name: str, last: list[Owner], changes: list[list[Any]]) -> list[Owner]:
     before = dict(last)
     return [
-        (label, sliced(name, before.get(label, _EMPTY), start, kept, tail))
+        (label, _sliced(name, before.get(label, _EMPTY), start, kept, tail))
         for label, start, kept, tail in changes
     ]
 
 
-def sliced(name: str, old: np.ndarray, start: int, kept: int, tail: list[int]) -> np.ndarray:
+def _sliced(name: str, old: np.ndarray, start: int, kept: int, tail: list[int]) -> np.ndarray:
     """``old[start:start + kept] + tail`` (``old`` itself when that is all of it)."""
     if start < 0 or kept < 0 or start + kept > len(old):
         raise ValueError(

@@ -1,6 +1,6 @@
 """The vllm target's block pool rebuilt on kvspec's side from what the driver read (its view's
-``pool``: driver/pool_reads.py) — the free queue's walk, each table, each holder's kind, the
-blocks and hash-map keys vLLM wrote — and everything that follows from it derived here: each
+``pool``: driver/pool_reads.py) — the blocks, free-queue links and hash-map keys vLLM wrote,
+each table, each holder's kind — and everything that follows from it derived here: each
 block's record (records.py), the pool's counters and the census input by block id: the view
 goes on with ``pools`` (the census input's blocks as arrays, what the census reads) and
 ``block_records`` (blocks.py hands them to the checker).
@@ -10,10 +10,11 @@ the engine, while the driver runs the next step. The counters are vLLM's own fre
 its ref counts — free + evictable is ``num_free_blocks``, protected / request-owned the blocks
 with ref_cnt > 0 with / without a hash — so their sum equals the capacity only if vLLM's
 counter and its ref counts agree; the census input lists raw block ids, each once per holding:
-the free queue as walked link by link, each holder's blocks over its KV-cache groups — a
-request (``req:``), one whose blocks await a connector load (``load:``) or a send (``send:``),
-each batch of frees deferred past the step in flight (``deferred:``) — and, as owners, the
-cache (blocks with a hash some holder holds, not free) and each holder's blocks no hash covers.
+the free queue as walked from its links (free_queue.py), each holder's blocks over its KV-cache
+groups — a request (``req:``), one whose blocks await a connector load (``load:``) or a send
+(``send:``), each batch of frees deferred past the step in flight (``deferred:``) — and, as
+owners, the cache (blocks with a hash some holder holds, not free) and each holder's blocks no
+hash covers.
 A holder's joined and unhashed lists are built again only when one of its tables moved (or a
 block of it gained or lost a hash), and made an array again only then. Under
 ``KVSPEC_CROSSCHECK`` the rebuilt walk, tables and kinds must equal the driver's whole reads.
@@ -26,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from invariants.targets.census_mirror import sliced as sliced_array
 from invariants.targets.vllm.records import Records, sliced
 
 Key = tuple[int, str]  # a table's: (KV-cache group, request id)
@@ -36,8 +36,7 @@ class PoolMirror:
     """One run's pool as the driver read it (a new run — a new config op — needs a new one)."""
 
     def __init__(self) -> None:
-        self.records = Records()  # (the free walk among what it keeps)
-        self.free = _EMPTY  # the walk as an array (what the census reads), kept from its deltas
+        self.records = Records()  # (the free queue among what it keeps)
         self.arrays: dict[tuple, tuple[list[int], np.ndarray]] = {}  # owner: list, as array
         self.tables: dict[Key, list[int]] = {}  # each table's real blocks
         self.groups: dict[str, list[int]] = {}  # each request's groups with a table, sorted
@@ -51,7 +50,6 @@ class PoolMirror:
         the census input) and ``block_records`` (every block's, naming those that changed)."""
         raw = dict(raw)
         read, page_size = raw.pop("pool"), raw["page_size"]
-        self.free = sliced_array("full", self.free, *read["free"])
         moved = self._retable(read["tables"])
         rebuilt = {rid for _, rid in moved}
         fenced = self.fenced = read["fenced"]
@@ -102,7 +100,7 @@ class PoolMirror:
             "census_input": {
                 "num_pages": live,
                 "slots_per_page": 1,  # a block is listed once per holding, whatever its size
-                "free_pages": self.free,
+                "free_pages": records.queue.walk,
                 **self._as_arrays(
                     [("cache", records.cache_blocks()), *self._owned(held)], list(held.items())
                 ),
@@ -158,7 +156,6 @@ class PoolMirror:
     def _cross_check(self, check: dict[str, Any]) -> None:
         tables = sorted([*key, blocks] for key, blocks in self.tables.items())
         for what, kept, whole in (
-            ("free queue walk's array", self.free.tolist(), check["walk"]),
             ("block tables", tables, check["tables"]),
             ("holder kinds", self.kinds, check["kinds"]),
         ):
@@ -169,6 +166,3 @@ class PoolMirror:
         cached = self.records.hashed.__contains__
         if any(kept != [b for b in bs if not cached(b)] for bs, kept in self.owned.values()):
             raise AssertionError("owned blocks kept across views differ from the tables' now")
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)

@@ -5,8 +5,9 @@ mapped_as, holders, is_null)`` — kept across one run's views from what the vll
 the pool's buckets the counters are sums of.
 
 Keeps: at every view a record is rebuilt for each block the driver re-read (those vLLM wrote),
-each block whose free-queue membership or holder count changed (the free queue's walk is
-compared with the last; a holder is recounted when one of its tables moved), and each block
+each block whose free-queue membership or holder count changed (the free queue is walked
+from the links vLLM wrote: free_queue.py; a holder is recounted when one of its tables
+moved), and each block
 listed under a hash-map key vLLM wrote — every other block's fields, and so its record, are
 as they were. The buckets (evictable, protected, request-owned, the census's cache owner) are
 sets kept from the changed records. A ``whole`` read (a run's first view, a release without
@@ -25,6 +26,7 @@ from typing import Any
 
 from engine.mem.feed import ChangedTuple
 from engine.view import BlockView
+from invariants.targets.vllm.free_queue import FreeQueue
 
 _BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
 
@@ -151,7 +153,7 @@ class Records:
         # each block's ref_cnt, hash and null flag as last read (three dicts of plain values:
         # a tuple a block would be one more object for every collection to walk)
         self.read: Read = ({}, {}, {})
-        self.walk: list[int] = []  # the free queue as last walked
+        self.queue = FreeQueue()  # the free queue, walked from its links
         self.free: set[int] = set()  # its blocks (kept from the walks' changes)
         self.held: dict = {}  # each holding's blocks as last read (pool.py)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
@@ -172,7 +174,7 @@ class Records:
     def changes(self, read: dict[str, Any], held: dict, moved: set) -> ChangedTuple[BlockView]:
         """Every block's record in block order, naming those that changed since the last call
         (``fresh``) and those they replaced (``gone``); ``read``: the driver's pool reads (the
-        free walk among them, as its delta: ``walk`` is kept from it), ``moved``: the keys of
+        free queue's links among them: ``queue`` is kept from them), ``moved``: the keys of
         ``held`` whose blocks may differ from the last call's (every other holding is the very
         same list)."""
         dirty = sorted(self._dirty(read, held, moved))
@@ -196,33 +198,26 @@ class Records:
         ids, *columns = read["blocks"]
         for kept, column in zip(self.read, columns):
             kept.update(zip(ids, column))
-        counted, queued = self._recount(held, moved), self._refree(read["free"])
+        counted, queued = self._recount(held, moved), self._refree(read)
         if read["whole"]:
             self.keys, self.under = read_map(read["keys"])
             self.mapped = {b: mapped_as(listed) for b, listed in self.keys.items()}
             return range(read["num_blocks"])
         return set(ids) | queued | counted | self._remap(read["keys"])
 
-    def _refree(self, delta: list) -> set[int]:
-        """Bring the walk and the free set up to date with the driver's ``delta`` of the walk
-        (``[s, k, tail]``: the walk is the last one's ``[s:s + k]`` and ``tail`` — the queue
-        loses blocks at its front and gains them at its end): the blocks that joined or left
-        it. When most of the walk kept its order only what left or came is touched, not the
-        pool; otherwise (a prefix hit takes blocks from the middle, a double free lists one
-        twice) the set is taken whole."""
-        old = self.walk
-        walk = self.walk = sliced(old, *delta)
-        start, kept, came = delta
-        if len(self.free) == len(old) and 2 * kept >= len(walk):  # (the last listed none twice)
-            gone = old[:start] + old[start + kept :]
-            self.free.difference_update(gone)
-            self.free.update(came)
-            if len(self.free) == len(walk):
-                return set(gone).symmetric_difference(came)
-            self.free = set(old)  # the walk lists a block twice: as the last walk was
-        fresh = set(walk)
-        moved, self.free = fresh.symmetric_difference(self.free), fresh
-        return moved
+    def _refree(self, read: dict[str, Any]) -> set[int]:
+        """Walk the free queue again from the links vLLM wrote, and bring the free set up to
+        date: the blocks that joined or left it (only those, where the walk was built from
+        the last one; else — a double free lists a block twice — the set is taken whole)."""
+        changed = self.queue.relink(read["links"], read["num_blocks"], read["whole"])
+        if changed is None:
+            fresh = set(self.queue.walk.tolist())
+            moved, self.free = fresh.symmetric_difference(self.free), fresh
+            return moved
+        gone, came = changed
+        self.free.difference_update(gone)
+        self.free.update(came)
+        return set(gone).symmetric_difference(came)
 
     def _recount(self, held: dict, keys: set) -> set[int]:
         """Bring the holder counts up to date with the holdings ``keys`` names (those that
@@ -309,9 +304,9 @@ class Records:
 
     def _cross_check(self, check: dict[str, Any]) -> None:
         """Every kept structure against the driver's whole reads (``check``)."""
-        if self.walk != check["walk"]:
-            raise AssertionError("the free queue walk rebuilt from the driver's deltas differs")
-        keys, free = read_map(check["keys"])[0], set(self.walk)
+        if self.queue.walk.tolist() != check["walk"]:
+            raise AssertionError("the free queue walked from the driver's links differs")
+        keys, free = read_map(check["keys"])[0], set(check["walk"])
         mapped = {b: mapped_as(listed) for b, listed in keys.items()}
         if count_holders(self.held) != self.holders:
             raise AssertionError("holder counts kept incrementally differ from the tables'")

@@ -1,23 +1,26 @@
 """What each view reads of vLLM's block pool, as what changed since the run's previous view:
 the blocks vLLM wrote (their ``ref_cnt``, hash and null flag: writes.py records which), the
-hash-map keys it wrote (the blocks each lists now), the free queue's walk and each table that
-moved (as list deltas: driverlib/census_deltas.py), and each holder's kind. Runs inside the
-vllm venv. kvspec's side rebuilds the pool from these and derives everything else — each
-block's record, the pool's buckets and the census input (invariants/targets/vllm/pool.py): the
-driver's process is the engine's, so it reads and nothing more while the checks run beside it.
+blocks whose free-queue link it wrote (the block each links to now: driverlib/free_links.py),
+the hash-map keys it wrote (the blocks each lists now), each table that moved (as a list delta:
+driverlib/census_deltas.py), and each holder's kind. Runs inside the vllm venv. kvspec's side
+rebuilds the pool from these and derives everything else — the free queue's walk, each block's
+record, the pool's buckets and the census input (invariants/targets/vllm/pool.py): the driver's
+process is the engine's, so it reads and nothing more while the checks run beside it.
 
-Keeps: a view lists every block and key vLLM wrote since the last (all of them at a run's first
-view, without a recording, or once the map was replaced: ``whole``); a block or key vLLM did
-not write holds what it held. Under ``KVSPEC_CROSSCHECK`` every view lists everything too
+Keeps: a view lists every block, link and key vLLM wrote since the last (all of them at a run's
+first view, without a recording, or once the map was replaced: ``whole``); a block, link or key
+vLLM did not write holds what it held. Under ``KVSPEC_CROSSCHECK`` every view lists everything too
 (``check``), and kvspec's side must have rebuilt the same: a difference is the harness's
 error, never a finding.
 """
 
 from __future__ import annotations
 
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_
 
 from census_deltas import CROSSCHECK, list_delta
+from free_links import HEAD, TAIL, UNLINKED
 
 
 class _Hexes(dict):
@@ -40,6 +43,7 @@ _HEX, _SHORT = _Hexes({None: ""}), _ShortHexes({None: ""})
 hex_of = _SHORT.__getitem__  # (a dict's lookup: a column maps at C speed)
 key_of = _HEX.__getitem__  # a hash-map key, whole: two keys can share a short hex
 REF_CNT, HASH, IS_NULL = attrgetter("ref_cnt"), attrgetter("block_hash"), attrgetter("is_null")
+NEXT = attrgetter("next_free_block")
 
 
 def block_ids(entry) -> list[int]:
@@ -53,6 +57,37 @@ def block_columns(blocks: list, ids) -> list[list]:
     """The blocks' ids, ``ref_cnt``, short hashes and null flags, a column at a time."""
     hashes = list(map(hex_of, map(HASH, blocks)))
     return [list(ids), list(map(REF_CNT, blocks)), hashes, list(map(IS_NULL, blocks))]
+
+
+def link_columns(queue, blocks: list, ids) -> list:
+    """The fake head's next block and ``blocks``' ids and next blocks, as free_links' ids."""
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    nexts = list(map(NEXT, blocks))
+    if any(map(is_, nexts, repeat(head))):  # (no block links back to the head in vLLM)
+        linked = [_link(node, head, tail) for node in nexts]
+    else:  # the fake tail's id is TAIL's; None has none (at C speed)
+        linked = list(map(getattr, nexts, repeat("block_id"), repeat(UNLINKED)))
+    return [_link(head.next_free_block, head, tail), list(ids), linked]
+
+
+def _link(node, head, tail) -> int:
+    if node is None or node is tail:
+        return UNLINKED if node is None else TAIL
+    return HEAD if node is head else node.block_id
+
+
+def free_walk(pool) -> list[int]:
+    """The free queue in order, link by link (a repeat is a double free; a cycle stops one
+    past the pool's size): what kvspec's side must have walked (the cross-check)."""
+    queue, out = pool.free_block_queue, []
+    append, tail = out.append, queue.fake_free_list_tail
+    node = queue.fake_free_list_head.next_free_block
+    for _ in range(len(pool.blocks) + 1):
+        if node is None or node is tail:
+            break
+        append(node.block_id)
+        node = node.next_free_block
+    return out
 
 
 def map_listing(hash_map, keys) -> list[list]:
@@ -70,40 +105,49 @@ class PoolReads:
             memo[None] = ""
         self.writes = writes  # writes.Writes, or None: read every block at every view
         self.map = None  # the hash map read last (a new one: reset_prefix_cache)
-        self.walk: list[int] = []  # the free queue as last sent
         self.tables: dict = {}  # each table as read by views.read_tables (per group)
         self.held: dict = {}  # each holding's blocks as last sent
         self.kinds: dict[str, str] = {}  # each holder's kind as last sent
 
-    def read(self, pool, walk: list[int], held: dict, moved: set, owners: dict) -> dict:
+    def read(self, pool, held: dict, moved: set, owners: dict) -> dict:
         """The view's ``pool``: what changed since the last call. ``held``: each table's real
         blocks by ``(group, rid)``; ``moved``: the keys of those that may differ (every other
         is the very list sent before); ``owners``: each request's holder kind (``kinds``) and
         each batch of frees deferred past the step in flight (``fenced``: sent whole)."""
-        kinds = owners["kinds"]
-        written, keys = self.writes.take() if self.writes is not None else (None, ())
+        kinds, blocks = owners["kinds"], pool.blocks
+        written, linked, keys = self._written()
         whole = written is None or pool.cached_block_hash_to_block is not self.map
         if whole:
             self.map = pool.cached_block_hash_to_block
-            ids, keys = range(len(pool.blocks)), list(self.map._cache)
-        else:
-            written.discard(-1)  # the free queue's fake head and tail (never but by their links)
-            ids = sorted(written)
+            written = linked = range(len(blocks))
+            keys = list(self.map._cache)
         out = {
-            "num_blocks": len(pool.blocks),
+            "num_blocks": len(blocks),
             "num_free_blocks": pool.free_block_queue.num_free_blocks,
             "whole": whole,
-            "blocks": block_columns(list(map(pool.blocks.__getitem__, ids)), ids),
+            "blocks": block_columns(list(map(blocks.__getitem__, written)), written),
+            "links": link_columns(
+                pool.free_block_queue, list(map(blocks.__getitem__, linked)), linked
+            ),
             "keys": map_listing(self.map, keys),
-            "free": list_delta(self.walk, walk),
             "tables": self._tables(held, moved),
             "kinds": None if kinds == self.kinds else kinds,
             "fenced": owners["fenced"],
         }
-        self.walk, self.kinds = walk, kinds
+        self.kinds = kinds
         if CROSSCHECK:
-            out["check"] = _everything(pool, walk, held, kinds)
+            out["check"] = _everything(pool, held, kinds)
         return out
+
+    def _written(self) -> tuple:
+        """The block ids written to since the last view (a record's fields; a link), sorted,
+        and the hash-map keys (None: no recording, read everything)."""
+        if self.writes is None:
+            return None, None, ()
+        written, linked, keys = self.writes.take()
+        for ids in (written, linked):
+            ids.discard(-1)  # the free queue's fake head and tail (read through the links)
+        return sorted(written), list(linked), keys
 
     def _tables(self, held: dict, moved: set) -> list[list]:
         """Each table that moved as ``[group, rid, start, kept, tail]`` against the one sent
@@ -119,14 +163,14 @@ class PoolReads:
         return out
 
 
-def _everything(pool, walk: list[int], held: dict, kinds: dict) -> dict:
+def _everything(pool, held: dict, kinds: dict) -> dict:
     """Every block, key, free block and table, read whole (what kvspec's side must have)."""
     ids = range(len(pool.blocks))
     hash_map = pool.cached_block_hash_to_block
     return {
         "blocks": block_columns(pool.blocks, ids),
         "keys": sorted(map_listing(hash_map, list(hash_map._cache))),
-        "walk": walk,
+        "walk": free_walk(pool),
         "tables": sorted([*key, blocks] for key, blocks in held.items()),
         "kinds": kinds,
     }

@@ -1,12 +1,12 @@
 """What a view reads of vLLM's scheduler (data): each request's table per KV-cache group, the
-free queue walked link by link, who holds blocks besides the requests, and under async
-scheduling what the step in flight reads (``step_reads``, taken when it was scheduled).
+block pool (pool_reads.py), who holds blocks besides the requests, and under async scheduling
+what the step in flight reads (``step_reads``, taken when it was scheduled).
 
-Keeps: the driver only reads — the pool's blocks and keys as what vLLM wrote since the last
-view (pool_reads.py), a table again only when it is not the very same list as the view
-before — and kvspec's side derives each block's record, the pool's counters and the census
-input from the reads (invariants/targets/vllm/pool.py): the driver's process is the engine's,
-and the derivation runs beside it while it steps.
+Keeps: the driver only reads — the pool's blocks, free-queue links and keys as what vLLM wrote
+since the last view (pool_reads.py), a table again only when it is not the very same list as
+the view before — and kvspec's side derives the free queue's walk, each block's record, the
+pool's counters and the census input from the reads (invariants/targets/vllm/pool.py): the
+driver's process is the engine's, and the derivation runs beside it while it steps.
 """
 
 from __future__ import annotations
@@ -20,20 +20,6 @@ from vllm.v1.request import RequestStatus
 
 WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
 BLOCK_ID = attrgetter("block_id")
-
-
-def free_walk(pool) -> list[int]:
-    """The free queue in order, link by link (a repeat is a double free; a cycle stops one
-    past the pool's size)."""
-    queue, out = pool.free_block_queue, []
-    append, tail = out.append, queue.fake_free_list_tail
-    node = queue.fake_free_list_head.next_free_block
-    for _ in range(len(pool.blocks) + 1):
-        if node is None or node is tail:
-            break
-        append(node.block_id)
-        node = node.next_free_block
-    return out
 
 
 class Table(NamedTuple):
@@ -248,7 +234,7 @@ def state(sched, event: str, step: int, block_size: int, reads_of, reads: list[t
         "event": event,
         "step": step,
         "page_size": block_size,
-        "pool": reads_of.read(pool, free_walk(pool), held, moved, owners(sched, read)),
+        "pool": reads_of.read(pool, held, moved, owners(sched, read)),
         "block_table_rows": block_tables(sched, read, in_flight),
         "in_flight_rows": in_flight_views(sched, reads),
     }

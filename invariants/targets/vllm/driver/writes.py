@@ -6,41 +6,44 @@ Keeps: every write vLLM makes to a block's fields goes through the block's ``__s
 (``KVCacheBlock`` is a plain dataclass: vLLM writes its fields by assignment, the free queue's
 links included), and every change to the hash map through ``BlockHashToBlockMap.insert`` and
 ``pop`` (the only writers of its ``_cache``) — so a block none of them touched holds the record
-it held. A write to a free-queue link (``prev_free_block``, ``next_free_block``) is not
-recorded: no field of a record reads it — free-queue membership comes from the queue's walk,
-which kvspec's side, like the block tables, compares whole. Installed only while a run views:
-the unchecked mode times vLLM as shipped. A release without these classes is read in full at
-every view, as before.
+it held, and a block whose ``next_free_block`` none of them wrote links to the block it linked
+to: kvspec's side walks the free queue from the links (invariants/targets/vllm/free_queue.py;
+a back link, ``prev_free_block``, is not recorded: the walk goes forward). Installed only while
+a run views: the unchecked mode times vLLM as shipped. A release without these classes is read
+in full at every view, as before.
 """
 
 from __future__ import annotations
 
 _SET = object.__setattr__
-_LINKS = frozenset(("prev_free_block", "next_free_block"))  # written by the hundred a step
 
 
 class Writes:
-    """What vLLM wrote since the last ``take``: block ids, and hash-map keys (the hooks add to
-    the module's two sets, one recording at a time: the block hook runs on every field write
-    vLLM makes, so it does no more than the add)."""
+    """What vLLM wrote since the last ``take``: block ids (a record's fields; the free
+    queue's links), and hash-map keys (the hooks add to the module's three sets, one
+    recording at a time: the block hook runs on every field write vLLM makes, so it does no
+    more than the add)."""
 
-    def take(self) -> tuple[set[int], set]:
+    def take(self) -> tuple[set[int], set[int], set]:
         """The writes so far, and a fresh start."""
-        taken = set(_BLOCKS), set(_KEYS)
-        _BLOCKS.clear()
-        _KEYS.clear()
+        taken = set(_BLOCKS), set(_LINKED), set(_KEYS)
+        for written in (_BLOCKS, _LINKED, _KEYS):
+            written.clear()
         return taken
 
 
-_BLOCKS: set[int] = set()  # the recording run's written block ids
+_BLOCKS: set[int] = set()  # the recording run's block ids written to a record's field
+_LINKED: set[int] = set()  # ... to its next free-queue link (the fake head and tail: -1)
 _KEYS: set = set()  # ... and hash-map keys
-_ADD_BLOCK = _BLOCKS.add
+_ADD_BLOCK, _ADD_LINKED = _BLOCKS.add, _LINKED.add
 _ORIGINAL: dict[str, tuple[type, object]] = {}  # a hooked name -> (its class, what it held)
 
 
 def _block_setattr(block, name: str, value) -> None:
     _SET(block, name, value)
-    if name not in _LINKS:
+    if name == "next_free_block":  # (the queue is walked forward: a back link is not read)
+        _ADD_LINKED(block.block_id)
+    elif name != "prev_free_block":
         _ADD_BLOCK(block.block_id)  # block_id: the first field __init__ sets
 
 
@@ -73,8 +76,7 @@ def record() -> Writes | None:
     ):
         _ORIGINAL[name] = (cls, cls.__dict__.get(name))
         setattr(cls, name, hook)
-    _BLOCKS.clear()
-    _KEYS.clear()
+    Writes().take()  # (a fresh start)
     return Writes()
 
 

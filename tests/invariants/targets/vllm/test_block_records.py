@@ -29,7 +29,7 @@ pool = BlockPool(8, True, 1)
 reads, out = pool_reads.PoolReads(writes.record()), []
 def read(held):
     owners = {{"kinds": {{rid: "req" for _, rid in held}}, "fenced": {{}}}}
-    out.append(reads.read(pool, views.free_walk(pool), held, set(held) | set(reads.held), owners))
+    out.append(reads.read(pool, held, set(held) | set(reads.held), owners))
 
 read({{}})
 taken = pool.get_new_blocks(2)
@@ -40,6 +40,9 @@ grown = pool.get_new_blocks(1)
 read({{(0, "r"): held[0, "r"] + [grown[0].block_id]}})
 pool_reads.CROSSCHECK = True
 object.__setattr__(taken[0], "ref_cnt", 5)  # a write past the hook
+read({{(0, "r"): held[0, "r"] + [grown[0].block_id]}})
+object.__setattr__(taken[0], "ref_cnt", 1)  # (put back) ... and a link written past it
+object.__setattr__(pool.blocks[4], "next_free_block", pool.blocks[6])
 read({{(0, "r"): held[0, "r"] + [grown[0].block_id]}})
 writes.stop()
 print(json.dumps(out))
@@ -58,9 +61,14 @@ def _run() -> list[dict]:
 def test_only_written_blocks_are_read_again_and_a_missed_write_is_caught() -> None:
     """The first view reads every block (the null block and 7 more); taking two re-reads those
     two; a view with nothing written reads none; a grown table re-reads the one block added;
-    a ref count written past the hook is named by the cross-check's full read."""
-    first, taken, unchanged, grown, unhooked = _run()
+    a ref count, or a free-queue link, written past the hook is named by the cross-check's
+    full read. Taking two unlinks them from the queue's front: the links read are the two
+    taken (linked to none now, -3) and the fake head's (block 3 now)."""
+    first, taken, unchanged, grown, unhooked, unlinked = _run()
     assert first["blocks"][0] == list(range(8)) and first["whole"]
+    assert first["links"] == [1, list(range(8)), [-3, 2, 3, 4, 5, 6, 7, -1]]
+    assert taken["links"] == [3, [1, 2], [-3, -3]]
+    assert unchanged["links"] == [3, [], []]
     table = taken["tables"][0]  # [group, rid, start, kept, tail]
     assert taken["blocks"][0] == sorted(table[4]) and len(table[4]) == 2
     assert unchanged["blocks"][0] == [] and unchanged["tables"] == []
@@ -69,8 +77,14 @@ def test_only_written_blocks_are_read_again_and_a_missed_write_is_caught() -> No
     changed = [mirror.view(_view(read))["block_records"] for read in (first, taken, unchanged)]
     assert [len(c.fresh) for c in changed] == [8, 2, 0]
     mirror.view(_view(grown))
+    assert mirror.records.queue.walk.tolist() == [4, 5, 6, 7]
     with pytest.raises(AssertionError, match="a write the driver did not re-read"):
         mirror.view(_view(unhooked))
+    mirror = PoolMirror()
+    for read in (first, taken, unchanged, grown):
+        mirror.view(_view(read))
+    with pytest.raises(AssertionError, match="free queue walked from the driver's links"):
+        mirror.view(_view(unlinked))
 
 
 def _view(read: dict) -> dict:

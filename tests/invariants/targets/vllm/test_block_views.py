@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from engine.view import BlockTableView, BlockView
+from invariants.targets.driverlib.free_links import TAIL, UNLINKED
 from invariants.targets.views import to_state_view
 from invariants.targets.vllm.blocks import state_view
 from invariants.targets.vllm.pool import PoolMirror
@@ -19,11 +20,13 @@ FREE = [1, 2, 3]
 
 def view(blocks: list[list[Any]], free: list[int] = FREE, whole: bool = False) -> dict:
     """A driver view that read ``blocks`` (``[id, ref_cnt, hash, is_null]`` each) again, its
-    free queue walked as ``free`` and no table."""
+    free queue linked as ``free`` (every block's link read again) and no table."""
+    nexts = dict.fromkeys(range(4), UNLINKED) | dict(zip(free, [*free[1:], TAIL]))
     pool = {
         "num_blocks": 4, "num_free_blocks": len(free), "whole": whole,
         "blocks": [list(c) for c in zip(*blocks)] or [[], [], [], []], "keys": [],
-        "free": [0, 0, free], "tables": [], "kinds": {}, "fenced": {},
+        "links": [free[0] if free else TAIL, list(nexts), list(nexts.values())],
+        "tables": [], "kinds": {}, "fenced": {},
     }  # fmt: skip
     return {"event": "step", "step": 1, "page_size": 1, "pool": pool}
 
