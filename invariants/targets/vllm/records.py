@@ -81,14 +81,17 @@ def _rows(ids: list[int], read: Read, free: set[int], holders: dict, mapped: dic
     last read), a field at a time: a block size of 1 changes hundreds a step."""
     ref_cnt, hashes, is_null = read
     return list(
-        zip(
-            ids,
-            map(ref_cnt.__getitem__, ids),
-            map(free.__contains__, ids),
-            map(hashes.__getitem__, ids),
-            map(mapped.get, ids, repeat(_UNMAPPED)),
-            map(holders.get, ids, repeat(0)),
-            map(is_null.__getitem__, ids),
+        map(
+            _BLOCK,
+            zip(
+                ids,
+                map(ref_cnt.__getitem__, ids),
+                map(free.__contains__, ids),
+                map(hashes.__getitem__, ids),
+                map(mapped.get, ids, repeat(_UNMAPPED)),
+                map(holders.get, ids, repeat(0)),
+                map(is_null.__getitem__, ids),
+            ),
         )
     )
 
@@ -182,7 +185,7 @@ class Records:
         fresh = _rows(dirty, self.read, free, self.holders, self.mapped)
         before = list(map(rows.get, dirty))
         differ = list(map(ne, fresh, before))
-        changed = tuple(map(_BLOCK, compress(fresh, differ)))
+        changed = tuple(compress(fresh, differ))
         self.toggled = set()
         if changed:
             columns = list(zip(*changed))
