@@ -6,11 +6,13 @@ lets the trace go on (a client stops waiting; no failure), a drain that does not
 is the run's error (``not idle after``: liveness), and a wait or drain in which requests are
 owed but none finishes for ``STALL_STEPS`` steps is a stall — the ``crash`` event,
 ``engine.stall``, after its steps' views are checked; every view is checked, in order, while
-the driver runs the next step (two processes on two cores), and under ``stop_at_first`` the
-run ends at the first violating view (every invariant of that view is evaluated): the ops
-the driver ran meanwhile — up to the next step — are not the run's, nor is an error or crash
-they met. A crash in the engine's own code is checked as the ``crash`` event, as kvspec's
-engine's crashes are; a refused op is the run's error, named with its op.
+the driver runs the next step (two processes on two cores) — a submit's or an abort's answer
+is not waited for, but read before the next op's, so that the driver takes them in while the
+views before them are checked (a refusal is still named with its own op) — and under
+``stop_at_first`` the run ends at the first violating view (every invariant of that view is
+evaluated): the ops the driver ran meanwhile — up to the next step — are not the run's, nor
+is an error or crash they met. A crash in the engine's own code is checked as the ``crash``
+event, as kvspec's engine's crashes are; a refused op is the run's error, named with its op.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +43,9 @@ CRASH = "crash"
 # radix-eviction, paired in one process; docs/benchmarks.md)
 YOUNG_GC = 100_000
 CHECKED = "_checked"  # set in an answer once its views were checked
+# ops whose answers nothing reads but the checks: posted without waiting, collected before the
+# next op that is answered at once (the driver takes them in while the last views are checked)
+POSTED_AHEAD = frozenset(("submit", "abort"))
 OP_INDEX = "_op"  # set in an answer: the index of the trace op it answered
 
 
@@ -86,29 +92,56 @@ class Stepper:
         # beside the engine: two processes, two cores), in order; None: nothing to overlap
         self.behind = behind
         self.pending: list[Answer] = []  # answers collected, not yet handed behind
+        self.posted: list[tuple[dict[str, Any], int]] = []  # (op, its index) not collected
         self.at = 0  # the trace op being applied (tags each answer: OP_INDEX)
 
     def ask(self, message: dict[str, Any]) -> Answer:
         """One op. With ``behind``, the answers collected so far go behind while the driver
-        runs a step — what takes it long: a submit or a query is answered before a step's
-        view is checked, so the answers wait for the next step (or ``flush``)."""
+        takes in the ops posted ahead and runs a step — what takes it long; a query is
+        answered at once, and the answers wait for the next step (or ``flush``)."""
         if self.behind is None:
             return self.driver.ask(message)
-        self.driver.post(message)
+        self.post(message)
         try:
             if message["op"] == "step":
                 self.flush()
+                self._collect(ahead=True)  # (answered before the step: checked while it runs)
+                self.flush()
         finally:
-            answer = self.driver.collect(message, lazy=True)  # views: decoded when checked
-        answer[OP_INDEX] = self.at
-        self.pending.append(answer)
+            answer = self._collect()
+        assert answer is not None  # (an error answer raised)
         return answer
+
+    def post(self, message: dict[str, Any]) -> None:
+        """Send one op; its answer is collected with the next op asked (``_collect``)."""
+        self.driver.post(message)
+        self.posted.append((message, self.at))
 
     def flush(self) -> None:
         """Hand every pending answer behind, in order."""
         pending, self.pending = self.pending, []
         for answer in pending:
             self.behind(answer)  # type: ignore[misc]
+
+    def _collect(self, ahead: bool = False) -> Answer | None:
+        """The answers of the ops posted, in order, into ``pending`` (``ahead``: all but the
+        last op's); the last one collected. An error answer raises once the driver's other
+        answers are read and dropped (its stream stays in step; the ops after the failed one
+        are not the run's), with ``at`` its op's."""
+        answer = None
+        for _ in range(len(self.posted) - ahead):
+            message, at = self.posted.pop(0)
+            try:
+                answer = self.driver.collect(message, lazy=True)  # views: decoded when checked
+            except DriverError:
+                self.at, posted, self.posted = at, self.posted, []
+                for later, _ in posted:
+                    with suppress(DriverError):
+                        self.driver.collect(later, lazy=True)
+                raise
+            answer[OP_INDEX] = at
+            self.pending.append(answer)
+        return answer
 
     def apply(self, op: Op) -> list[Answer]:
         if isinstance(op, Step):
@@ -126,6 +159,9 @@ class Stepper:
                 return []
             self.sent.append(op.rid)
             message = message if self.rng is None else with_outputs(message, self.rng)
+        if self.behind is not None and message["op"] in POSTED_AHEAD:
+            self.post(message)  # (its answer: collected before the next op's)
+            return []
         return [self.ask(message)]
 
     def step(self, plan: dict[str, Any] | None = None) -> Answer:
@@ -287,7 +323,8 @@ def _run_ops(stepper: Stepper, trace: Trace, check: _Checked, drive: Drive) -> i
     """Each op, then the drain; the index of the op whose view stopped the run (None: it ran
     to idle). An op's views are checked while the driver runs the next step, so the run
     stops after that step: the views after the first violating one are not checked."""
-    for index, op in enumerate([*trace.ops, None]):
+    ops = [*trace.ops, None]
+    for index, op in enumerate(ops):
         drive.stopped_at = stepper.at = index
         try:
             stepper.drain() if op is None else stepper.apply(op)
@@ -297,10 +334,12 @@ def _run_ops(stepper: Stepper, trace: Trace, check: _Checked, drive: Drive) -> i
                 return check.stopped_in
             stall = {"kind": "stall", "error": "Stalled", "message": str(exc)}
             raise EngineCrash(f"{_where(index, op)}: {exc}", stall) from None
-        except EngineCrash as exc:
-            raise EngineCrash(f"{_where(index, op)}: {exc}", exc.crash) from None
-        except DriverError as exc:
-            raise DriverError(f"{_where(index, op)}: {exc}") from None
+        except DriverError as exc:  # (its op: an op posted ahead, answered since)
+            drive.stopped_at = failed = stepper.at
+            where = _where(failed, ops[failed])
+            if isinstance(exc, EngineCrash):
+                raise EngineCrash(f"{where}: {exc}", exc.crash) from None
+            raise DriverError(f"{where}: {exc}") from None
         if check.stopped:
             return check.stopped_in
     stepper.flush()

@@ -86,6 +86,24 @@ def test_a_refused_op_is_the_runs_error_keyed_by_its_exception():
     assert failure_key(outcome) == "error:KeyError"
 
 
+def test_a_refused_submit_posted_ahead_is_named_by_its_own_op():
+    """A submit is posted without waiting for its answer (collected before the next op's):
+    the driver's refusal of it is the run's error at that submit's op, not at the op asked
+    when it was read, and the driver's later answers are read and dropped — the same driver
+    runs the next trace in step."""
+    ops = [Submit(rid=r, input_ids=[1], max_new_tokens=2) for r in ("r", "s", "t")]
+    trace = [ops[0], Step(n=1), ops[1], ops[2], Step(n=1)]
+    outcome = run(trace, {"refuse_rid": "s"})
+    assert outcome.error and outcome.error.startswith("op #2 (submit")
+    assert "s is too long" in outcome.error and outcome.stopped_at == 2
+    with FAKE.adapter().open_driver(TargetOptions()) as driver:
+        for behaviour in ({"refuse_rid": "s"}, None):
+            outcome = run_trace(
+                FAKE, Trace(name="t", ops=trace), CATALOG, driver=driver, fault=behaviour
+            )
+        assert outcome.ok and outcome.stats.steps == 3
+
+
 def test_an_engine_that_never_idles_is_liveness():
     """An explicit idle that runs out of steps stops the run: ``liveness``."""
     outcome = run(

@@ -1,10 +1,10 @@
 """A driver for the targets' core tests: the JSON-lines protocol of invariants/targets/driver.py
 over a toy engine (requests that finish after their max_new_tokens steps), and, asked by the
-config op, the answers a real driver gives when its engine crashes, when it refuses an op, when
-it never becomes idle, or when its pool's counters stop adding up (``leak_from``: every view
-from that step on). Its answers are written by driverlib/wire.py's ``answer_line``, as the
-vllm driver's are (views after a record separator). Run by the test interpreter; imports
-nothing of kvspec but driverlib, as every driver does."""
+config op, the answers a real driver gives when its engine crashes, when it refuses an op (a
+step: ``refuse_at``; a request: ``refuse_rid``), when it never becomes idle, or when its pool's
+counters stop adding up (``leak_from``: every view from that step on). Its answers are written by
+driverlib/wire.py's ``answer_line``, as the vllm driver's are (views after a record separator).
+Run by the test interpreter; imports nothing of kvspec but driverlib, as every driver does."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ class Engine:
     def answer(self, op: dict) -> dict:
         kind, cfg = op["op"], self.cfg
         if kind == "submit":
+            if op["rid"] == cfg.get("refuse_rid"):
+                return {"error": f"ValueError: {op['rid']} is too long", "drift": False}
             self.left[op["rid"]] = op["max_new_tokens"]
             return {"views": [], "result": None}
         if kind == "step":
