@@ -35,6 +35,8 @@ class FreeQueue:
         that left the queue and those that joined it, or None where the walk was taken link
         by link (the set of free blocks must be taken again)."""
         first, ids, nexts = links
+        if not ids and self.ends and first == (self.walk.item(0) if len(self.walk) else TAIL):
+            return [], []  # (no link written, the same first block: the same walk)
         if whole or len(self.next) != num_blocks:
             self.next = np.full(num_blocks, UNLINKED, dtype=np.int64)
         self.next[ids] = nexts
@@ -53,28 +55,31 @@ class FreeQueue:
         stays = nexts[old] != UNLINKED
         kept = old[stays]
         budget = num_blocks + 1 - len(kept)
-        front = self._follow(first, kept[0] if len(kept) else None, budget)
-        if front is None or not np.array_equal(nexts[kept[:-1]], kept[1:]):
+        head = int(kept[0]) if len(kept) else None
+        front = self._follow(first, head, budget)
+        if front is None or not (nexts[kept[:-1]] == kept[1:]).all():
             return None
-        end = self._follow(int(nexts[kept[-1]]), None, budget - len(front)) if len(kept) else []
+        after = nexts.item(kept[-1]) if len(kept) else TAIL  # (none kept: the front is all)
+        end = self._follow(after, None, budget - len(front))
         if end is None:
             return None
         self.walk = np.concatenate([_array(front), kept, _array(end)])
         return old[~stays].tolist(), front + end
 
     def _follow(self, node: int, until: int | None, budget: int) -> list[int] | None:
-        """The blocks from ``node`` up to ``until`` (None: the queue's end), or None if the
-        links lead elsewhere (a fake head, none before ``until``, past ``budget``)."""
+        """The blocks from ``node`` up to ``until`` (None: the queue's end), at most
+        ``budget``, or None if the links lead elsewhere (a fake head, none before ``until``,
+        past ``budget``)."""
         out: list[int] = []
-        item = self.next.item
-        while node != until:
-            if node < 0:
-                return out if until is None and node in (TAIL, UNLINKED) else None
-            if len(out) == budget:
-                return None
-            out.append(node)
+        append, item = out.append, self.next.item
+        for _ in range(budget):
+            if node == until or node < 0:
+                break
+            append(node)
             node = item(node)
-        return out
+        if node == until or (until is None and node in (TAIL, UNLINKED)):
+            return out
+        return None
 
 
 def _array(blocks: list[int]) -> np.ndarray:

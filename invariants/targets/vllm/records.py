@@ -151,7 +151,7 @@ class Records:
 
     def __init__(self) -> None:
         _SHORT.clear()  # (a run's keys: the memo would grow run after run)
-        self.rows: dict[int, BlockView] = {}  # (in block order: a first view lists them all)
+        self.rows: list[BlockView | None] = []  # each block's record, by block id
         self.handed: ChangedTuple[BlockView] | None = None  # the records handed out last
         # each block's ref_cnt, hash and null flag as last read (three dicts of plain values:
         # a tuple a block would be one more object for every collection to walk)
@@ -181,20 +181,24 @@ class Records:
         ``held`` whose blocks may differ from the last call's (every other holding is the very
         same list)."""
         dirty = sorted(self._dirty(read, held, moved))
+        if read["whole"] and len(self.rows) != read["num_blocks"]:
+            self.rows = [None] * read["num_blocks"]  # (a run's first view lists them all)
         free, rows = self.free, self.rows
         fresh = _rows(dirty, self.read, free, self.holders, self.mapped)
-        before = list(map(rows.get, dirty))
+        before = list(map(rows.__getitem__, dirty))
         differ = list(map(ne, fresh, before))
         changed = tuple(compress(fresh, differ))
         self.toggled = set()
         if changed:
             columns = list(zip(*changed))
-            rows.update(zip(columns[0], changed))
+            for i, row in zip(columns[0], changed):
+                rows[i] = row
             self._index(columns)
         if "check" in read:
             self._cross_check(read["check"])
         gone = tuple(filter(None, compress(before, differ)))  # (a first view replaces none)
-        self.handed = ChangedTuple.of(rows.values(), self.handed, changed, gone)
+        # (every block has its record once the first view is taken)
+        self.handed = ChangedTuple.of(rows, self.handed, changed, gone)  # type: ignore[arg-type]
         return self.handed
 
     def _dirty(self, read: dict[str, Any], held: dict, moved: set) -> Iterable:
@@ -321,7 +325,7 @@ class Records:
         kept = {i: tuple(column.get(i) for column in self.read) for i in self.read[0]}
         _same("block reads (a write the driver did not re-read)", read, kept)
         full = dict(zip(ids, _rows(ids, whole, free, self.holders, mapped)))
-        _same("block records", full, self.rows)
+        _same("block records", full, dict(enumerate(self.rows)))
         if buckets_of(full.values()) != self.buckets():
             raise AssertionError("the pool's buckets kept incrementally differ from its blocks'")
         if self.cached not in (None, sorted(self.cache)):
