@@ -93,6 +93,7 @@ class Driver:
 
     def config(self, op: dict) -> list[dict]:
         """A fresh scheduler and fresh bookkeeping: every run starts here."""
+        writes.stop()  # (the last run's recording: vLLM's building of the pool is not a write)
         self.outputs: dict[str, list[int]] = {}
         self.order: list[str] = []  # rids in submit order (phase aborts pick from it)
         self.counts = dict.fromkeys(
@@ -124,8 +125,8 @@ class Driver:
         self.inflight = None  # async: the scheduled step whose output is not processed yet
         self.asynchronous = bool(op.get("async_scheduling"))
         self.eos_prob = op.get("eos_prob", 0.0)
-        # views are deltas: the pool's reads as last sent
-        writes.stop()  # (a run that views records vLLM's writes from here on)
+        # views are deltas: the pool's reads as last sent (a run that views records vLLM's
+        # writes from here on)
         self.reads = pool_reads.PoolReads(writes.record() if self.viewing else None)
         k = op.get("num_speculative_tokens") or 0
         self.spec = spec.Speculation(k, op.get("accept_prob", 0.7)) if k else None
