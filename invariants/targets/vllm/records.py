@@ -7,11 +7,10 @@ the pool's buckets the counters are sums of.
 Keeps: at every view a record is rebuilt for each block the driver re-read (those vLLM wrote),
 each block whose free-queue membership or holder count changed (the free queue is walked
 from the links vLLM wrote: free_queue.py; a holder is recounted when one of its tables
-moved), and each block
-listed under a hash-map key vLLM wrote — every other block's fields, and so its record, are
-as they were. The buckets (evictable, protected, request-owned, the census's cache owner) are
-sets kept from the changed records. A ``whole`` read (a run's first view, a release without
-the write hooks, a replaced map) rebuilds every record. Under ``KVSPEC_CROSSCHECK`` the driver
+moved), and each block listed under a hash-map key vLLM wrote — every other block's fields,
+and so its record, are as they were. The buckets (evictable, protected, request-owned, the
+census's cache owner) are sets kept from the changed records. A ``whole`` read (a run's
+first view, a release without the write hooks, a replaced map) rebuilds every record. Under ``KVSPEC_CROSSCHECK`` the driver
 sends everything too and every kept structure must agree with it: a difference is the
 harness's error, never a finding.
 """

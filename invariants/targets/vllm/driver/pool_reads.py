@@ -140,7 +140,7 @@ class PoolReads:
         return out
 
     def _written(self) -> tuple:
-        """The block ids written to since the last view (a record's fields; a link), sorted,
+        """The block ids written to since the last view (a record's fields, sorted; a link),
         and the hash-map keys (None: no recording, read everything)."""
         if self.writes is None:
             return None, None, ()
