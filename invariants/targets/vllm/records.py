@@ -10,9 +10,9 @@ from the links vLLM wrote: free_queue.py; a holder is recounted when one of its 
 moved), and each block listed under a hash-map key vLLM wrote — every other block's fields,
 and so its record, are as they were. The buckets (evictable, protected, request-owned, the
 census's cache owner) are sets kept from the changed records. A ``whole`` read (a run's
-first view, a release without the write hooks, a replaced map) rebuilds every record. Under ``KVSPEC_CROSSCHECK`` the driver
-sends everything too and every kept structure must agree with it: a difference is the
-harness's error, never a finding.
+first view, a release without the write hooks, a replaced map) rebuilds every record. Under
+``KVSPEC_CROSSCHECK`` the driver sends everything too and every kept structure must agree
+with it: a difference is the harness's error, never a finding.
 """
 
 from __future__ import annotations
