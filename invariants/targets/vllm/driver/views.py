@@ -11,7 +11,7 @@ driver's process is the engine's, and the derivation runs beside it while it ste
 
 from __future__ import annotations
 
-from itertools import compress
+from itertools import compress, filterfalse
 from operator import attrgetter, ne
 from typing import Any, NamedTuple
 
@@ -19,7 +19,7 @@ from census_deltas import CROSSCHECK
 from vllm.v1.request import RequestStatus
 
 WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
-BLOCK_ID = attrgetter("block_id")
+BLOCK_ID, IS_NULL = attrgetter("block_id"), attrgetter("is_null")
 
 
 class Table(NamedTuple):
@@ -167,7 +167,7 @@ def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
             # a Mamba group writes its running state and its drafts' states into the table's
             # last 1 + num_speculative_blocks blocks (MambaManager.allocate_new_blocks)
             last = len(table) if _is_mamba(m) else -(-end // size)
-            blocks += [b.block_id for b in table[first:last] if not b.is_null]
+            blocks += map(BLOCK_ID, filterfalse(IS_NULL, table[first:last]))  # (at C speed)
         out.append((rid, blocks, request.num_preemptions, n))
     return out
 
