@@ -35,9 +35,7 @@ class FreeQueue:
         that left the queue and those that joined it, or None where the walk was taken link
         by link (the set of free blocks must be taken again)."""
         first, ids, nexts = links
-        if not ids and self.ends and first == (self.walk.item(0) if len(self.walk) else TAIL):
-            return [], []  # (no link written, the same first block: the same walk)
-        if whole or len(self.next) != num_blocks:
+        if whole:  # (a run's first view is whole)
             self.next = np.full(num_blocks, UNLINKED, dtype=np.int64)
         self.next[ids] = nexts
         guessed = self._guess(first, num_blocks) if self.ends else None

@@ -76,8 +76,9 @@ def record() -> Writes | None:
     ):
         _ORIGINAL[name] = (cls, cls.__dict__.get(name))
         setattr(cls, name, hook)
-    Writes().take()  # (a fresh start)
-    return Writes()
+    writes = Writes()
+    writes.take()  # (a fresh start)
+    return writes
 
 
 def stop() -> None:
