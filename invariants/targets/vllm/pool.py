@@ -62,7 +62,26 @@ class PoolMirror:
         raw["pools"] = [self._pool(read, page_size, rebuilt)]
         if "check" in read:
             self._check_owned()
+        if raw.get("in_flight_spans"):
+            raw["in_flight_rows"] = self._spanned(raw["in_flight_rows"], raw["in_flight_spans"])
+        if "in_flight_check" in raw:
+            _check_in_flight(raw["in_flight_rows"], raw.pop("in_flight_check"))
+        raw.pop("in_flight_spans", None)
         return raw
+
+    def _spanned(self, part: dict[str, Any], spans: list) -> dict[str, Any]:
+        """The step in flight's reads with each one sent as spans (``[row, [[group, start,
+        stop], ...]]``: of the real blocks of the request's table there, as this view left
+        them) listed by id, in group order (driver/in_flight.py)."""
+        rows, tables = list(part["rows"]), self.tables
+        for at, pieces in spans:
+            rid, *rest = rows[at]
+            blocks: list[int] = []
+            for group, start, stop in pieces:
+                blocks += tables[group, rid][start:stop]
+            rest[0] = blocks
+            rows[at] = [rid, *rest]
+        return dict(part, rows=rows)
 
     def _retable(self, changes: list[list[Any]]) -> set[Key]:
         """Apply the moved tables (``[group, rid, start, kept, tail]``; gone: ``[group,
@@ -166,3 +185,8 @@ class PoolMirror:
         cached = self.records.hashed.__contains__
         if any(kept != [b for b in bs if not cached(b)] for bs, kept in self.owned.values()):
             raise AssertionError("owned blocks kept across views differ from the tables' now")
+
+
+def _check_in_flight(part: dict[str, Any], ids: list[list[int]]) -> None:
+    if [list(row[1]) for row in part["rows"]] != ids:
+        raise AssertionError("the step in flight's reads rebuilt from spans differ from its ids")

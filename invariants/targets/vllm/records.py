@@ -17,10 +17,11 @@ with it: a difference is the harness's error, never a finding.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import and_, itemgetter, ne, not_
+from operator import and_, getitem, itemgetter, ne, not_
 from typing import Any
 
 from engine.mem.feed import ChangedTuple
@@ -30,16 +31,11 @@ from invariants.targets.vllm.free_queue import FreeQueue
 _BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
 
 
-class _Short(dict):
-    """A hash-map key (whole hex) -> its first 24 digits (a record's hash), each cut once."""
-
-    def __missing__(self, key: str) -> str:
-        short = self[key] = key[:24]
-        return short
+SHORT = slice(0, 24)  # a hash-map key's (whole hex) first 24 digits: a record's hash
 
 
-_SHORT = _Short()
-short_hex = _SHORT.__getitem__  # (a dict's lookup: a block's keys map at C speed)
+def short_hex(key: str) -> str:
+    return key[SHORT]
 
 
 def sliced(old: list[int], start: int, kept: int, tail: list[int]) -> list[int]:
@@ -97,6 +93,7 @@ def _rows(ids: list[int], read: Read, free: set[int], holders: dict, mapped: dic
 
 _KEY, _KEY_IDS = itemgetter(0), itemgetter(1)  # a written key's ``[key, ids]``
 _UNMAPPED: tuple[str, ...] = ()  # (every record of a block no key lists)
+_ONE = frozenset((1,))
 
 
 def count_holders(held: dict) -> dict[int, int]:
@@ -149,7 +146,6 @@ class Records:
     """One run's block records as last sent, with the sets the pool's counters are sums of."""
 
     def __init__(self) -> None:
-        _SHORT.clear()  # (a run's keys: the memo would grow run after run)
         self.rows: list[BlockView | None] = []  # each block's record, by block id
         self.handed: ChangedTuple[BlockView] | None = None  # the records handed out last
         # each block's ref_cnt, hash and null flag as last read (three dicts of plain values:
@@ -251,6 +247,9 @@ class Records:
         it now — whatever order they were written in."""
         if not keys:
             return set()
+        moved = self._remap_singles(keys)
+        if moved is not None:
+            return moved
         under, listed = self.under, self.keys
         written = list(map(_KEY, keys))
         before = set(chain.from_iterable(map(under.pop, written, repeat(()))))
@@ -273,6 +272,32 @@ class Records:
                 listed.pop(b, None)
                 self.mapped.pop(b, None)
         return touched
+
+    def _remap_singles(self, keys: list) -> set[int] | None:
+        """``_remap`` at C speed where every written key lists at most one block, each block
+        under at most one key before and after (at block size 1 every key, nearly: a block
+        hashed and cached, or evicted); None, having changed nothing, where one does not."""
+        under, listed = self.under, self.keys
+        written = list(map(_KEY, keys))
+        before = list(chain.from_iterable(map(under.get, written, repeat(()))))
+        if not set(map(len, map(listed.__getitem__, before))) <= _ONE:
+            return None  # (a block listed under a written key and another)
+        listing = list(compress(keys, map(_KEY_IDS, keys)))
+        if not set(map(len, map(_KEY_IDS, listing))) <= _ONE:
+            return None  # (a key listing two blocks)
+        now = list(chain.from_iterable(map(_KEY_IDS, listing)))
+        came, left = set(now), set(before)
+        if len(came) < len(now) or not listed.keys().isdisjoint(came - left):
+            return None  # (a block under two written keys, or under one kept besides)
+        deque(map(under.pop, written, repeat(None)), maxlen=0)
+        under.update(listing)
+        deque(map(listed.pop, before), maxlen=0)
+        deque(map(self.mapped.pop, before, repeat(None)), maxlen=0)
+        keys_now: list[str] = list(map(_KEY, listing))
+        listed.update(zip(now, zip(keys_now)))  # (each block's keys: a 1-tuple)
+        shorts: map[str] = map(getitem, keys_now, repeat(SHORT))
+        self.mapped.update(zip(now, zip(shorts)))
+        return left | came
 
     def _index(self, columns: list[tuple]) -> None:
         """The buckets brought up to date with the changed records (as columns, each test

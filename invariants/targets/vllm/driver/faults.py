@@ -17,8 +17,8 @@ request's table still lists it."""
 
 from __future__ import annotations
 
+from in_flight import local_span
 from stack import frees_now
-from views import local_span
 from vllm.v1.core.block_pool import BlockPool
 
 

@@ -11,7 +11,7 @@ scheduling vLLM puts placeholders where the drafts go and the runner fills them)
 ``connector`` the runner's output also reports the seeded connector's transfers. Under
 ``async_scheduling`` (the AsyncScheduler) a step's output is processed after the next step
 is scheduled, as vLLM's engine core does and its tests drive it: one step is always in
-flight (what it reads goes into the view: views.step_reads). The engine is idle once vLLM's
+flight (what it reads goes into the view: in_flight.py). The engine is idle once vLLM's
 ``has_requests()`` is false and nothing is in flight. Protocol, one line each way per op:
 
   in:  {"op": "config", "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
@@ -62,6 +62,7 @@ sys.stdout = sys.stderr
 
 import answers  # noqa: E402
 import faults  # noqa: E402
+import in_flight  # noqa: E402
 import pool_reads  # noqa: E402
 import spec  # noqa: E402
 import views  # noqa: E402
@@ -224,7 +225,7 @@ class Driver:
         if not self.viewing:  # what it reads is read for the views alone
             return (*done, [])
         k = self.spec.k if self.spec is not None else 0
-        return (*done, views.step_reads(self.sched, out.num_scheduled_tokens, k))
+        return (*done, in_flight.step_reads(self.sched, out.num_scheduled_tokens, k))
 
     def _token(self, rid: str, ahead: int = 0) -> int:
         """The seeded output token ``ahead`` places past what ``rid`` has output: EOS with

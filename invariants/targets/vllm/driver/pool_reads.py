@@ -16,7 +16,7 @@ error, never a finding.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import compress, repeat
 from operator import attrgetter, is_
 
 from census_deltas import CROSSCHECK, list_delta
@@ -31,19 +31,27 @@ class _Hexes(dict):
         return text
 
 
-class _ShortHexes(dict):
-    """A block hash -> the first 24 hex digits of it (what a record lists); None -> ""."""
-
-    def __missing__(self, h) -> str:
-        text = self[h] = _HEX[h][:24]
-        return text
-
-
-_HEX, _SHORT = _Hexes({None: ""}), _ShortHexes({None: ""})
-hex_of = _SHORT.__getitem__  # (a dict's lookup: a column maps at C speed)
+_HEX, _SHORT = _Hexes({None: ""}), {None: ""}  # ... and -> its first 24 hex digits
 key_of = _HEX.__getitem__  # a hash-map key, whole: two keys can share a short hex
-REF_CNT, HASH, IS_NULL = attrgetter("ref_cnt"), attrgetter("block_hash"), attrgetter("is_null")
+REF_CNT, IS_NULL = attrgetter("ref_cnt"), attrgetter("is_null")
+PUBLIC_HASH = attrgetter("block_hash")  # (KVCacheBlock's read-only property)
 NEXT = attrgetter("next_free_block")
+
+
+def _hash_getter() -> attrgetter:
+    """A block's hash read from the slot behind ``block_hash`` where vLLM's KVCacheBlock keeps
+    it there (0.25 to 0.33: the property returns ``_block_hash``) — at C speed, no property
+    call a block — else the property (the cross-check reads the property: a divergence is
+    the harness's error)."""
+    try:
+        from vllm.v1.core.kv_cache_utils import KVCacheBlock
+    except ImportError:  # pragma: no cover (the driver runs in a vllm venv)
+        return PUBLIC_HASH
+    slots = getattr(KVCacheBlock, "__slots__", ())
+    return attrgetter("_block_hash") if "_block_hash" in slots else PUBLIC_HASH
+
+
+HASH = _hash_getter()
 
 
 def block_ids(entry) -> list[int]:
@@ -53,10 +61,22 @@ def block_ids(entry) -> list[int]:
     return [entry.block_id] if hasattr(entry, "block_id") else list(entry)
 
 
-def block_columns(blocks: list, ids) -> list[list]:
+def block_columns(blocks: list, ids, hash_of: attrgetter = HASH) -> list[list]:
     """The blocks' ids, ``ref_cnt``, short hashes and null flags, a column at a time."""
-    hashes = list(map(hex_of, map(HASH, blocks)))
+    hashes = short_hexes(blocks, hash_of)
     return [list(ids), list(map(REF_CNT, blocks)), hashes, list(map(IS_NULL, blocks))]
+
+
+def short_hexes(blocks: list, hash_of: attrgetter) -> list[str]:
+    """Each block's hash as its first 24 hex digits ("": none), looked up at C speed; only a
+    hash not seen before (at block size 1, thousands a run) is made hex."""
+    hashes = list(map(hash_of, blocks))
+    short = list(map(_SHORT.get, hashes))
+    for at in compress(range(len(short)), map(is_, short, repeat(None))):
+        h = hashes[at]
+        whole = _HEX[h] = bytes(h).hex()  # (inline: no frame of _Hexes.__missing__)
+        short[at] = _SHORT[h] = whole[:24]
+    return short
 
 
 def link_columns(queue, blocks: list, ids) -> list:
@@ -168,7 +188,7 @@ def _everything(pool, held: dict, kinds: dict) -> dict:
     ids = range(len(pool.blocks))
     hash_map = pool.cached_block_hash_to_block
     return {
-        "blocks": block_columns(pool.blocks, ids),
+        "blocks": block_columns(pool.blocks, ids, PUBLIC_HASH),
         "keys": sorted(map_listing(hash_map, list(hash_map._cache))),
         "walk": free_walk(pool),
         "tables": sorted([*key, blocks] for key, blocks in held.items()),

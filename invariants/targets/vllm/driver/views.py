@@ -11,15 +11,16 @@ driver's process is the engine's, and the derivation runs beside it while it ste
 
 from __future__ import annotations
 
-from itertools import compress, filterfalse
+from itertools import compress
 from operator import attrgetter, ne
 from typing import Any, NamedTuple
 
 from census_deltas import CROSSCHECK
+from in_flight import Read, in_flight_views, is_mamba, local_span
 from vllm.v1.request import RequestStatus
 
 WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
-BLOCK_ID, IS_NULL = attrgetter("block_id"), attrgetter("is_null")
+BLOCK_ID = attrgetter("block_id")
 
 
 class Table(NamedTuple):
@@ -50,19 +51,31 @@ def read_tables(sched, last: dict) -> tuple[list[Table], set]:
         stale = list(compress(rids, map(ne, now.values(), map(copies.get, rids))))
         shared = _group(manager) if stale else None
         for rid in stale:
-            copies[rid] = list(now[rid])
-            made[rid] = _table(manager, rid, copies[rid], null, shared)
+            old, copies[rid] = copies.get(rid), list(now[rid])
+            made[rid] = _table(manager, rid, (copies[rid], old, made.get(rid)), null, shared)
             moved.add((group, rid))
         out += map(made.__getitem__, rids)
     return out, moved
 
 
-def _table(manager, rid: str, blocks: list, null: int, group: dict) -> Table:
-    ids = list(map(BLOCK_ID, blocks))
+def _table(manager, rid: str, reads: tuple, null: int, group: dict) -> Table:
+    """``reads``: the table's blocks now, and as last read (None: new) with its Table."""
+    blocks, old, last = reads
+    ids = _grown(blocks, old, last)
+    ids = list(map(BLOCK_ID, blocks)) if ids is None else ids
     real, nulls = _real_and_nulls(ids, null)
     head = (rid, group["group"], group["window"], group["chunk"])
     tail = (group["block_size"], len(ids), nulls, group["kind"], group["spec_blocks"])
     return Table(manager, rid, real, head, tail)
+
+
+def _grown(blocks: list, old: list | None, last: Table | None) -> list[int] | None:
+    """The ids of a table that only grew at its end since it was last read, without a null
+    block then: the last ones and the new blocks' (at block size 1 a table grows by a block
+    a step; the rest compared by identity, at C speed). None: read it whole."""
+    if last is None or old is None or last.tail[2] or blocks[: len(old)] != old:
+        return None
+    return last.real + list(map(BLOCK_ID, blocks[len(old) :]))
 
 
 def _real_and_nulls(ids: list[int], null: int) -> tuple[list[int], list[int]]:
@@ -114,7 +127,6 @@ def _holder(sched, request) -> str:
 # a block table's row, field by field (kvspec's BlockTableView: its side checks the names)
 TABLE_FIELDS = ("rid", "group", "window", "chunk", "computed", "in_flight", "block_size")
 TABLE_FIELDS += ("num_blocks", "null_blocks", "kind", "spec_blocks")
-IN_FLIGHT_FIELDS = ("rid", "blocks", "live", "fenced")  # (InFlightView's)
 
 
 def block_tables(sched, read: list[Table], in_flight: dict[str, int]) -> dict:
@@ -137,7 +149,7 @@ def block_tables(sched, read: list[Table], in_flight: dict[str, int]) -> dict:
 def _group(manager) -> dict:
     """What a KV-cache group's tables share: its name, window, chunk, block size, kind."""
     window, chunk = local_span(manager)
-    kind = "mamba" if _is_mamba(manager) else "attention"
+    kind = "mamba" if is_mamba(manager) else "attention"
     return {
         "group": f"{manager.kv_cache_group_id}:{type(manager).__name__}",
         "window": window,
@@ -148,48 +160,6 @@ def _group(manager) -> dict:
     }
 
 
-def step_reads(sched, scheduled: dict[str, int], lookahead: int) -> list[tuple]:
-    """What a scheduled step reads or writes, taken when it is scheduled: per request, the real
-    blocks of every group from the first its first token's attention reads (a sliding
-    window's start, its attention chunk's) to the last its tokens and the proposer's
-    ``lookahead`` drafts write (a Mamba group: its table's end), and its preemption count
-    (a request preempted since no longer owns them), its tokens."""
-    requests, out = sched.requests, []
-    managers = sched.kv_cache_manager.coordinator.single_type_managers
-    for rid, n in scheduled.items():
-        request = requests[rid]
-        end = request.num_computed_tokens + lookahead
-        start = request.num_computed_tokens - n
-        blocks: list[int] = []
-        for m in managers:
-            table, size = m.req_to_blocks.get(rid, ()), m.block_size
-            first = _first_read(m, start) // size
-            # a Mamba group writes its running state and its drafts' states into the table's
-            # last 1 + num_speculative_blocks blocks (MambaManager.allocate_new_blocks)
-            last = len(table) if _is_mamba(m) else -(-end // size)
-            blocks += map(BLOCK_ID, filterfalse(IS_NULL, table[first:last]))  # (at C speed)
-        out.append((rid, blocks, request.num_preemptions, n))
-    return out
-
-
-def _first_read(manager, start: int) -> int:
-    """The first token a group's forward reads for a token at ``start``: a sliding window's
-    first; 2 back for a Mamba group (it reads the last computed token's state: vLLM frees as a
-    window of 2 would, ``MambaManager.get_num_skipped_tokens`` = computed - 1); its attention
-    chunk's first; 0 for full attention (all)."""
-    window, chunk = local_span(manager)
-    window = 2 if _is_mamba(manager) else window
-    if window:
-        return max(0, start - window + 1)
-    return start // chunk * chunk if chunk else 0
-
-
-def local_span(manager) -> tuple[int, int]:
-    """A group's sliding window and attention chunk (0: none; both 0: full attention)."""
-    window = getattr(manager, "sliding_window", None) or 0
-    return window, getattr(manager, "attention_chunk_size", None) or 0
-
-
 def group_layout(sched) -> list[str]:
     """Each KV-cache group as its spec and block size, then the scheduler's block size (what
     the run's notes say was laid out)."""
@@ -198,33 +168,11 @@ def group_layout(sched) -> list[str]:
     return out + [f"scheduler@{sched.block_size}"]
 
 
-def _is_mamba(manager) -> bool:
-    return type(manager).__name__ == "MambaManager"
-
-
-def in_flight_views(sched, reads: list[tuple]) -> dict:
-    """The step in flight's reads (``step_reads``) as the view lists them: whether the request
-    still owns them (live: not finished, not preempted since) and whether the scheduler
-    fences frees behind the step (vLLM's ``defer_block_free``: a consumer connector under
-    async scheduling, whose loads are not ordered with the step's writes)."""
-    fenced = bool(getattr(sched, "defer_block_free", False))
-    out = []
-    for rid, blocks, preemptions, _ in reads:
-        request = sched.requests.get(rid)
-        live = (
-            request is not None
-            and not request.is_finished()
-            and request.num_preemptions == preemptions
-        )
-        out.append((rid, blocks, live, fenced))
-    return {"fields": IN_FLIGHT_FIELDS, "rows": out}
-
-
-def state(sched, event: str, step: int, block_size: int, reads_of, reads: list[tuple]) -> dict:
+def state(sched, event: str, step: int, block_size: int, reads_of, reads: list[Read]) -> dict:
     """The view; ``reads_of`` (pool_reads.PoolReads: the run's pool reads as last sent) is
     brought up to date; ``reads``: what the step scheduled but not processed (async) reads
-    and writes (``step_reads``; its tokens are in the tables' ``in_flight``)."""
-    in_flight = {read[0]: read[3] for read in reads}
+    and writes (in_flight.py; its tokens are in the tables' ``in_flight``)."""
+    in_flight = {read.rid: read.tokens for read in reads}
     pool = sched.kv_cache_manager.coordinator.block_pool
     read, moved = read_tables(sched, reads_of.tables)
     if CROSSCHECK and read != read_tables(sched, {})[0]:  # every table read again
@@ -236,5 +184,16 @@ def state(sched, event: str, step: int, block_size: int, reads_of, reads: list[t
         "page_size": block_size,
         "pool": reads_of.read(pool, held, moved, owners(sched, read)),
         "block_table_rows": block_tables(sched, read, in_flight),
-        "in_flight_rows": in_flight_views(sched, reads),
+        **in_flight_views(sched, reads, leading_nulls(read) if reads else {}),
     }
+
+
+def leading_nulls(read: list[Table]) -> dict:
+    """Each table's count of leading null blocks by ``(group, rid)`` (None: a null block past
+    them — its real blocks are not the table's from some place on)."""
+    out = {}
+    for table in read:
+        nulls = table.tail[2]
+        leading = not nulls or nulls[-1] == len(nulls) - 1  # (positions ascend: 0..n-1)
+        out[table.manager.kv_cache_group_id, table.rid] = len(nulls) if leading else None
+    return out

@@ -33,6 +33,18 @@ def test_a_block_moved_between_same_hex_keys_stays_listed(order: int) -> None:
     assert rec.under == {in_group[0]: [2]}
 
 
+def test_a_block_under_two_keys_keeps_the_one_not_written() -> None:
+    """Taking in keys at C speed assumes one key a block; a block listed under a written key
+    and a kept one (one hash in two KV groups, say) keeps the kept key and its short hex."""
+    first, second = "aa" * 36, "bb" * 36
+    rec = Records()
+    rec.keys, rec.under = records.read_map([[first, [2]], [second, [2, 3]]])
+    rec.mapped = {b: records.mapped_as(keys) for b, keys in rec.keys.items()}
+    assert rec._remap([[first, []]]) == {2}
+    assert rec.keys == {2: (second,), 3: (second,)}
+    assert rec.mapped[2] == (records.short_hex(second),)
+
+
 def test_a_window_dropping_its_first_blocks_moves_only_those() -> None:
     """A sliding window's table drops blocks at its front and grows at its end: only the
     blocks that left or came are counted again, not the table."""

@@ -123,3 +123,22 @@ def test_rows_of_other_fields_or_lengths_are_an_error_naming_them() -> None:
     short = {"fields": fields, "rows": [TABLE_ROW[:-1]]}
     with pytest.raises(ValueError, match="block_table_rows has a row of other than 11 values"):
         state_view(dict(PoolMirror().view(view(FIRST, whole=True)), block_table_rows=short))
+
+
+def test_in_flight_reads_sent_as_spans_are_the_tables_blocks_there() -> None:
+    """A read the driver sends as spans (``in_flight_spans``: ``[row, [[group, start, stop],
+    ...]]``) names the real blocks of the request's table in each group as the same view
+    left it, in group order; a row sent by id is left as it is; under the cross-check a span
+    that names other blocks than the ids read is the harness's error."""
+    raw = view(FIRST, whole=True)
+    raw["pool"] |= {"tables": [[0, "r1", 0, 0, [1, 2, 3]], [1, "r1", 0, 0, [3, 2]]]}
+    raw["pool"]["kinds"] = {"r1": "req"}
+    rows = [["r1", [], True, False], ["r2", [7], False, True]]
+    spans = [[0, [[0, 1, 3], [1, 0, 1]]]]
+    raw |= {"in_flight_rows": {"fields": ["rid", "blocks", "live", "fenced"], "rows": rows}}
+    got = state_view(PoolMirror().view(dict(raw, in_flight_spans=spans)))
+    assert [(f.rid, f.blocks) for f in got.in_flight_blocks] == [("r1", (2, 3, 3)), ("r2", (7,))]
+    checked = dict(raw, in_flight_spans=spans, in_flight_check=[[2, 3, 3], [7]])
+    assert state_view(PoolMirror().view(checked)).in_flight_blocks == got.in_flight_blocks
+    with pytest.raises(AssertionError, match="rebuilt from spans differ"):
+        PoolMirror().view(dict(checked, in_flight_check=[[2, 3], [7]]))
