@@ -15,14 +15,14 @@ groups — a request (``req:``), one whose blocks await a connector load (``load
 (``send:``), each batch of frees deferred past the step in flight (``deferred:``) — and, as
 owners, the cache (blocks with a hash some holder holds, not free) and each holder's blocks no
 hash covers.
-A holder's joined and unhashed lists are built again only when one of its tables moved (or a
-block of it gained or lost a hash), and made an array again only then. Under
+A holder's joined list is built again only when one of its tables moved, and made an array
+again only then; its unhashed blocks and the cache are taken from the pool's flags by block
+id at every view (buckets.py: numpy over the array). Under
 ``KVSPEC_CROSSCHECK`` the rebuilt walk, tables and kinds must equal the driver's whole reads.
 """
 
 from __future__ import annotations
 
-from itertools import filterfalse
 from typing import Any
 
 import numpy as np
@@ -37,13 +37,12 @@ class PoolMirror:
 
     def __init__(self) -> None:
         self.records = Records()  # (the free queue among what it keeps)
-        self.arrays: dict[tuple, tuple[list[int], np.ndarray]] = {}  # owner: list, as array
+        self.arrays: dict[str, tuple[list[int], np.ndarray]] = {}  # holder: list, as array
         self.tables: dict[Key, list[int]] = {}  # each table's real blocks
         self.groups: dict[str, list[int]] = {}  # each request's groups with a table, sorted
         self.kinds: dict[str, str] = {}  # each request's holder kind
         self.fenced: dict[str, list[int]] = {}  # each batch of deferred frees
         self.joined: dict[str, list[int]] = {}  # each request's blocks over its groups
-        self.owned: dict[str, tuple[list[int], list[int]]] = {}  # holder: (blocks, unhashed)
 
     def view(self, raw: dict[str, Any]) -> dict[str, Any]:
         """The driver's view with its ``pool`` reads turned into ``pools`` (the counters and
@@ -60,8 +59,6 @@ class PoolMirror:
             self._cross_check(read["check"])
         raw["block_records"] = self.records.changes(read, held, moved | fenced.keys())
         raw["pools"] = [self._pool(read, page_size, rebuilt)]
-        if "check" in read:
-            self._check_owned()
         if raw.get("in_flight_spans"):
             raw["in_flight_rows"] = self._spanned(raw["in_flight_rows"], raw["in_flight_spans"])
         if "in_flight_check" in raw:
@@ -104,43 +101,41 @@ class PoolMirror:
         return moved
 
     def _pool(self, read: dict[str, Any], page_size: int, rebuilt: set[str]) -> dict[str, Any]:
-        records, bs = self.records, page_size
-        live = read["num_blocks"] - len(records.null)
-        evictable = len(records.evictable)
-        held = self._holders(rebuilt)
+        flags, bs = self.records.flags, page_size
+        counts = flags.counts()
+        live, evictable = read["num_blocks"] - counts["null"], counts["evictable"]
+        referenced = self._as_arrays(self._holders(rebuilt))
+        owned = [["cache", flags.cache()]]  # (then each holder's blocks no hash covers)
+        owned += ([owner, flags.unhashed(blocks)] for owner, blocks in referenced)
         return {
             "name": "full",
             "page_size": bs,
             "capacity": live * bs,
             "free": (read["num_free_blocks"] - evictable) * bs,
             "evictable": evictable * bs,
-            "protected": len(records.protected) * bs,
-            "request_owned": len(records.request_owned) * bs,
+            "protected": counts["protected"] * bs,
+            "request_owned": counts["request_owned"] * bs,
             "census_input": {
                 "num_pages": live,
                 "slots_per_page": 1,  # a block is listed once per holding, whatever its size
-                "free_pages": records.queue.walk,
-                **self._as_arrays(
-                    [("cache", records.cache_blocks()), *self._owned(held)], list(held.items())
-                ),
+                "free_pages": self.records.queue.walk,
+                "owned": owned,
+                "referenced": referenced,
             },
         }
 
-    def _as_arrays(self, owned: list, referenced: list) -> dict[str, list]:
-        """The census input's owners with their blocks as arrays (what the census reads): the
-        array of the view before where the list is the very same (a holder none of whose
-        tables moved), else made again."""
+    def _as_arrays(self, held: dict[str, list[int]]) -> list[list]:
+        """Each holder with its blocks as an array (what the census reads): the array of the
+        view before where the list is the very same (a holder none of whose tables moved),
+        else made again."""
         last, now = self.arrays, {}
-        parts: dict[str, list] = {"owned": [], "referenced": []}
-        for part, owners in (("owned", owned), ("referenced", referenced)):
-            for owner, blocks in owners:
-                kept = last.get((part, owner))
-                if kept is None or kept[0] is not blocks:
-                    kept = (blocks, np.asarray(blocks, dtype=np.int64))
-                now[part, owner] = kept
-                parts[part].append([owner, kept[1]])
+        for owner, blocks in held.items():
+            kept = last.get(owner)
+            if kept is None or kept[0] is not blocks:
+                kept = (blocks, np.asarray(blocks, dtype=np.int64))
+            now[owner] = kept
         self.arrays = now
-        return parts
+        return [[owner, array] for owner, (_, array) in now.items()]
 
     def _holders(self, rebuilt: set[str]) -> dict[str, list[int]]:
         """Each holder's blocks over its KV-cache groups by owner label (the very list of the
@@ -157,21 +152,6 @@ class PoolMirror:
         self.joined, kinds = joined, self.kinds
         return {f"{kinds[rid]}:{rid}": blocks for rid, blocks in joined.items()} | self.fenced
 
-    def _owned(self, held: dict[str, list[int]]) -> list[list[Any]]:
-        """Each holder's blocks no hash covers (a cached one is the cache's): the list filtered
-        the view before when its blocks are the very same list and none of them gained or lost
-        a hash since (``records.toggled``)."""
-        last, toggled = self.owned, self.records.toggled
-        now: dict[str, tuple[list[int], list[int]]] = {}
-        cached = self.records.hashed.__contains__  # (filtered at C speed: tables are long at 1)
-        for owner, blocks in held.items():
-            before = last.get(owner)
-            if before is None or before[0] is not blocks or not toggled.isdisjoint(blocks):
-                before = (blocks, list(filterfalse(cached, blocks)))
-            now[owner] = before
-        self.owned = now
-        return [[owner, kept] for owner, (_, kept) in now.items()]
-
     def _cross_check(self, check: dict[str, Any]) -> None:
         tables = sorted([*key, blocks] for key, blocks in self.tables.items())
         for what, kept, whole in (
@@ -180,11 +160,6 @@ class PoolMirror:
         ):
             if kept != whole:
                 raise AssertionError(f"the {what} rebuilt from the driver's deltas differ")
-
-    def _check_owned(self) -> None:
-        cached = self.records.hashed.__contains__
-        if any(kept != [b for b in bs if not cached(b)] for bs, kept in self.owned.values()):
-            raise AssertionError("owned blocks kept across views differ from the tables' now")
 
 
 def _check_in_flight(part: dict[str, Any], ids: list[list[int]]) -> None:

@@ -26,6 +26,8 @@ from typing import Any
 
 from engine.mem.feed import ChangedTuple
 from engine.view import BlockView
+from invariants.targets.vllm.buckets import NAMES as BUCKETS
+from invariants.targets.vllm.buckets import Buckets
 from invariants.targets.vllm.free_queue import FreeQueue
 
 _BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
@@ -120,9 +122,6 @@ def table_change(old: list[int], new: list[int]) -> tuple[list[int], list[int]]:
     return (new[kept:], old[:start]) if old[start:] == new[:kept] else (new, old)
 
 
-BUCKETS = ("null", "hashed", "evictable", "protected", "request_owned", "cache")
-
-
 def buckets_of(rows: Iterable[tuple]) -> dict[str, set[int]]:
     """Each bucket's blocks from whole records, a record at a time (what the kept sets must
     equal under cross-check)."""
@@ -158,16 +157,7 @@ class Records:
         self.keys: dict[int, tuple[str, ...]] = {}  # each listed block's keys (whole hexes)
         self.mapped: dict[int, tuple[str, ...]] = {}  # ... and its mapped_as
         self.under: dict = {}
-        # the real (not null) blocks in each of the pool's buckets, kept from the changed
-        # records (a bucket is a test of one record: the pool's counters are their sizes)
-        self.null: set[int] = set()
-        self.hashed: set[int] = set()  # with a hash
-        self.evictable: set[int] = set()  # ... in the free queue
-        self.protected: set[int] = set()  # ... with ref_cnt > 0
-        self.request_owned: set[int] = set()  # ref_cnt > 0, no hash
-        self.cache: set[int] = set()  # with a hash, held, not free: the census's cache owner
-        self.toggled: set[int] = set()  # the blocks whose hash came or went at the last view
-        self.cached: list[int] | None = []  # the cache's blocks sorted (None: sort them again)
+        self.flags = Buckets()  # the pool's buckets, as flags by block id (buckets.py)
 
     def changes(self, read: dict[str, Any], held: dict, moved: set) -> ChangedTuple[BlockView]:
         """Every block's record in block order, naming those that changed since the last call
@@ -178,17 +168,17 @@ class Records:
         dirty = sorted(self._dirty(read, held, moved))
         if read["whole"] and len(self.rows) != read["num_blocks"]:
             self.rows = [None] * read["num_blocks"]  # (a run's first view lists them all)
+            self.flags = Buckets(read["num_blocks"])
         free, rows = self.free, self.rows
         fresh = _rows(dirty, self.read, free, self.holders, self.mapped)
         before = list(map(rows.__getitem__, dirty))
         differ = list(map(ne, fresh, before))
         changed = tuple(compress(fresh, differ))
-        self.toggled = set()
         if changed:
             columns = list(zip(*changed))
             for i, row in zip(columns[0], changed):
                 rows[i] = row
-            self._index(columns)
+            self.flags.take(columns)
         if "check" in read:
             self._cross_check(read["check"])
         gone = tuple(filter(None, compress(before, differ)))  # (a first view replaces none)
@@ -299,39 +289,8 @@ class Records:
         self.mapped.update(zip(now, zip(shorts)))
         return left | came
 
-    def _index(self, columns: list[tuple]) -> None:
-        """The buckets brought up to date with the changed records (as columns, each test
-        at C speed); ``toggled``: the changed blocks whose hash came or went."""
-        ids, ref_cnt, free, hashes, _, holders, is_null = columns
-        self.toggled = self.hashed.intersection(ids)
-        cache_moved = not self.cache.isdisjoint(ids)
-        buckets = (self.null, self.hashed, self.evictable, self.protected, self.request_owned)
-        for members in (*buckets, self.cache):
-            members.difference_update(ids)
-        real = list(map(not_, is_null))
-        hashed = list(map(and_, map(bool, hashes), real))
-        in_use = list(map(and_, map((0).__lt__, ref_cnt), real))
-        unfree = list(map(not_, free))
-        self.null.update(compress(ids, is_null))
-        self.hashed.update(compress(ids, hashed))
-        self.evictable.update(compress(ids, map(and_, free, hashed)))
-        self.protected.update(compress(ids, map(and_, in_use, hashed)))
-        self.request_owned.update(compress(ids, map(and_, in_use, map(not_, hashed))))
-        held = map(and_, map((0).__lt__, holders), unfree)
-        self.cache.update(compress(ids, map(and_, held, hashed)))
-        self.toggled.symmetric_difference_update(self.hashed.intersection(ids))
-        if cache_moved or not self.cache.isdisjoint(ids):
-            self.cached = None
-
-    def cache_blocks(self) -> list[int]:
-        """The census's cache owner: blocks with a hash some holder holds, not free, sorted
-        (again only when one of them changed)."""
-        if self.cached is None:
-            self.cached = sorted(self.cache)
-        return self.cached
-
     def buckets(self) -> dict[str, set[int]]:
-        return {name: getattr(self, name) for name in BUCKETS}
+        return self.flags.as_sets()
 
     def _cross_check(self, check: dict[str, Any]) -> None:
         """Every kept structure against the driver's whole reads (``check``)."""
@@ -352,8 +311,6 @@ class Records:
         _same("block records", full, dict(enumerate(self.rows)))
         if buckets_of(full.values()) != self.buckets():
             raise AssertionError("the pool's buckets kept incrementally differ from its blocks'")
-        if self.cached not in (None, sorted(self.cache)):
-            raise AssertionError("the cache's blocks as kept sorted differ from the cache's")
 
 
 def _same(what: str, full: dict, kept: dict) -> None:
