@@ -67,4 +67,3 @@ class Buckets:
         masks = (self.null, hashed, free & hashed, in_use & hashed, in_use & ~hashed)
         sets = {name: set(np.flatnonzero(mask).tolist()) for name, mask in zip(NAMES, masks)}
         return sets | {"cache": set(self.cache().tolist())}
-
