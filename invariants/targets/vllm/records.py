@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import and_, getitem, itemgetter, ne, not_
+from operator import getitem, itemgetter, ne
 from typing import Any
 
 from engine.mem.feed import ChangedTuple
