@@ -9,7 +9,9 @@ each block whose free-queue membership or holder count changed (the free queue i
 from the links vLLM wrote: free_queue.py; a holder is recounted when one of its tables
 moved), and each block listed under a hash-map key vLLM wrote — every other block's fields,
 and so its record, are as they were. The buckets (evictable, protected, request-owned, the
-census's cache owner) are sets kept from the changed records. A ``whole`` read (a run's
+census's cache owner) are flags by block id written from the changed records (buckets.py);
+the hash-map keys are taken in at C speed where each lists one block (at block size 1, all
+but a few). A ``whole`` read (a run's
 first view, a release without the write hooks, a replaced map) rebuilds every record. Under
 ``KVSPEC_CROSSCHECK`` the driver sends everything too and every kept structure must agree
 with it: a difference is the harness's error, never a finding.
@@ -123,7 +125,7 @@ def table_change(old: list[int], new: list[int]) -> tuple[list[int], list[int]]:
 
 
 def buckets_of(rows: Iterable[tuple]) -> dict[str, set[int]]:
-    """Each bucket's blocks from whole records, a record at a time (what the kept sets must
+    """Each bucket's blocks from whole records, a record at a time (what the kept flags must
     equal under cross-check)."""
     out: dict[str, set[int]] = {name: set() for name in BUCKETS}
     for i, ref_cnt, free, hashed, _, holders, is_null in rows:
