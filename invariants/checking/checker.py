@@ -17,6 +17,7 @@ from engine.observe.crosscheck import cross_check, crosscheck_enabled
 from engine.view import OPTIONAL_PARTS, SECTIONS, SELECTIVE, StateView
 from invariants.checking.dsl import make_env
 from invariants.checking.fastpath import EventFastPath, build_fast_path
+from invariants.checking.memos import NodeMemo
 from invariants.checking.rule import Fixture, Rule
 from invariants.checking.schema import EVENTS
 
@@ -98,11 +99,18 @@ def _view_parts(
 
 
 def _fast_paths(by_event: dict[str, tuple[Rule, ...]]) -> dict[str, EventFastPath]:
-    """Per event with rules, the fast path of those not reading ``prev`` (when one is built)."""
+    """Per event with rules, the fast path of those not reading ``prev`` (when one is built).
+    A rule's node memo is one across its events: what it last passed on, under which context
+    values (``event`` among them where it reads it), holds whichever event it was checked at
+    — so an idle view after step views re-tests the records changed since, not every one."""
     fast_paths: dict[str, EventFastPath] = {}
+    memos: dict[str, NodeMemo] = {}
     for event, rules in by_event.items():
         fast = build_fast_path([r for r in rules if not r.uses_prev], event) if rules else None
         if fast is not None:
+            fast.memos = {
+                rule_id: memos.setdefault(rule_id, m) for rule_id, m in fast.memos.items()
+            }
             fast_paths[event] = fast
     return fast_paths
 

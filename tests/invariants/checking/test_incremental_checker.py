@@ -181,7 +181,7 @@ def test_checkers_of_the_same_rules_share_code_not_memory() -> None:
 
 
 def test_a_rule_with_a_constant_display_is_decided_over_the_fresh_blocks_only() -> None:
-    """A display of constants in a rule (``[]`` in ``vllm.cached_hash_maps_to_its_block``) is
+    """A display of constants in a rule (``()`` in ``vllm.cached_hash_maps_to_its_block``) is
     the same at every event, not a context value (a list could not be compared as one): the
     rule's memo still decides a view from its fresh blocks — a fresh failing block fails it,
     and an unchanged block is not looked at again."""
@@ -201,3 +201,22 @@ def test_a_rule_with_a_constant_display_is_decided_over_the_fresh_blocks_only() 
     fourth = ChangedTuple.of([cached, fixed], third, (), ())
     env = make_env(StateView(event="step", blocks=fourth))
     assert memo.passes(env) and memo.seen is fourth
+
+
+def test_a_block_rule_keeps_one_memo_across_its_events() -> None:
+    """A rule checked at step and at idle keeps one memo: an idle view after a passing step
+    view is decided from the records changed since — a changed record failing the rule is
+    found, an unchanged one is not looked at again (here one that breaks the tuple's promise
+    that it is the very record the step view passed)."""
+    rule = next(r for r in CATALOG.rules if r.id == "vllm.ref_cnt_is_holders")
+    checker = Checker([rule], Level.RECORD)
+    assert checker._fast["step"].memos[rule.id] is checker._fast["idle"].memos[rule.id]
+    held = BlockView(1, ref_cnt=1, holders=1)
+    first = ChangedTuple.of([held], None, (held,), ())
+    assert checker.check("step", StateView(event="step", blocks=first)) == ()
+    unseen = ChangedTuple.of([BlockView(1, ref_cnt=5, holders=1)], first, (), ())
+    assert checker.check("idle", StateView(event="idle", blocks=unseen)) == ()
+    double = BlockView(2, ref_cnt=2, holders=1)
+    third = ChangedTuple.of([held, double], unseen, (double,), ())
+    (found,) = checker.check("idle", StateView(event="idle", blocks=third))
+    assert found.invariant == rule.id and "block 2" in found.message
