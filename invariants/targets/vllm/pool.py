@@ -14,7 +14,8 @@ the free queue as walked from its links (free_queue.py), each holder's blocks ov
 groups — a request (``req:``), one whose blocks await a connector load (``load:``) or a send
 (``send:``), each batch of frees deferred past the step in flight (``deferred:``) — and, as
 owners, the cache (blocks with a hash some holder holds, not free) and each holder's blocks no
-hash covers.
+hash covers. The step in flight's reads the driver sent as spans of a request's table are
+listed by id from the tables as this view left them (driver/in_flight.py).
 A holder's joined list is built again only when one of its tables moved, and made an array
 again only then; its unhashed blocks and the cache are taken from the pool's flags by block
 id at every view (buckets.py: numpy over the array). Under
@@ -59,11 +60,11 @@ class PoolMirror:
             self._cross_check(read["check"])
         raw["block_records"] = self.records.changes(read, held, moved | fenced.keys())
         raw["pools"] = [self._pool(read, page_size, rebuilt)]
-        if raw.get("in_flight_spans"):
-            raw["in_flight_rows"] = self._spanned(raw["in_flight_rows"], raw["in_flight_spans"])
+        spans = raw.pop("in_flight_spans", None)
+        if spans:
+            raw["in_flight_rows"] = self._spanned(raw["in_flight_rows"], spans)
         if "in_flight_check" in raw:
             _check_in_flight(raw["in_flight_rows"], raw.pop("in_flight_check"))
-        raw.pop("in_flight_spans", None)
         return raw
 
     def _spanned(self, part: dict[str, Any], spans: list) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def buckets_of(rows: Iterable[tuple]) -> dict[str, set[int]]:
 
 
 class Records:
-    """One run's block records as last sent, with the sets the pool's counters are sums of."""
+    """One run's block records as last sent, with the flags the pool's counters are sums of."""
 
     def __init__(self) -> None:
         self.rows: list[BlockView | None] = []  # each block's record, by block id
