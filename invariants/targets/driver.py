@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import tempfile
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,11 @@ class LineDriver:
             # set a driver walks is ordered by them — one seed, one run on every machine
             env=os.environ | {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")},
         )
-        self.banner = self._read("startup")
+        try:
+            self.banner = self._read("startup")
+        except TargetUnavailable:  # (it died before its banner: nothing else will close it)
+            self.close()
+            raise
         if not self.banner.get("ready"):
             self.close()
             raise self.refusal(self.banner, "startup")
@@ -175,6 +180,8 @@ class LineDriver:
         """End one trace (a driver that forks one child per trace ends it here)."""
 
     def close(self) -> None:
+        """End the driver (its stdin closed: it exits; killed if it does not within a minute)
+        and close both pipes and the log, whether it was running or had exited already."""
         if self.proc.poll() is None:
             assert self.proc.stdin is not None
             try:
@@ -183,6 +190,9 @@ class LineDriver:
             except (subprocess.TimeoutExpired, BrokenPipeError):
                 self.proc.kill()
                 self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with suppress(OSError):  # (a pipe closed already closes again quietly)
+                pipe.close()  # type: ignore[union-attr]
         self.log.close()
 
     def __enter__(self) -> LineDriver:

@@ -31,7 +31,8 @@ class _Hexes(dict):
         return text
 
 
-_HEX, _SHORT = _Hexes({None: ""}), {None: ""}  # ... and -> its first 24 hex digits
+_HEX = _Hexes({None: ""})
+_SHORT = {None: ""}  # a hash -> its first 24 hex digits (what a record lists)
 key_of = _HEX.__getitem__  # a hash-map key, whole: two keys can share a short hex
 REF_CNT, IS_NULL = attrgetter("ref_cnt"), attrgetter("is_null")
 PUBLIC_HASH = attrgetter("block_hash")  # (KVCacheBlock's read-only property)
