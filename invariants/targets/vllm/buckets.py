@@ -26,10 +26,6 @@ class Buckets:
             np.zeros(size, dtype=bool) for _ in range(5)
         )
 
-    @property
-    def size(self) -> int:
-        return len(self.null)
-
     def take(self, columns: list[tuple]) -> None:
         """The changed records, as columns ``(ids, ref_cnt, free, hash, mapped_as, holders,
         is_null)``, written into the flags."""
