@@ -11,7 +11,8 @@ moved), and each block listed under a hash-map key vLLM wrote — every other bl
 and so its record, are as they were. The buckets (evictable, protected, request-owned, the
 census's cache owner) are flags by block id written from the changed records (buckets.py);
 the hash-map keys are taken in at C speed where each lists one block (at block size 1, all
-but a few). A ``whole`` read (a run's
+but a few). A hash comes as its number in the run (a key too: two keys with one short hex
+are two numbers), each number's short hex once (``shorts``). A ``whole`` read (a run's
 first view, a release without the write hooks, a replaced map) rebuilds every record. Under
 ``KVSPEC_CROSSCHECK`` the driver sends everything too and every kept structure must agree
 with it: a difference is the harness's error, never a finding.
@@ -23,7 +24,7 @@ from collections import deque
 from collections.abc import Iterable
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import getitem, itemgetter, ne
+from operator import itemgetter, ne
 from typing import Any
 
 from engine.mem.feed import ChangedTuple
@@ -33,13 +34,6 @@ from invariants.targets.vllm.buckets import Buckets
 from invariants.targets.vllm.free_queue import FreeQueue
 
 _BLOCK = partial(tuple.__new__, BlockView)  # (BlockView._make without its Python frame)
-
-
-SHORT = slice(0, 24)  # a hash-map key's (whole hex) first 24 digits: a record's hash
-
-
-def short_hex(key: str) -> str:
-    return key[SHORT]
 
 
 def sliced(old: list[int], start: int, kept: int, tail: list[int]) -> list[int]:
@@ -52,10 +46,10 @@ def sliced(old: list[int], start: int, kept: int, tail: list[int]) -> list[int]:
     return old[start : start + kept] + tail
 
 
-def read_map(listing: list) -> tuple[dict[int, tuple[str, ...]], dict]:
+def read_map(listing: list) -> tuple[dict[int, tuple[int, ...]], dict]:
     """Every block's keys in the hash map, and every key's block ids, from a whole listing
-    (``[key, ids]`` per key)."""
-    keys: dict[int, tuple[str, ...]] = {}
+    (``[key, ids]`` per key: keys by their numbers)."""
+    keys: dict[int, tuple[int, ...]] = {}
     under = {}
     for key, ids in listing:
         under[key] = ids
@@ -64,20 +58,24 @@ def read_map(listing: list) -> tuple[dict[int, tuple[str, ...]], dict]:
     return keys, under
 
 
-def mapped_as(keys: tuple[str, ...]) -> tuple[str, ...]:
+def mapped_as(keys: tuple[int, ...], shorts: list[str]) -> tuple[str, ...]:
     """The record's ``mapped_as``: the short hexes (24 digits, as a record's hash) of a block's
-    keys, sorted (two keys can share one: the same hash in two KV groups)."""
+    keys (``shorts``: by key number), sorted (two keys can share one: the same hash in two KV
+    groups)."""
     if len(keys) == 1:  # (most blocks: one key)
-        return (short_hex(keys[0]),)
-    return tuple(sorted(set(map(short_hex, keys))))
+        return (shorts[keys[0]],)
+    return tuple(sorted(set(map(shorts.__getitem__, keys))))
 
 
-Read = tuple[dict, dict, dict]  # each block's ref_cnt, hash and null flag as last read
+Read = tuple[dict, dict, dict]  # each block's ref_cnt, hash number and null flag as last read
 
 
-def _rows(ids: list[int], read: Read, free: set[int], holders: dict, mapped: dict) -> list:
-    """The records of blocks ``ids`` (``read``: each block's ref_cnt, hash and null flag as
-    last read), a field at a time: a block size of 1 changes hundreds a step."""
+def _rows(
+    ids: list[int], read: Read, free: set[int], holders: dict, mapped: dict, shorts: list[str]
+) -> list:
+    """The records of blocks ``ids`` (``read``: each block's ref_cnt, hash number and null
+    flag as last read; ``shorts``: each number's short hex), a field at a time: a block size
+    of 1 changes hundreds a step."""
     ref_cnt, hashes, is_null = read
     return list(
         map(
@@ -86,7 +84,7 @@ def _rows(ids: list[int], read: Read, free: set[int], holders: dict, mapped: dic
                 ids,
                 map(ref_cnt.__getitem__, ids),
                 map(free.__contains__, ids),
-                map(hashes.__getitem__, ids),
+                map(shorts.__getitem__, map(hashes.__getitem__, ids)),
                 map(mapped.get, ids, repeat(_UNMAPPED)),
                 map(holders.get, ids, repeat(0)),
                 map(is_null.__getitem__, ids),
@@ -149,16 +147,17 @@ class Records:
     def __init__(self) -> None:
         self.rows: list[BlockView | None] = []  # each block's record, by block id
         self.handed: ChangedTuple[BlockView] | None = None  # the records handed out last
-        # each block's ref_cnt, hash and null flag as last read (three dicts of plain values:
+        # each block's ref_cnt, hash number and null flag as last read (three dicts of plain values:
         # a tuple a block would be one more object for every collection to walk)
         self.read: Read = ({}, {}, {})
         self.queue = FreeQueue()  # the free queue, walked from its links
         self.free: set[int] = set()  # its blocks (kept from the walks' changes)
         self.held: dict = {}  # each holding's blocks as last read (pool.py)
         self.holders: dict[int, int] = {}  # their count per block, kept with them
-        self.keys: dict[int, tuple[str, ...]] = {}  # each listed block's keys (whole hexes)
+        self.keys: dict[int, tuple[int, ...]] = {}  # each listed block's keys (numbers)
         self.mapped: dict[int, tuple[str, ...]] = {}  # ... and its mapped_as
         self.under: dict = {}
+        self.shorts: list[str] = [""]  # each hash number's short hex (0: no hash)
         self.flags = Buckets()  # the pool's buckets, as flags by block id (buckets.py)
 
     def changes(self, read: dict[str, Any], held: dict, moved: set) -> ChangedTuple[BlockView]:
@@ -167,12 +166,13 @@ class Records:
         free queue's links among them: ``queue`` is kept from them), ``moved``: the keys of
         ``held`` whose blocks may differ from the last call's (every other holding is the very
         same list)."""
+        self.shorts += read["hashes"]  # (the hashes first read in this view, numbered on)
         dirty = sorted(self._dirty(read, held, moved))
         if read["whole"] and len(self.rows) != read["num_blocks"]:
             self.rows = [None] * read["num_blocks"]  # (a run's first view lists them all)
             self.flags = Buckets(read["num_blocks"])
         free, rows = self.free, self.rows
-        fresh = _rows(dirty, self.read, free, self.holders, self.mapped)
+        fresh = _rows(dirty, self.read, free, self.holders, self.mapped, self.shorts)
         before = list(map(rows.__getitem__, dirty))
         differ = list(map(ne, fresh, before))
         changed = tuple(compress(fresh, differ))
@@ -195,7 +195,8 @@ class Records:
         counted, queued = self._recount(held, moved), self._refree(read)
         if read["whole"]:
             self.keys, self.under = read_map(read["keys"])
-            self.mapped = {b: mapped_as(listed) for b, listed in self.keys.items()}
+            shorts = self.shorts
+            self.mapped = {b: mapped_as(listed, shorts) for b, listed in self.keys.items()}
             return range(read["num_blocks"])
         return set(ids) | queued | counted | self._remap(read["keys"])
 
@@ -234,7 +235,7 @@ class Records:
     def _remap(self, keys: list) -> set[int]:
         """Take in the written keys (``[key, ids]``: the blocks listed under it now): the
         blocks listed under them before or now, whose keys and ``mapped_as`` are brought up
-        to date (by whole keys: two keys sharing a short hex are two keys here). A block's
+        to date (by number: two keys sharing a short hex are two keys here). A block's
         keys after are its keys before that were not written, and the written keys that list
         it now — whatever order they were written in."""
         if not keys:
@@ -259,7 +260,7 @@ class Records:
         touched = before | now
         for b in touched:
             if listed.get(b):
-                self.mapped[b] = mapped_as(listed[b])
+                self.mapped[b] = mapped_as(listed[b], self.shorts)
             else:
                 listed.pop(b, None)
                 self.mapped.pop(b, None)
@@ -287,7 +288,7 @@ class Records:
         deque(map(self.mapped.pop, before, repeat(None)), maxlen=0)
         keys_now: list[str] = list(map(_KEY, listing))
         listed.update(zip(now, zip(keys_now)))  # (each block's keys: a 1-tuple)
-        shorts: map[str] = map(getitem, keys_now, repeat(SHORT))
+        shorts: map[str] = map(self.shorts.__getitem__, keys_now)
         self.mapped.update(zip(now, zip(shorts)))
         return left | came
 
@@ -299,7 +300,7 @@ class Records:
         if self.queue.walk.tolist() != check["walk"]:
             raise AssertionError("the free queue walked from the driver's links differs")
         keys, free = read_map(check["keys"])[0], set(check["walk"])
-        mapped = {b: mapped_as(listed) for b, listed in keys.items()}
+        mapped = {b: mapped_as(listed, self.shorts) for b, listed in keys.items()}
         if count_holders(self.held) != self.holders:
             raise AssertionError("holder counts kept incrementally differ from the tables'")
         if free != self.free:
@@ -309,7 +310,7 @@ class Records:
         read = {i: tuple(column[i] for column in whole) for i in ids}
         kept = {i: tuple(column.get(i) for column in self.read) for i in self.read[0]}
         _same("block reads (a write the driver did not re-read)", read, kept)
-        full = dict(zip(ids, _rows(ids, whole, free, self.holders, mapped)))
+        full = dict(zip(ids, _rows(ids, whole, free, self.holders, mapped, self.shorts)))
         _same("block records", full, dict(enumerate(self.rows)))
         if buckets_of(full.values()) != self.buckets():
             raise AssertionError("the pool's buckets kept incrementally differ from its blocks'")

@@ -2,7 +2,9 @@
 the blocks vLLM wrote (their ``ref_cnt``, hash and null flag: writes.py records which), the
 blocks whose free-queue link it wrote (the block each links to now: driverlib/free_links.py),
 the hash-map keys it wrote (the blocks each lists now), each table that moved (as a list delta:
-driverlib/census_deltas.py), and each holder's kind. Runs inside the vllm venv. kvspec's side
+driverlib/census_deltas.py), and each holder's kind — a hash (the blocks' and the map's keys)
+as its number in the run (``HashIds``: each number's short hex is sent once, in the view that
+first read it, as ``hashes``). Runs inside the vllm venv. kvspec's side
 rebuilds the pool from these and derives everything else — the free queue's walk, each block's
 record, the pool's buckets and the census input (invariants/targets/vllm/pool.py): the driver's
 process is the engine's, so it reads and nothing more while the checks run beside it.
@@ -17,23 +19,40 @@ error, never a finding.
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import attrgetter, is_
+from operator import attrgetter, getitem, is_
 
 from census_deltas import CROSSCHECK, list_delta
 from free_links import HEAD, TAIL, UNLINKED
 
 
-class _Hexes(dict):
-    """A hash (immutable bytes) -> its hex, each computed once; None -> ""."""
+class HashIds:
+    """A run's block hashes (the hash map's keys: one hash a KV-cache group) numbered as first
+    read, 0 for none: a view sends a hash as its number, and each new number's short hex (its
+    first 24 digits: what a record lists) once — two keys with one short hex are two
+    numbers. At block size 1 a run reads thousands of hashes, each many times."""
 
-    def __missing__(self, h) -> str:
-        text = self[h] = bytes(h).hex()
-        return text
+    def __init__(self) -> None:
+        self.ids: dict = {None: 0}
+        self.new: list[str] = []  # the short hexes numbered since the last ``take``
+
+    def of(self, hashes: list) -> list[int]:
+        """Each hash's number, the new ones numbered in order (all at C speed)."""
+        ids = list(map(self.ids.get, hashes))
+        if None not in ids:
+            return ids
+        fresh = list(dict.fromkeys(compress(hashes, map(is_, ids, repeat(None)))))
+        self.ids.update(zip(fresh, range(len(self.ids), len(self.ids) + len(fresh))))
+        wholes = map(bytes.hex, fresh)  # (a key is bytes: vLLM's BlockHashWithGroupId)
+        self.new += map(getitem, wholes, repeat(_SHORT))
+        return list(map(self.ids.__getitem__, hashes))
+
+    def take(self) -> list[str]:
+        """The short hexes numbered since the last call, in number order."""
+        new, self.new = self.new, []
+        return new
 
 
-_HEX = _Hexes({None: ""})
-_SHORT = {None: ""}  # a hash -> its first 24 hex digits (what a record lists)
-key_of = _HEX.__getitem__  # a hash-map key, whole: two keys can share a short hex
+_SHORT = slice(0, 24)
 REF_CNT, IS_NULL = attrgetter("ref_cnt"), attrgetter("is_null")
 PUBLIC_HASH = attrgetter("block_hash")  # (KVCacheBlock's read-only property)
 NEXT = attrgetter("next_free_block")
@@ -62,22 +81,10 @@ def block_ids(entry) -> list[int]:
     return [entry.block_id] if hasattr(entry, "block_id") else list(entry)
 
 
-def block_columns(blocks: list, ids, hash_of: attrgetter = HASH) -> list[list]:
-    """The blocks' ids, ``ref_cnt``, short hashes and null flags, a column at a time."""
-    hashes = short_hexes(blocks, hash_of)
+def block_columns(blocks: list, ids, numbers: HashIds, hash_of: attrgetter = HASH) -> list:
+    """The blocks' ids, ``ref_cnt``, hash numbers and null flags, a column at a time."""
+    hashes = numbers.of(list(map(hash_of, blocks)))
     return [list(ids), list(map(REF_CNT, blocks)), hashes, list(map(IS_NULL, blocks))]
-
-
-def short_hexes(blocks: list, hash_of: attrgetter) -> list[str]:
-    """Each block's hash as its first 24 hex digits ("": none), looked up at C speed; only a
-    hash not seen before (at block size 1, thousands a run) is made hex."""
-    hashes = list(map(hash_of, blocks))
-    short = list(map(_SHORT.get, hashes))
-    for at in compress(range(len(short)), map(is_, short, repeat(None))):
-        h = hashes[at]
-        whole = _HEX[h] = bytes(h).hex()  # (inline: no frame of _Hexes.__missing__)
-        short[at] = _SHORT[h] = whole[:24]
-    return short
 
 
 def link_columns(queue, blocks: list, ids) -> list:
@@ -111,19 +118,17 @@ def free_walk(pool) -> list[int]:
     return out
 
 
-def map_listing(hash_map, keys) -> list[list]:
-    """Each key of ``keys`` (whole hex) with the blocks the map lists under it now."""
-    cache = hash_map._cache
-    return [[key_of(key), block_ids(cache.get(key))] for key in keys]
+def map_listing(hash_map, keys, numbers: HashIds) -> list[list]:
+    """Each key of ``keys`` (its number) with the blocks the map lists under it now."""
+    keys, get = list(keys), hash_map._cache.get
+    return [[n, block_ids(get(key))] for n, key in zip(numbers.of(keys), keys)]
 
 
 class PoolReads:
     """One run's reads of the pool as last sent (what the next view's deltas are against)."""
 
     def __init__(self, writes) -> None:
-        for memo in (_HEX, _SHORT):  # (a run's hashes: the memos would grow run after run)
-            memo.clear()
-            memo[None] = ""
+        self.numbers = HashIds()  # the run's hashes (a number is sent in place of each)
         self.writes = writes  # writes.Writes, or None: read every block at every view
         self.map = None  # the hash map read last (a new one: reset_prefix_cache)
         self.tables: dict = {}  # each table as read by views.read_tables (per group)
@@ -146,18 +151,19 @@ class PoolReads:
             "num_blocks": len(blocks),
             "num_free_blocks": pool.free_block_queue.num_free_blocks,
             "whole": whole,
-            "blocks": block_columns(list(map(blocks.__getitem__, written)), written),
+            "blocks": block_columns(list(map(blocks.__getitem__, written)), written, self.numbers),
             "links": link_columns(
                 pool.free_block_queue, list(map(blocks.__getitem__, linked)), linked
             ),
-            "keys": map_listing(self.map, keys),
+            "keys": map_listing(self.map, keys, self.numbers),
             "tables": self._tables(held, moved),
             "kinds": None if kinds == self.kinds else kinds,
             "fenced": owners["fenced"],
         }
         self.kinds = kinds
         if CROSSCHECK:
-            out["check"] = _everything(pool, held, kinds)
+            out["check"] = _everything(pool, held, kinds, self.numbers)
+        out["hashes"] = self.numbers.take()  # (last: the check's reads numbered too)
         return out
 
     def _written(self) -> tuple:
@@ -184,13 +190,13 @@ class PoolReads:
         return out
 
 
-def _everything(pool, held: dict, kinds: dict) -> dict:
+def _everything(pool, held: dict, kinds: dict, numbers: HashIds) -> dict:
     """Every block, key, free block and table, read whole (what kvspec's side must have)."""
     ids = range(len(pool.blocks))
     hash_map = pool.cached_block_hash_to_block
     return {
-        "blocks": block_columns(pool.blocks, ids, PUBLIC_HASH),
-        "keys": sorted(map_listing(hash_map, list(hash_map._cache))),
+        "blocks": block_columns(pool.blocks, ids, numbers, PUBLIC_HASH),
+        "keys": sorted(map_listing(hash_map, list(hash_map._cache), numbers)),
         "walk": free_walk(pool),
         "tables": sorted([*key, blocks] for key, blocks in held.items()),
         "kinds": kinds,

@@ -16,14 +16,22 @@ from invariants.targets.vllm.blocks import state_view
 from invariants.targets.vllm.pool import PoolMirror
 
 FREE = [1, 2, 3]
+NUMBERS: dict[str, int] = {}  # a run's hashes as the driver numbers them (a whole view: a run)
 
 
 def view(blocks: list[list[Any]], free: list[int] = FREE, whole: bool = False) -> dict:
     """A driver view that read ``blocks`` (``[id, ref_cnt, hash, is_null]`` each) again, its
-    free queue linked as ``free`` (every block's link read again) and no table."""
+    free queue linked as ``free`` (every block's link read again) and no table; each hash
+    sent as its number, a new one's short hex under ``hashes``."""
+    if whole:
+        NUMBERS.clear()
+        NUMBERS[""] = 0
+    new = list(dict.fromkeys(h for _, _, h, _ in blocks if h not in NUMBERS))
+    NUMBERS.update(zip(new, range(len(NUMBERS), len(NUMBERS) + len(new))))
+    blocks = [[i, ref_cnt, NUMBERS[h], null] for i, ref_cnt, h, null in blocks]
     nexts = dict.fromkeys(range(4), UNLINKED) | dict(zip(free, [*free[1:], TAIL]))
     pool = {
-        "num_blocks": 4, "num_free_blocks": len(free), "whole": whole,
+        "num_blocks": 4, "num_free_blocks": len(free), "whole": whole, "hashes": new,
         "blocks": [list(c) for c in zip(*blocks)] or [[], [], [], []], "keys": [],
         "links": [free[0] if free else TAIL, list(nexts), list(nexts.values())],
         "tables": [], "kinds": {}, "fenced": {},
