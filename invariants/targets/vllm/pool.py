@@ -16,10 +16,12 @@ groups — a request (``req:``), one whose blocks await a connector load (``load
 owners, the cache (blocks with a hash some holder holds, not free) and each holder's blocks no
 hash covers. The step in flight's reads the driver sent as spans of a request's table are
 listed by id from the tables as this view left them (driver/in_flight.py).
-A holder's joined list is built again only when one of its tables moved, and made an array
-again only then; its unhashed blocks and the cache are taken from the pool's flags by block
-id at every view (buckets.py: numpy over the array). Under
-``KVSPEC_CROSSCHECK`` the rebuilt walk, tables and kinds must equal the driver's whole reads.
+A holder's joined list (its one table's list itself, for a request with one group) is built
+again only when one of its tables moved, and its array then grown from the last where the
+list only grew, else made again; its unhashed blocks and the cache are taken from the pool's
+flags by block id at every view (buckets.py: numpy over the array). Under
+``KVSPEC_CROSSCHECK`` the rebuilt walk, tables, kinds and arrays must equal the driver's
+whole reads.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class PoolMirror:
             self._cross_check(read["check"])
         raw["block_records"] = self.records.changes(read, held, moved | fenced.keys())
         raw["pools"] = [self._pool(read, page_size, rebuilt)]
+        if "check" in read and any(a.tolist() != b for b, a in self.arrays.values()):
+            raise AssertionError("a holder's array grown from the view before differs")
         spans = raw.pop("in_flight_spans", None)
         if spans:
             raw["in_flight_rows"] = self._spanned(raw["in_flight_rows"], spans)
@@ -128,12 +132,14 @@ class PoolMirror:
     def _as_arrays(self, held: dict[str, list[int]]) -> list[list]:
         """Each holder with its blocks as an array (what the census reads): the array of the
         view before where the list is the very same (a holder none of whose tables moved),
+        that array and the new blocks' where the list only grew (at block size 1 a running
+        request's table grows by a block a step: no list of thousands made an array again),
         else made again."""
         last, now = self.arrays, {}
         for owner, blocks in held.items():
             kept = last.get(owner)
             if kept is None or kept[0] is not blocks:
-                kept = (blocks, np.asarray(blocks, dtype=np.int64))
+                kept = (blocks, _grown(blocks, kept))
             now[owner] = kept
         self.arrays = now
         return [[owner, array] for owner, (_, array) in now.items()]
@@ -144,7 +150,9 @@ class PoolMirror:
         last, tables = self.joined, self.tables
         joined: dict[str, list[int]] = {}
         for rid, groups in self.groups.items():
-            if rid in rebuilt or rid not in last:
+            if len(groups) == 1:  # (its one table's list itself: lists are never changed)
+                joined[rid] = tables[groups[0], rid]
+            elif rid in rebuilt or rid not in last:
                 blocks = joined[rid] = []
                 for group in groups:
                     blocks += tables[group, rid]
@@ -161,6 +169,15 @@ class PoolMirror:
         ):
             if kept != whole:
                 raise AssertionError(f"the {what} rebuilt from the driver's deltas differ")
+
+
+def _grown(blocks: list[int], last: tuple[list[int], np.ndarray] | None) -> np.ndarray:
+    """``blocks`` as an array, from ``last`` (a list and its array) where ``blocks`` only
+    added to the end of that list (compared at C speed, the ids mostly the very objects)."""
+    if last is not None and len(blocks) > len(last[0]) and blocks[: len(last[0])] == last[0]:
+        added = np.asarray(blocks[len(last[0]) :], dtype=np.int64)
+        return np.concatenate((last[1], added))
+    return np.asarray(blocks, dtype=np.int64)
 
 
 def _check_in_flight(part: dict[str, Any], ids: list[list[int]]) -> None:

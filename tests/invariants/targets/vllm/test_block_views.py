@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.view import BlockTableView, BlockView
 from invariants.targets.driverlib.free_links import TAIL, UNLINKED
 from invariants.targets.views import to_state_view
+from invariants.targets.vllm import pool as pool_module
 from invariants.targets.vllm.blocks import state_view
 from invariants.targets.vllm.pool import PoolMirror
 
@@ -150,3 +154,17 @@ def test_in_flight_reads_sent_as_spans_are_the_tables_blocks_there() -> None:
     assert state_view(PoolMirror().view(checked)).in_flight_blocks == got.in_flight_blocks
     with pytest.raises(AssertionError, match="rebuilt from spans differ"):
         PoolMirror().view(dict(checked, in_flight_check=[[2, 3], [7]]))
+
+
+@given(
+    st.lists(st.integers(0, 9), max_size=6),
+    st.lists(st.integers(0, 9), max_size=6),
+    st.booleans(),
+)
+def test_a_holders_array_grown_from_the_last_is_the_list_made_an_array(old, new, grows) -> None:
+    """A holder's census array is built from the view before's where its list only grew
+    (pool.py ``_grown``): whatever the two lists, it is the new list, in order."""
+    blocks = old + new if grows else new
+    last = (old, np.asarray(old, dtype=np.int64))
+    assert pool_module._grown(blocks, last).tolist() == blocks
+    assert pool_module._grown(blocks, None).tolist() == blocks
