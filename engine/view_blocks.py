@@ -53,9 +53,11 @@ class InFlightView(NamedTuple):
     request still owns them (``live``: not finished, not preempted since the step was
     scheduled) and whether the engine fences frees behind the step (``fenced``: vLLM's
     ``defer_block_free``, on with a consumer KV connector, whose loads are not ordered with
-    the step's writes)."""
+    the step's writes), and whether they are, now, the very blocks its own table holds at
+    the places the step read them (``held``: each then has a holder)."""
 
     rid: str = ""
     blocks: tuple[int, ...] = ()
     live: bool = False
     fenced: bool = False
+    held: bool = False

@@ -286,7 +286,7 @@ class Records:
         under.update(listing)
         deque(map(listed.pop, before), maxlen=0)
         deque(map(self.mapped.pop, before, repeat(None)), maxlen=0)
-        keys_now: list[str] = list(map(_KEY, listing))
+        keys_now: list[int] = list(map(_KEY, listing))
         listed.update(zip(now, zip(keys_now)))  # (each block's keys: a 1-tuple)
         shorts: map[str] = map(self.shorts.__getitem__, keys_now)
         self.mapped.update(zip(now, zip(shorts)))

@@ -9,7 +9,8 @@ places (one comparison by identity, at C speed), as a span of the real blocks th
 sends for that table (``in_flight_spans``: kvspec's side slices its copy of the table; at block
 size 1 a request's read is its whole table every step, thousands of ids a view). A span is
 only sent where it names exactly the blocks read: a table changed since, or one with a null
-block past its leading run, is sent by id. Under ``KVSPEC_CROSSCHECK`` every read is also sent by
+block past its leading run, is sent by id. A read sent as spans is ``held``: its blocks are,
+now, the ones its own table holds there. Under ``KVSPEC_CROSSCHECK`` every read is also sent by
 id (``in_flight_check``), and kvspec's side compares.
 """
 
@@ -22,7 +23,7 @@ from typing import NamedTuple
 from census_deltas import CROSSCHECK
 
 BLOCK_ID, IS_NULL = attrgetter("block_id"), attrgetter("is_null")
-FIELDS = ("rid", "blocks", "live", "fenced")  # a row's (kvspec's InFlightView)
+FIELDS = ("rid", "blocks", "live", "fenced", "held")  # a row's (kvspec's InFlightView)
 
 
 class Slice(NamedTuple):
@@ -90,9 +91,10 @@ def is_mamba(manager) -> bool:
 
 def in_flight_views(sched, reads: list[Read], leading: dict) -> dict:
     """The step in flight's reads as the view lists them: whether the request still owns them
-    (live: not finished, not preempted since) and whether the scheduler fences frees behind
+    (live: not finished, not preempted since), whether the scheduler fences frees behind
     the step (vLLM's ``defer_block_free``: a consumer connector under async scheduling, whose
-    loads are not ordered with the step's writes). ``leading``: each table the view sends, by
+    loads are not ordered with the step's writes) and whether its table holds them there
+    still (``held``: sent as spans). ``leading``: each table the view sends, by
     ``(group, rid)``, its count of leading null blocks (None: a null block past them)."""
     fenced = bool(getattr(sched, "defer_block_free", False))
     rows, spans = [], []
@@ -106,7 +108,8 @@ def in_flight_views(sched, reads: list[Read], leading: dict) -> dict:
         spanned = _spans(read, leading) if live else None
         if spanned is not None:
             spans.append([len(rows), spanned])
-        rows.append((read.rid, [] if spanned is not None else ids(read), live, fenced))
+        held = spanned is not None  # (its table holds the very blocks read, there)
+        rows.append((read.rid, [] if held else ids(read), live, fenced, held))
     out = {"in_flight_rows": {"fields": FIELDS, "rows": rows}, "in_flight_spans": spans}
     if CROSSCHECK:
         out["in_flight_check"] = [ids(read) for read in reads]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.view import BlockTableView, BlockView
+from engine.view import BlockTableView, BlockView, InFlightView
 from invariants.targets.driverlib.free_links import TAIL, UNLINKED
 from invariants.targets.views import to_state_view
 from invariants.targets.vllm import pool as pool_module
@@ -104,19 +104,19 @@ def test_tables_and_in_flight_reads_sent_as_rows_are_the_records_a_listing_gives
     order (``block_table_rows``, ``in_flight_rows``): the view gets the very records the
     same view listed field by field makes (lists become tuples), with or without block
     records."""
-    fields, flight = list(BlockTableView._fields), ["r1", [5, 6], True, False]
+    fields, flight = list(BlockTableView._fields), ["r1", [5, 6], True, False, False]
     plain = PoolMirror().view(view(FIRST, whole=True))
     del plain["block_records"]
     listed = to_state_view(
         dict(
             plain,
             block_tables=[dict(zip(fields, TABLE_ROW))],
-            in_flight_blocks=[dict(zip(["rid", "blocks", "live", "fenced"], flight))],
+            in_flight_blocks=[dict(zip(InFlightView._fields, flight))],
         )
     )
     rows = {
         "block_table_rows": {"fields": fields, "rows": [TABLE_ROW]},
-        "in_flight_rows": {"fields": ["rid", "blocks", "live", "fenced"], "rows": [flight]},
+        "in_flight_rows": {"fields": InFlightView._fields, "rows": [flight]},
     }
     for raw in (PoolMirror().view(dict(view(FIRST, whole=True), **rows)), dict(plain, **rows)):
         got = state_view(raw)
@@ -145,9 +145,9 @@ def test_in_flight_reads_sent_as_spans_are_the_tables_blocks_there() -> None:
     raw = view(FIRST, whole=True)
     raw["pool"] |= {"tables": [[0, "r1", 0, 0, [1, 2, 3]], [1, "r1", 0, 0, [3, 2]]]}
     raw["pool"]["kinds"] = {"r1": "req"}
-    rows = [["r1", [], True, False], ["r2", [7], False, True]]
+    rows = [["r1", [], True, False, True], ["r2", [7], False, True, False]]
     spans = [[0, [[0, 1, 3], [1, 0, 1]]]]
-    raw |= {"in_flight_rows": {"fields": ["rid", "blocks", "live", "fenced"], "rows": rows}}
+    raw |= {"in_flight_rows": {"fields": InFlightView._fields, "rows": rows}}
     got = state_view(PoolMirror().view(dict(raw, in_flight_spans=spans)))
     assert [(f.rid, f.blocks) for f in got.in_flight_blocks] == [("r1", (2, 3, 3)), ("r2", (7,))]
     checked = dict(raw, in_flight_spans=spans, in_flight_check=[[2, 3, 3], [7]])
@@ -168,3 +168,24 @@ def test_a_holders_array_grown_from_the_last_is_the_list_made_an_array(old, new,
     last = (old, np.asarray(old, dtype=np.int64))
     assert pool_module._grown(blocks, last).tolist() == blocks
     assert pool_module._grown(blocks, None).tolist() == blocks
+
+
+def test_a_read_its_table_still_holds_is_left_to_the_block_rules() -> None:
+    """The step in flight reads blocks its request's table still holds there (``held``): the
+    in-flight rule leaves them to the block rules, and a free one among them breaks those
+    (it has a holder); a read not held is the in-flight rule's."""
+    from invariants.checking.checker import Checker, Level
+    from invariants.checking.loader import load_catalog
+
+    checker = Checker(load_catalog().rules, Level.RECORD)
+    blocks = (BlockView(0, is_null=True), BlockView(1, in_free_queue=True, holders=1))
+    for held, expected in ((True, {"vllm.ref_cnt_is_holders"}), (False, set())):
+        flight = (InFlightView("a", (1,), live=True, held=held),)
+        found = {v.invariant for v in checker.check("step", _view(blocks, flight))}
+        assert expected <= found and ("vllm.in_flight_blocks_not_free" in found) != held
+
+
+def _view(blocks: tuple, flight: tuple):
+    from engine.view import StateView
+
+    return StateView(event="step", blocks=blocks, in_flight_blocks=flight)
