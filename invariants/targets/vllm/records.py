@@ -71,26 +71,31 @@ Read = tuple[dict, dict, dict]  # each block's ref_cnt, hash number and null fla
 
 
 def _rows(
-    ids: list[int], read: Read, free: set[int], holders: dict, mapped: dict, shorts: list[str]
+    ids: list[int], read: tuple, free: set[int], holders: dict, mapped: dict, shorts: list[str]
 ) -> list:
-    """The records of blocks ``ids`` (``read``: each block's ref_cnt, hash number and null
-    flag as last read; ``shorts``: each number's short hex), a field at a time: a block size
-    of 1 changes hundreds a step."""
+    """The records of blocks ``ids`` (``read``: their ref_cnts, hash numbers and null flags,
+    in order; ``shorts``: each number's short hex), a field at a time: a block size of 1
+    changes hundreds a step."""
     ref_cnt, hashes, is_null = read
     return list(
         map(
             _BLOCK,
             zip(
                 ids,
-                map(ref_cnt.__getitem__, ids),
+                ref_cnt,
                 map(free.__contains__, ids),
-                map(shorts.__getitem__, map(hashes.__getitem__, ids)),
+                map(shorts.__getitem__, hashes),
                 map(mapped.get, ids, repeat(_UNMAPPED)),
                 map(holders.get, ids, repeat(0)),
-                map(is_null.__getitem__, ids),
+                is_null,
             ),
         )
     )
+
+
+def _last_read(ids: list[int], read: Read) -> tuple:
+    """Blocks ``ids``' ref_cnts, hash numbers and null flags as last read, in order."""
+    return tuple(map(dict.__getitem__, repeat(column), ids) for column in read)
 
 
 _KEY, _KEY_IDS = itemgetter(0), itemgetter(1)  # a written key's ``[key, ids]``
@@ -171,8 +176,11 @@ class Records:
         if read["whole"] and len(self.rows) != read["num_blocks"]:
             self.rows = [None] * read["num_blocks"]  # (a run's first view lists them all)
             self.flags = Buckets(read["num_blocks"])
+        ids, *columns = read["blocks"]
+        # (nearly always every block whose record may change was written, and read again)
+        values = columns if dirty == ids else _last_read(dirty, self.read)
         free, rows = self.free, self.rows
-        fresh = _rows(dirty, self.read, free, self.holders, self.mapped, self.shorts)
+        fresh = _rows(dirty, values, free, self.holders, self.mapped, self.shorts)
         before = list(map(rows.__getitem__, dirty))
         differ = list(map(ne, fresh, before))
         changed = tuple(compress(fresh, differ))
@@ -310,7 +318,8 @@ class Records:
         read = {i: tuple(column[i] for column in whole) for i in ids}
         kept = {i: tuple(column.get(i) for column in self.read) for i in self.read[0]}
         _same("block reads (a write the driver did not re-read)", read, kept)
-        full = dict(zip(ids, _rows(ids, whole, free, self.holders, mapped, self.shorts)))
+        values = _last_read(ids, whole)
+        full = dict(zip(ids, _rows(ids, values, free, self.holders, mapped, self.shorts)))
         _same("block records", full, dict(enumerate(self.rows)))
         if buckets_of(full.values()) != self.buckets():
             raise AssertionError("the pool's buckets kept incrementally differ from its blocks'")

@@ -59,6 +59,17 @@ def test_changed_blocks_replace_their_records_and_the_rest_stay() -> None:
     assert third.blocks == second.blocks and third.blocks.fresh == ()  # nothing changed
 
 
+def test_a_block_not_read_again_keeps_its_last_read_fields() -> None:
+    """A block whose record changes without vLLM writing it (here: off the free queue, its
+    neighbours' links rewritten) is rebuilt from its fields as last read."""
+    pool = PoolMirror()
+    state_view(pool.view(view(FIRST, whole=True)))
+    state_view(pool.view(view([[3, 0, "cd34", False]])))
+    third = state_view(pool.view(view([], free=[1])))
+    assert third.blocks[3] == BlockView(3, 0, False, "cd34", (), 0, False)
+    assert [b.id for b in third.blocks.fresh] == [2, 3]
+
+
 def test_a_view_without_block_records_is_an_ordinary_view() -> None:
     """Other targets' views (no ``block_records``) decode as they are: no blocks."""
     pool = {
