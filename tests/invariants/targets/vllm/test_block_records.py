@@ -49,8 +49,9 @@ print(json.dumps(out))
 """
 
 
-def _run() -> list[dict]:
-    script = SCRIPT.format(driver=str(DRIVER), driverlib=str(DRIVER.parent.parent / "driverlib"))
+def _run(script: str = SCRIPT) -> list:
+    """``script``'s last line of JSON, run by the vllm venv's python beside the driver."""
+    script = script.format(driver=str(DRIVER), driverlib=str(DRIVER.parent.parent / "driverlib"))
     out = subprocess.run(
         [str(vllm_python()), "-c", script], capture_output=True, text=True, timeout=300
     )
@@ -89,3 +90,30 @@ def test_only_written_blocks_are_read_again_and_a_missed_write_is_caught() -> No
 
 def _view(read: dict) -> dict:
     return {"event": "step", "step": 1, "page_size": 1, "pool": read}
+
+
+LISTING = """
+import json, sys
+sys.path[:0] = [{driver!r}, {driverlib!r}]
+import pool_reads
+from vllm.v1.core.block_pool import BlockHashToBlockMap
+from vllm.v1.core.kv_cache_utils import KVCacheBlock
+
+blocks = [KVCacheBlock(i) for i in range(4)]
+cache, numbers = BlockHashToBlockMap(), pool_reads.HashIds()
+one, two, gone = b"a" * 36, b"b" * 36, b"c" * 36
+cache.insert(one, blocks[1])
+cache.insert(two, blocks[2])
+cache.insert(two, blocks[3])  # one hash, two blocks: a dict entry
+listing = pool_reads.map_listing(cache, [one, two, gone], numbers)
+print(json.dumps([listing, numbers.take()]))
+"""
+
+
+def test_a_key_lists_one_block_several_or_none() -> None:
+    """The hash map's listing of written keys, each as its number in the run: a key over one
+    block, over two (vLLM keeps a dict then), and a key no longer in the map (none); the
+    numbers' short hexes come once, in number order."""
+    listing, shorts = _run(LISTING)
+    assert listing == [[1, [1]], [2, [2, 3]], [3, []]]
+    assert shorts == ["61" * 12, "62" * 12, "63" * 12]
